@@ -1,0 +1,76 @@
+/* api.h — what api/'s files share: the context and handle structs, error
+ * handles, and argument checks that write the user's messages. */
+#ifndef KILN_API_INTERNAL_H
+#define KILN_API_INTERNAL_H
+
+#include <stdarg.h>
+
+#include "api/kiln.h"
+#include "graph/graph.h"
+
+struct kiln_tensor {
+    kiln_ctx *ctx;
+    graph_node *node; /* NULL when the handle carries an op error */
+    kiln_status err;  /* the op error, or the failure of the last sync */
+    char *msg;
+    int depth; /* scope depth it belongs to */
+    kiln_tensor *prev, *next;
+};
+
+struct kiln_ctx {
+    kiln_device device;
+    kiln_mode mode;
+    graph_ctx *g;
+    int depth;
+    kiln_tensor *handles; /* every live handle */
+    graph_node **pending; /* values of assignments not yet realized */
+    int npending, cappending;
+};
+
+/* A handle owning the reference `node` (NULL node: out of memory while
+ * recording `op`, turned into an error handle). In eager mode the node is
+ * realized before the handle is returned. */
+kiln_tensor *api_wrap(kiln_ctx *ctx, graph_node *node, const char *op);
+
+/* A handle in an error state with a formatted message. */
+kiln_tensor *api_fail(kiln_ctx *ctx, kiln_status st, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* A new handle carrying the error of t (the first error passes on). */
+kiln_tensor *api_pass(const kiln_tensor *t);
+
+/* Checks the tensor arguments of op: NULL, error state, one context. Returns
+ * NULL when all are usable (and sets *ctx), else the handle to return (which
+ * may itself be NULL when every argument is NULL). */
+kiln_tensor *api_check(const char *op, int n, kiln_tensor *const *ts, kiln_ctx **ctx);
+
+/* Normalises a possibly negative axis; false when out of [-ndim, ndim). */
+bool api_axis(int axis, int ndim, int *out);
+
+/* Turns (naxes, axes) into a bit mask over ndim axes; NULL or naxes 0 with
+ * NULL means all. Returns NULL on success, else an error handle for op. */
+kiln_tensor *api_axes(const char *op, kiln_ctx *ctx, const graph_node *t, int naxes,
+                      const int *axes, uint32_t *mask);
+
+/* Checks (ndim, dims) for a creation op; NULL when valid, else an error. */
+kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int64_t *dims);
+
+/* The promoted dtype of two (see kiln.h). */
+kiln_dtype api_promote(kiln_dtype a, kiln_dtype b);
+
+/* Broadcasts node shapes; false when they do not broadcast. */
+bool api_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,
+                         int64_t *out);
+
+/* n viewed as shape (ndim, dims), which n's shape broadcasts to (new
+ * reference). */
+graph_node *api_broadcast_to(graph_node *n, int ndim, const int64_t *dims);
+
+/* "[3,4]" into a static per-call buffer slot (four slots, for messages). */
+const char *api_shape_str(const graph_node *n);
+
+/* Realizes nodes (plus the context's pending assignments); on failure puts
+ * the status and message on the handle `who` (if any). */
+kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_tensor *who);
+
+#endif /* KILN_API_INTERNAL_H */

@@ -1,0 +1,180 @@
+/* common.c — argument checking shared by the ops: axes, shapes, dtype
+ * promotion, broadcasting, and the names used in messages. */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api.h"
+
+size_t kiln_dtype_size(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_F32:
+    case KILN_I32:
+        return 4;
+    case KILN_F64:
+    case KILN_I64:
+        return 8;
+    case KILN_F16:
+    case KILN_BF16:
+        return 2;
+    case KILN_U8:
+    case KILN_BOOL:
+        return 1;
+    }
+    return 0;
+}
+
+const char *kiln_dtype_name(kiln_dtype dt) {
+    static const char *const names[KILN_NUM_DTYPES] = {"f32", "f64", "f16", "bf16",
+                                                       "i32", "i64", "u8",  "bool"};
+    return (unsigned)dt < KILN_NUM_DTYPES ? names[dt] : "?";
+}
+
+const char *kiln_status_string(kiln_status st) {
+    switch (st) {
+    case KILN_OK:
+        return "ok";
+    case KILN_ERR_SHAPE:
+        return "shape error";
+    case KILN_ERR_DTYPE:
+        return "dtype error";
+    case KILN_ERR_ARG:
+        return "invalid argument";
+    case KILN_ERR_OOM:
+        return "out of memory";
+    case KILN_ERR_COMPILE:
+        return "compile error";
+    case KILN_ERR_DEVICE:
+        return "device error";
+    case KILN_ERR_IO:
+        return "i/o error";
+    }
+    return "unknown status";
+}
+
+const char *api_shape_str(const graph_node *n) {
+    static _Thread_local char slots[4][KILN_MAX_DIMS * 21 + 3];
+    static _Thread_local int next;
+    char *s = slots[next];
+    next = (next + 1) % 4;
+    graph_format_shape(s, sizeof slots[0], n->ndim, n->shape);
+    return s;
+}
+
+bool api_axis(int axis, int ndim, int *out) {
+    if (axis < -ndim || axis >= ndim)
+        return false;
+    *out = axis < 0 ? axis + ndim : axis;
+    return true;
+}
+
+kiln_tensor *api_axes(const char *op, kiln_ctx *ctx, const graph_node *t, int naxes,
+                      const int *axes, uint32_t *mask) {
+    if (!axes) {
+        if (naxes != 0)
+            return api_fail(ctx, KILN_ERR_ARG, "%s: %d axes given but the axis list is NULL",
+                            op, naxes);
+        *mask = t->ndim ? (uint32_t)((1u << t->ndim) - 1) : 0;
+        return NULL;
+    }
+    if (naxes < 0 || naxes > t->ndim)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: %d axes for a tensor of shape %s", op, naxes,
+                        api_shape_str(t));
+    *mask = 0;
+    for (int i = 0; i < naxes; i++) {
+        int a;
+        if (!api_axis(axes[i], t->ndim, &a))
+            return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for shape %s", op,
+                            axes[i], api_shape_str(t));
+        if (*mask & (1u << a))
+            return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is repeated (shape %s)", op,
+                            axes[i], api_shape_str(t));
+        *mask |= 1u << a;
+    }
+    return NULL;
+}
+
+kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int64_t *dims) {
+    if (ndim < 0 || ndim > KILN_MAX_DIMS)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: %d dimensions (0 to %d allowed)", op, ndim,
+                        KILN_MAX_DIMS);
+    if (ndim > 0 && !dims)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: dims is NULL for %d dimensions", op, ndim);
+    int64_t n = 1;
+    bool overflow = false;
+    for (int d = 0; d < ndim; d++) {
+        if (dims[d] < 0)
+            return api_fail(ctx, KILN_ERR_SHAPE, "%s: dimension %d has negative size %lld", op,
+                            d, (long long)dims[d]);
+        if (dims[d] && n > INT64_MAX / 16 / dims[d])
+            overflow = true;
+        else
+            n *= dims[d];
+    }
+    for (int d = 0; d < ndim; d++)
+        if (dims[d] == 0)
+            overflow = false;
+    if (overflow) {
+        graph_node shape_only;
+        shape_only.ndim = ndim;
+        memcpy(shape_only.shape, dims, sizeof(int64_t) * (size_t)ndim);
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: shape %s has too many elements", op,
+                        api_shape_str(&shape_only));
+    }
+    return NULL;
+}
+
+static int dtype_rank(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_BOOL:
+        return 0;
+    case KILN_U8:
+        return 1;
+    case KILN_I32:
+        return 2;
+    case KILN_I64:
+        return 3;
+    case KILN_F16:
+    case KILN_BF16:
+        return 4;
+    case KILN_F32:
+        return 5;
+    case KILN_F64:
+        return 6;
+    }
+    return 0;
+}
+
+kiln_dtype api_promote(kiln_dtype a, kiln_dtype b) {
+    if ((a == KILN_F16 && b == KILN_BF16) || (a == KILN_BF16 && b == KILN_F16))
+        return KILN_F32;
+    return dtype_rank(a) >= dtype_rank(b) ? a : b;
+}
+
+bool api_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,
+                         int64_t *out) {
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int64_t x = i < na ? a[na - 1 - i] : 1;
+        int64_t y = i < nb ? b[nb - 1 - i] : 1;
+        if (x != y && x != 1 && y != 1)
+            return false;
+        out[n - 1 - i] = x == 1 ? y : x;
+    }
+    *nout = n;
+    return true;
+}
+
+graph_node *api_broadcast_to(graph_node *n, int ndim, const int64_t *dims) {
+    if (n->ndim == ndim && !memcmp(n->shape, dims, sizeof(int64_t) * (size_t)ndim))
+        return graph_ref(n);
+    int64_t shp[KILN_MAX_DIMS];
+    int lead = ndim - n->ndim;
+    for (int d = 0; d < ndim; d++)
+        shp[d] = d < lead ? 1 : n->shape[d - lead];
+    graph_node *r = graph_reshape(n, ndim, shp);
+    if (!r)
+        return NULL;
+    graph_node *e = graph_expand(r, dims);
+    graph_unref(r);
+    return e;
+}

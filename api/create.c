@@ -1,0 +1,101 @@
+/* create.c — tensors from data, constants, ranges and random numbers. */
+#include <math.h>
+#include <string.h>
+
+#include "api/api.h"
+
+static bool valid_dtype(kiln_dtype dt) { return (unsigned)dt < KILN_NUM_DTYPES; }
+
+#define CHECK_CREATE(op, ctx, dt, ndim, dims)                                                \
+    do {                                                                                     \
+        if (!(ctx))                                                                          \
+            return NULL;                                                                     \
+        if (!valid_dtype(dt))                                                                \
+            return api_fail(ctx, KILN_ERR_DTYPE, "%s: unknown dtype %d", op, (int)(dt));    \
+        kiln_tensor *bad_ = api_check_shape(op, ctx, ndim, dims);                            \
+        if (bad_)                                                                            \
+            return bad_;                                                                     \
+    } while (0)
+
+kiln_tensor *kiln_from_data(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims,
+                            const void *data) {
+    CHECK_CREATE("kiln_from_data", ctx, dt, ndim, dims);
+    int64_t n = graph_shape_numel(ndim, dims);
+    size_t nbytes = (size_t)n * kiln_dtype_size(dt);
+    if (n > 0 && !data)
+        return api_fail(ctx, KILN_ERR_ARG, "kiln_from_data: data is NULL for %lld elements",
+                        (long long)n);
+    graph_buffer *buf = graph_buffer_new(nbytes);
+    if (!buf)
+        return api_fail(ctx, KILN_ERR_OOM, "kiln_from_data: out of memory allocating %zu bytes",
+                        nbytes);
+    if (dt == KILN_BOOL) {
+        const unsigned char *src = data;
+        unsigned char *d = buf->data;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = src[i] != 0;
+    } else if (nbytes) {
+        memcpy(buf->data, data, nbytes);
+    }
+    graph_node *node = graph_buffer_node(ctx->g, dt, ndim, dims, buf);
+    graph_buffer_unref(buf);
+    return api_wrap(ctx, node, "kiln_from_data");
+}
+
+kiln_tensor *kiln_full(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims,
+                       double value) {
+    CHECK_CREATE("kiln_full", ctx, dt, ndim, dims);
+    graph_scalar v = graph_scalar_from_double(value, dt);
+    return api_wrap(ctx, graph_full(ctx->g, dt, ndim, dims, v), "kiln_full");
+}
+
+kiln_tensor *kiln_zeros(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims) {
+    return kiln_full(ctx, dt, ndim, dims, 0.0);
+}
+
+kiln_tensor *kiln_ones(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims) {
+    return kiln_full(ctx, dt, ndim, dims, 1.0);
+}
+
+kiln_tensor *kiln_scalar(kiln_ctx *ctx, kiln_dtype dt, double value) {
+    return kiln_full(ctx, dt, 0, NULL, value);
+}
+
+kiln_tensor *kiln_arange(kiln_ctx *ctx, kiln_dtype dt, double start, double stop,
+                         double step) {
+    if (!ctx)
+        return NULL;
+    if (!valid_dtype(dt))
+        return api_fail(ctx, KILN_ERR_DTYPE, "kiln_arange: unknown dtype %d", (int)dt);
+    if (!isfinite(start) || !isfinite(stop) || !isfinite(step) || step == 0)
+        return api_fail(ctx, KILN_ERR_ARG,
+                        "kiln_arange: start %g, stop %g, step %g: bounds and step must be "
+                        "finite and the step nonzero",
+                        start, stop, step);
+    double count = ceil((stop - start) / step);
+    if (count < 0)
+        count = 0;
+    if (count > 1e15)
+        return api_fail(ctx, KILN_ERR_SHAPE, "kiln_arange: %g elements are too many", count);
+    int64_t n = (int64_t)count;
+    return api_wrap(ctx, graph_arange(ctx->g, dt, n, start, step), "kiln_arange");
+}
+
+static kiln_tensor *random_tensor(const char *op, graph_op gop, kiln_ctx *ctx, kiln_dtype dt,
+                                  int ndim, const int64_t *dims, uint64_t seed) {
+    CHECK_CREATE(op, ctx, dt, ndim, dims);
+    if (!graph_dtype_is_float(dt))
+        return api_fail(ctx, KILN_ERR_DTYPE, "%s: dtype %s is not a floating-point type", op,
+                        kiln_dtype_name(dt));
+    return api_wrap(ctx, graph_rand(ctx->g, gop, dt, ndim, dims, seed), op);
+}
+
+kiln_tensor *kiln_rand(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims,
+                       uint64_t seed) {
+    return random_tensor("kiln_rand", GRAPH_RAND, ctx, dt, ndim, dims, seed);
+}
+
+kiln_tensor *kiln_randn(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims,
+                        uint64_t seed) {
+    return random_tensor("kiln_randn", GRAPH_RANDN, ctx, dt, ndim, dims, seed);
+}

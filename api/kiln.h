@@ -1,0 +1,343 @@
+/* kiln.h — the public C API of kiln, a tensor library that looks eager and
+ * runs compiled.
+ *
+ * Every op below records a node in a lazy graph and returns at once; nothing
+ * is computed until a sync point (kiln_realize, kiln_to_host, kiln_item,
+ * kiln_sync) needs a value. Shapes follow NumPy: row-major, up to
+ * KILN_MAX_DIMS dimensions, sizes as int64_t, broadcasting from the right.
+ *
+ * Errors never abort. An op given bad arguments returns a handle in an error
+ * state whose message names the op and the shapes; every op given such a
+ * handle passes the first error on; a sync point returns the status. An op
+ * returns NULL only when it has no context to put an error handle in (every
+ * tensor argument NULL).
+ *
+ * Handles belong to their context and stay valid until kiln_release, the end
+ * of the scope they were made in (unless kept), or kiln_ctx_free. A context is
+ * not thread-safe: use one context per thread. */
+#ifndef KILN_H
+#define KILN_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+#define KILN_MAX_DIMS 8
+#define KILN_VERSION_MAJOR 0
+#define KILN_VERSION_MINOR 1
+#define KILN_VERSION_PATCH 0
+
+/* Slice bounds that mean "to the end" in the direction of the step. */
+#define KILN_END INT64_MAX
+#define KILN_BEGIN_REV INT64_MIN
+
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F64,
+    KILN_F16,
+    KILN_BF16,
+    KILN_I32,
+    KILN_I64,
+    KILN_U8,
+    KILN_BOOL,
+} kiln_dtype;
+#define KILN_NUM_DTYPES 8
+
+typedef enum kiln_status {
+    KILN_OK = 0,
+    KILN_ERR_SHAPE = -1,   /* shapes do not fit the op */
+    KILN_ERR_DTYPE = -2,   /* a dtype the op does not take */
+    KILN_ERR_ARG = -3,     /* any other bad argument: axis, NULL, size, context */
+    KILN_ERR_OOM = -4,     /* out of memory, or a size too large to allocate */
+    KILN_ERR_COMPILE = -5, /* generated code failed to compile */
+    KILN_ERR_DEVICE = -6,  /* the device is missing or failed */
+    KILN_ERR_IO = -7,      /* a file could not be read or written */
+} kiln_status;
+
+typedef enum kiln_device {
+    KILN_DEVICE_DEFAULT = 0, /* KILN_DEVICE from the environment, else KILN_CPU */
+    KILN_CPU,
+    KILN_CUDA,
+    KILN_REF, /* the float64 reference evaluator: slow, obviously correct */
+} kiln_device;
+
+typedef enum kiln_mode {
+    KILN_LAZY = 0, /* record ops, compile and run at sync points (default) */
+    KILN_EAGER,    /* realize every op as soon as it is recorded */
+} kiln_mode;
+
+typedef struct kiln_ctx kiln_ctx;
+typedef struct kiln_tensor kiln_tensor;
+
+/* ---- Contexts ------------------------------------------------------------ */
+
+/* Makes a context on a device. KILN_DEVICE_DEFAULT reads the environment
+ * variable KILN_DEVICE ("cpu", "cuda", "ref"); KILN_EAGER=1 in the environment
+ * starts the context in eager mode. Returns NULL when the device is not
+ * available; kiln_last_ctx_error() then says why. */
+KILN_API kiln_ctx *kiln_ctx_new(kiln_device dev);
+
+/* The reason the last kiln_ctx_new on this thread returned NULL, or "". */
+KILN_API const char *kiln_last_ctx_error(void);
+
+/* Frees a context with every handle, node and buffer it owns. NULL is a no-op. */
+KILN_API void kiln_ctx_free(kiln_ctx *ctx);
+
+/* Sets lazy (default) or eager mode for ops recorded from now on. */
+KILN_API void kiln_ctx_set_mode(kiln_ctx *ctx, kiln_mode mode);
+KILN_API kiln_mode kiln_ctx_mode(const kiln_ctx *ctx);
+KILN_API kiln_device kiln_ctx_device(const kiln_ctx *ctx);
+
+/* ---- Dtypes and statuses -------------------------------------------------- */
+
+/* Bytes per element of a dtype (bool and u8 are 1 byte); 0 for an unknown one. */
+KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
+/* "f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"; "?" otherwise. */
+KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
+/* A short English name of a status ("ok", "shape error", …). */
+KILN_API const char *kiln_status_string(kiln_status status);
+
+/* ---- Creation --------------------------------------------------------------
+ * Creation functions take a shape as (ndim, dims); ndim 0 is a scalar and dims
+ * may then be NULL. A dimension of size 0 makes an empty tensor. A negative
+ * size, ndim outside [0, KILN_MAX_DIMS] or an element count that overflows
+ * gives a handle in an error state (KILN_ERR_SHAPE). */
+
+/* A tensor holding a copy of numel elements of dtype read from data, row-major.
+ * data may be NULL only when the tensor is empty. Bool data is read as bytes,
+ * nonzero meaning true. */
+KILN_API kiln_tensor *kiln_from_data(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
+                                     const int64_t *dims, const void *data);
+
+/* A tensor with every element equal to value, converted to dtype (integers
+ * truncate toward zero, bool is value != 0). */
+KILN_API kiln_tensor *kiln_full(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
+                                const int64_t *dims, double value);
+KILN_API kiln_tensor *kiln_zeros(kiln_ctx *ctx, kiln_dtype dtype, int ndim, const int64_t *dims);
+KILN_API kiln_tensor *kiln_ones(kiln_ctx *ctx, kiln_dtype dtype, int ndim, const int64_t *dims);
+/* A 0-d tensor: kiln_full with ndim 0. */
+KILN_API kiln_tensor *kiln_scalar(kiln_ctx *ctx, kiln_dtype dtype, double value);
+
+/* The 1-d tensor start, start+step, … up to but excluding stop, as NumPy's
+ * arange: ceil((stop-start)/step) elements, none when that is not positive.
+ * Each element is start + i*step computed in float64, then converted to dtype.
+ * A zero or non-finite step, or non-finite bounds, is KILN_ERR_ARG. */
+KILN_API kiln_tensor *kiln_arange(kiln_ctx *ctx, kiln_dtype dtype, double start,
+                                  double stop, double step);
+
+/* Uniform numbers in [0, 1) (kiln_rand) or standard normal numbers
+ * (kiln_randn, Box-Muller) from the counter-based Philox4x32-10 generator:
+ * element i of the row-major tensor is a function of seed and i only, so the
+ * same seed gives the same numbers on every device and in every mode. Float
+ * dtypes only (KILN_ERR_DTYPE otherwise). */
+KILN_API kiln_tensor *kiln_rand(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
+                                const int64_t *dims, uint64_t seed);
+KILN_API kiln_tensor *kiln_randn(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
+                                 const int64_t *dims, uint64_t seed);
+
+/* ---- Elementwise unary ops -------------------------------------------------
+ * Same shape as the input. kiln_neg, kiln_abs and kiln_relu keep the dtype
+ * (kiln_neg of bool is KILN_ERR_DTYPE); the others compute in floating point:
+ * an integer or bool input gives f32. kiln_gelu is the exact erf form,
+ * kiln_recip is 1/x, kiln_rsqrt is 1/sqrt(x). */
+KILN_API kiln_tensor *kiln_neg(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_abs(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_exp(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_log(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_sqrt(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_rsqrt(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_sin(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_cos(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_tanh(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_sigmoid(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_relu(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_gelu(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_silu(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_recip(kiln_tensor *t);
+
+/* ---- Elementwise binary ops ------------------------------------------------
+ * The shapes broadcast as in NumPy (KILN_ERR_SHAPE when they do not). The
+ * result dtype is the promotion of the two: bool < u8 < i32 < i64 < f16, bf16
+ * < f32 < f64, with f16 and bf16 together giving f32. Integer kiln_div is floor
+ * division (as NumPy's //), and gives 0 for a zero divisor; integer results
+ * wrap to their width. kiln_maximum and kiln_minimum propagate NaN. kiln_pow
+ * of integers to a negative power is 1 for base 1, ±1 for base -1, else 0.
+ * Comparisons give bool. */
+KILN_API kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_sub(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_mul(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_div(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_pow(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_maximum(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_minimum(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_lt(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_le(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_gt(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_ge(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_eq(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_ne(kiln_tensor *a, kiln_tensor *b);
+
+/* cond ? a : b elementwise; the three shapes broadcast together. cond of any
+ * dtype is read as cond != 0; the result dtype is the promotion of a and b. */
+KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b);
+
+/* Binary ops with a scalar as the second operand. The scalar does not promote
+ * within a kind: f16 + 2.5 stays f16, i32 * 3 stays i32; an integer or bool
+ * tensor with a non-integral scalar gives f32, and bool with an integral one
+ * gives i64 (comparisons always give bool). */
+KILN_API kiln_tensor *kiln_add_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_sub_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_mul_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_div_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_pow_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_maximum_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_minimum_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_lt_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_le_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_gt_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_ge_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_eq_scalar(kiln_tensor *t, double s);
+KILN_API kiln_tensor *kiln_ne_scalar(kiln_tensor *t, double s);
+
+/* ---- Reductions ------------------------------------------------------------
+ * Reduce over naxes axes (negative axes count from the end; NULL axes or
+ * naxes 0 with NULL means all axes). keepdim keeps each reduced axis with size
+ * 1. kiln_sum of bool or integers gives i64, of floats the same dtype;
+ * kiln_mean gives a float (f32 for integer input; accumulates half types in
+ * f32) and NaN for an empty reduction; kiln_max and kiln_min keep the dtype,
+ * propagate NaN, and refuse an empty reduction (KILN_ERR_SHAPE). kiln_argmax
+ * and kiln_argmin give i64 indices of the first extreme element, counted
+ * row-major over the reduced axes taken in increasing order (the flat index
+ * when all axes are reduced); NaN counts as the extreme. A repeated or out of
+ * range axis is KILN_ERR_ARG. */
+KILN_API kiln_tensor *kiln_sum(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+KILN_API kiln_tensor *kiln_mean(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+KILN_API kiln_tensor *kiln_max(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+KILN_API kiln_tensor *kiln_min(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+KILN_API kiln_tensor *kiln_argmax(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+KILN_API kiln_tensor *kiln_argmin(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+
+/* ---- Views -----------------------------------------------------------------
+ * Movement ops never copy: they make a view (shape, strides, offset, and a
+ * mask for padding) over their source. Axes may be negative. */
+
+/* The same elements in a new shape with the same element count; one dimension
+ * may be -1 and is then inferred. */
+KILN_API kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *dims);
+/* Reorders the axes: result axis i is input axis perm[i]; perm has ndim(t)
+ * entries, each axis once. */
+KILN_API kiln_tensor *kiln_permute(kiln_tensor *t, const int *perm);
+/* Swaps two axes. */
+KILN_API kiln_tensor *kiln_transpose(kiln_tensor *t, int axis_a, int axis_b);
+/* Broadcasts to a shape, as NumPy's broadcast_to: new axes at the front, size-1
+ * axes stretched; -1 keeps an existing size. */
+KILN_API kiln_tensor *kiln_expand(kiln_tensor *t, int ndim, const int64_t *dims);
+/* Elements start, start+step, … before stop along one axis, with Python's
+ * slice rules: negative indices count from the end, bounds clamp, step may be
+ * negative but not zero. KILN_END as stop runs to the end in the direction of
+ * the step; KILN_BEGIN_REV as stop runs a negative step to the first element. */
+KILN_API kiln_tensor *kiln_slice(kiln_tensor *t, int axis, int64_t start, int64_t stop,
+                                 int64_t step);
+/* Pads every axis: pads holds 2*ndim(t) sizes, (before, after) for axis 0,
+ * then axis 1, …; each >= 0. The new elements are value. */
+KILN_API kiln_tensor *kiln_pad(kiln_tensor *t, const int64_t *pads, double value);
+/* Reverses the order of elements along naxes axes (NULL: all). */
+KILN_API kiln_tensor *kiln_flip(kiln_tensor *t, int naxes, const int *axes);
+/* Removes the named size-1 axes (NULL: every size-1 axis); naming an axis
+ * whose size is not 1 is KILN_ERR_SHAPE. */
+KILN_API kiln_tensor *kiln_squeeze(kiln_tensor *t, int naxes, const int *axes);
+/* Inserts a size-1 axis so that it becomes axis `axis` of the result
+ * (-ndim-1 <= axis <= ndim). */
+KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *t, int axis);
+/* Joins n tensors along an axis; all other sizes must agree. The dtype is the
+ * promotion of all of theirs. */
+KILN_API kiln_tensor *kiln_cat(int n, kiln_tensor *const *ts, int axis);
+
+/* ---- Linear algebra ------------------------------------------------------- */
+
+/* Matrix product with NumPy's matmul rules: [..., n, k] @ [..., k, m] ->
+ * [..., n, m] with the batch dimensions broadcast; a 1-d operand is a row
+ * (left) or column (right) vector whose axis is removed from the result. 0-d
+ * operands, different inner sizes, or bool operands are errors. */
+KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
+
+/* ---- Other ---------------------------------------------------------------- */
+
+/* Converts to dtype: float to integer truncates toward zero and saturates at
+ * the integer's range (NaN gives 0), anything to bool is != 0, integers wrap
+ * to a narrower width, and floats round to nearest even. */
+KILN_API kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dtype);
+
+/* dst takes src's value, lazily: src broadcasts to dst's shape and converts to
+ * dst's dtype. From then on the handle dst refers to the new value, and the
+ * next sync point of the context realizes it, whatever else that sync asks
+ * for. Tensors derived from dst earlier keep the old value. Returns KILN_OK or
+ * the error; on error dst keeps its value and kiln_error_message(dst) says
+ * why until its next successful sync. */
+KILN_API kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src);
+
+/* ---- Queries -------------------------------------------------------------- */
+
+KILN_API int kiln_ndim(const kiln_tensor *t);
+/* The sizes of t, valid as long as t is; NULL for a NULL handle. */
+KILN_API const int64_t *kiln_shape(const kiln_tensor *t);
+KILN_API int64_t kiln_numel(const kiln_tensor *t);
+KILN_API kiln_dtype kiln_dtype_of(const kiln_tensor *t);
+KILN_API kiln_ctx *kiln_ctx_of(const kiln_tensor *t);
+
+/* ---- Sync points ---------------------------------------------------------- */
+
+/* Computes t and every pending assignment of its context. */
+KILN_API kiln_status kiln_realize(kiln_tensor *t);
+/* Realizes t and copies it to dst, row-major in t's dtype; nbytes must be
+ * exactly numel * kiln_dtype_size (KILN_ERR_ARG otherwise). */
+KILN_API kiln_status kiln_to_host(kiln_tensor *t, void *dst, size_t nbytes);
+/* Realizes a one-element tensor and returns its value as a double; NaN when it
+ * fails (kiln_error(t) then says why). */
+KILN_API double kiln_item(kiln_tensor *t);
+/* Realizes every pending assignment of the context. */
+KILN_API kiln_status kiln_sync(kiln_ctx *ctx);
+
+/* ---- Errors --------------------------------------------------------------- */
+
+/* KILN_OK, or the status of the error t carries: the first error of the ops
+ * that made it, else the failure of its last sync. */
+KILN_API kiln_status kiln_error(const kiln_tensor *t);
+/* The message of that error ("" when there is none), valid as long as t is. */
+KILN_API const char *kiln_error_message(const kiln_tensor *t);
+
+/* ---- Scopes and ownership ------------------------------------------------- */
+
+/* Opens a scope: every handle made until the matching kiln_scope_end is
+ * released then, except those passed to kiln_keep. Scopes nest. */
+KILN_API void kiln_scope_begin(kiln_ctx *ctx);
+KILN_API void kiln_scope_end(kiln_ctx *ctx);
+/* Moves t to the enclosing scope so that the current scope's end does not
+ * release it (at the outermost level it lives until released). Returns t. */
+KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
+/* Releases a handle now. The graph nodes it needs live while other handles or
+ * nodes need them. NULL is a no-op. */
+KILN_API void kiln_release(kiln_tensor *t);
+
+/* ---- Debugging ------------------------------------------------------------ */
+
+/* Writes the graph that t depends on as Graphviz DOT to path. */
+KILN_API kiln_status kiln_dump_dot(const kiln_tensor *t, const char *path);
+/* Number of live graph nodes in the context (for leak checks and tests). */
+KILN_API int64_t kiln_ctx_live_nodes(const kiln_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KILN_H */

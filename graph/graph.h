@@ -1,0 +1,217 @@
+/* graph.h — the lazy graph's face to the rest of kiln: nodes, views,
+ * hash-consing and simplification, dtype arithmetic, the Philox generator and
+ * the float64 reference evaluator.
+ *
+ * Constructors here trust their arguments: api/ checks shapes, dtypes and axes
+ * and writes the user's error messages; a graph constructor only fails for
+ * lack of memory (it then returns NULL). Every constructor returns a new
+ * reference that the caller owns and drops with graph_unref. */
+#ifndef KILN_GRAPH_H
+#define KILN_GRAPH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "api/kiln.h"
+
+typedef enum graph_op {
+    /* leaves */
+    GRAPH_BUFFER, /* bound data: kiln_from_data, or a node once realized */
+    GRAPH_CONST,  /* a 0-d constant (p.value) */
+    GRAPH_ARANGE, /* 1-d: element i = p.value.f + i * p.step, converted */
+    GRAPH_RAND,   /* uniform [0,1) from Philox, key p.seed */
+    GRAPH_RANDN,  /* standard normal from Philox, key p.seed */
+    /* elementwise unary: the source has the node's shape */
+    GRAPH_NEG,
+    GRAPH_ABS,
+    GRAPH_EXP,
+    GRAPH_LOG,
+    GRAPH_SQRT,
+    GRAPH_RSQRT,
+    GRAPH_SIN,
+    GRAPH_COS,
+    GRAPH_TANH,
+    GRAPH_SIGMOID,
+    GRAPH_RELU,
+    GRAPH_GELU,
+    GRAPH_SILU,
+    GRAPH_RECIP,
+    GRAPH_CAST, /* to the node's dtype from the source's */
+    /* elementwise binary: both sources have the node's shape and one dtype */
+    GRAPH_ADD,
+    GRAPH_SUB,
+    GRAPH_MUL,
+    GRAPH_DIV,
+    GRAPH_POW,
+    GRAPH_MAXIMUM,
+    GRAPH_MINIMUM,
+    GRAPH_LT, /* comparisons: node dtype is bool */
+    GRAPH_LE,
+    GRAPH_GT,
+    GRAPH_GE,
+    GRAPH_EQ,
+    GRAPH_NE,
+    GRAPH_WHERE, /* src[0] bool, src[1] and src[2] of the node's dtype */
+    /* reductions over the axes in p.axes (a bit mask); reduced axes keep
+     * size 1 in the node's shape */
+    GRAPH_SUM,
+    GRAPH_RMAX,
+    GRAPH_RMIN,
+    GRAPH_ARGMAX, /* i64 */
+    GRAPH_ARGMIN, /* i64 */
+    /* movement */
+    GRAPH_VIEW,   /* p.view over src[0] read as a contiguous row-major array */
+    GRAPH_CAT,    /* nsrc sources joined along p.axis, all of the node's dtype */
+    GRAPH_MATMUL, /* [..., n, k] @ [..., k, m]: sources have equal batch dims */
+    GRAPH_NUM_OPS
+} graph_op;
+
+/* A view maps the node's logical index i to src[0]'s flat index
+ * offset + sum(i[d] * strides[d]), where every i[d] lies in
+ * [mask_lo[d], mask_hi[d]); outside the mask the element is zero (false). */
+typedef struct graph_view {
+    int64_t strides[KILN_MAX_DIMS];
+    int64_t offset;
+    bool masked;
+    int64_t mask_lo[KILN_MAX_DIMS];
+    int64_t mask_hi[KILN_MAX_DIMS];
+} graph_view;
+
+/* A scalar as the reference evaluator holds it: floats (and half types) as
+ * double, integers and bool as int64. */
+typedef union graph_scalar {
+    double f;
+    int64_t i;
+} graph_scalar;
+
+/* Host memory holding one realized node, row-major in its dtype, 64-byte
+ * aligned. Shared by reference count. */
+typedef struct graph_buffer {
+    int64_t refs;
+    size_t nbytes;
+    void *data;
+} graph_buffer;
+
+typedef struct graph_ctx graph_ctx;
+typedef struct graph_node graph_node;
+
+struct graph_node {
+    int64_t refs;
+    graph_op op;
+    kiln_dtype dtype;
+    int ndim;
+    int64_t shape[KILN_MAX_DIMS];
+    int nsrc;
+    graph_node **src;
+    struct {
+        graph_scalar value; /* GRAPH_CONST; GRAPH_ARANGE start (.f) */
+        double step;        /* GRAPH_ARANGE */
+        uint64_t seed;      /* GRAPH_RAND, GRAPH_RANDN */
+        uint32_t axes;      /* reductions: bit d set = axis d reduced */
+        int axis;           /* GRAPH_CAT */
+        graph_view view;    /* GRAPH_VIEW */
+    } p;
+    graph_buffer *buf; /* set once realized; the node then reads as a leaf */
+    int64_t id;        /* creation order within its graph_ctx */
+    uint64_t hash;
+    graph_node *hnext; /* hash-consing chain */
+    graph_ctx *g;
+    void *scratch; /* owned by whichever pass is running */
+};
+
+/* ---- contexts and references ---- */
+graph_ctx *graph_ctx_new(void);
+/* Frees the context; every node must already be gone. */
+void graph_ctx_free(graph_ctx *g);
+int64_t graph_ctx_live_nodes(const graph_ctx *g);
+
+graph_node *graph_ref(graph_node *n);
+/* Drops a reference; frees the node (and, in turn, its sources) at zero. */
+void graph_unref(graph_node *n);
+
+int64_t graph_numel(const graph_node *n);
+int64_t graph_shape_numel(int ndim, const int64_t *shape);
+bool graph_is_realized(const graph_node *n);
+const char *graph_op_name(graph_op op);
+bool graph_op_is_unary(graph_op op);
+bool graph_op_is_binary(graph_op op);
+bool graph_op_is_compare(graph_op op);
+bool graph_op_is_reduce(graph_op op);
+
+/* ---- buffers ---- */
+/* A zero-filled, 64-byte-aligned buffer of nbytes (NULL on failure). */
+graph_buffer *graph_buffer_new(size_t nbytes);
+graph_buffer *graph_buffer_ref(graph_buffer *b);
+void graph_buffer_unref(graph_buffer *b);
+
+/* ---- constructors (each returns a new reference, NULL when out of memory) ---- */
+/* A leaf bound to buf (the node takes a reference of its own). */
+graph_node *graph_buffer_node(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *shape,
+                              graph_buffer *buf);
+graph_node *graph_const(graph_ctx *g, kiln_dtype dt, graph_scalar v);
+/* A constant broadcast to a shape (a view of a 0-d constant). */
+graph_node *graph_full(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *shape,
+                       graph_scalar v);
+graph_node *graph_arange(graph_ctx *g, kiln_dtype dt, int64_t n, double start, double step);
+graph_node *graph_rand(graph_ctx *g, graph_op op, kiln_dtype dt, int ndim,
+                       const int64_t *shape, uint64_t seed);
+graph_node *graph_unary(graph_op op, graph_node *a);
+graph_node *graph_cast(graph_node *a, kiln_dtype dt);
+graph_node *graph_binary(graph_op op, graph_node *a, graph_node *b);
+graph_node *graph_where(graph_node *c, graph_node *a, graph_node *b);
+/* dt is the result dtype (i64 for the arg reductions). */
+graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt);
+graph_node *graph_cat(int n, graph_node *const *srcs, int axis);
+graph_node *graph_matmul(graph_node *a, graph_node *b);
+
+/* Movement ops. Each composes with a view source into one view when the
+ * result can be expressed over the same base, and otherwise views the source
+ * node itself (which an executor then materialises). */
+graph_node *graph_reshape(graph_node *a, int ndim, const int64_t *shape);
+graph_node *graph_permute(graph_node *a, const int *perm);
+graph_node *graph_expand(graph_node *a, const int64_t *shape); /* same ndim */
+/* Per axis: element j of the result is element start[d] + j*step[d]. */
+graph_node *graph_slice(graph_node *a, const int64_t *start, const int64_t *step,
+                        const int64_t *len);
+/* Zero padding: before[d] and after[d] elements on each axis. */
+graph_node *graph_pad(graph_node *a, const int64_t *before, const int64_t *after);
+graph_node *graph_flip(graph_node *a, uint32_t axes);
+
+/* ---- dtypes and scalar semantics (shared by folding and the evaluator) ---- */
+bool graph_dtype_is_float(kiln_dtype dt);
+/* Rounds/wraps a scalar to what dt can hold; from_float says which member of
+ * v is meaningful on input (the result is in dt's own representation). */
+graph_scalar graph_scalar_convert(graph_scalar v, bool from_float, kiln_dtype dt);
+graph_scalar graph_scalar_from_double(double v, kiln_dtype dt);
+double graph_scalar_to_double(graph_scalar v, kiln_dtype dt);
+graph_scalar graph_scalar_unary(graph_op op, kiln_dtype in, kiln_dtype out, graph_scalar a);
+/* dt is the sources' dtype; comparisons give a bool (i = 0 or 1). */
+graph_scalar graph_scalar_binary(graph_op op, kiln_dtype dt, graph_scalar a, graph_scalar b);
+graph_scalar graph_scalar_load(const void *data, kiln_dtype dt, int64_t index);
+void graph_scalar_store(void *data, kiln_dtype dt, int64_t index, graph_scalar v);
+uint16_t graph_f32_to_f16(float f);
+float graph_f16_to_f32(uint16_t h);
+uint16_t graph_f32_to_bf16(float f);
+float graph_bf16_to_f32(uint16_t h);
+/* Rounds a double to the nearest f16 (bf16) value, without double rounding. */
+double graph_round_f16(double v);
+double graph_round_bf16(double v);
+
+/* ---- Philox4x32-10 ---- */
+void graph_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+/* Element `index` of kiln_rand / kiln_randn with `seed`, rounded to dt. */
+double graph_rand_value(graph_op op, kiln_dtype dt, uint64_t seed, uint64_t index);
+
+/* ---- the reference evaluator ---- */
+/* Realizes the n nodes (each gets a buffer). On failure returns the status and
+ * writes a message to msg; nodes already realized stay so. */
+kiln_status graph_eval(int n, graph_node *const *nodes, char *msg, size_t msgcap);
+
+/* ---- debugging ---- */
+void graph_dump_dot(FILE *f, int n, graph_node *const *roots);
+/* Writes a shape as "[3,4]" ("[]" when 0-d) into out. */
+void graph_format_shape(char *out, size_t cap, int ndim, const int64_t *shape);
+
+#endif /* KILN_GRAPH_H */

@@ -1,0 +1,18 @@
+/* internal.h — what graph/'s own files share and nobody else sees. */
+#ifndef KILN_GRAPH_INTERNAL_H
+#define KILN_GRAPH_INTERNAL_H
+
+#include "graph/graph.h"
+
+/* Returns the existing node equal to proto (same op, dtype, shape, sources and
+ * parameters) or a new one copied from it; buffer nodes are never shared. */
+graph_node *graph_intern(graph_ctx *g, const graph_node *proto);
+
+/* A prototype with op, dtype and shape set and everything else zero. */
+graph_node graph_proto(graph_op op, kiln_dtype dt, int ndim, const int64_t *shape);
+
+/* True when every element of n is the same known constant (a constant, or an
+ * unmasked view of one); *v receives it. */
+bool graph_const_value(const graph_node *n, graph_scalar *v);
+
+#endif /* KILN_GRAPH_INTERNAL_H */

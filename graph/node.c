@@ -1,0 +1,300 @@
+/* node.c — graph nodes' life: the graph context, reference counting, buffers,
+ * and the hash-consing table that makes the same op on the same sources one
+ * node. */
+#include <stdlib.h>
+#include <string.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
+
+#include "graph/graph.h"
+#include "graph/internal.h"
+
+struct graph_ctx {
+    int64_t live;
+    int64_t next_id;
+    graph_node **table;
+    size_t cap;   /* power of two */
+    size_t count; /* interned nodes */
+};
+
+graph_ctx *graph_ctx_new(void) {
+    graph_ctx *g = calloc(1, sizeof *g);
+    if (!g)
+        return NULL;
+    g->cap = 1024;
+    g->table = calloc(g->cap, sizeof *g->table);
+    if (!g->table) {
+        free(g);
+        return NULL;
+    }
+    return g;
+}
+
+void graph_ctx_free(graph_ctx *g) {
+    if (!g)
+        return;
+    free(g->table);
+    free(g);
+}
+
+int64_t graph_ctx_live_nodes(const graph_ctx *g) { return g ? g->live : 0; }
+
+int64_t graph_shape_numel(int ndim, const int64_t *shape) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= shape[d];
+    return n;
+}
+
+int64_t graph_numel(const graph_node *n) { return graph_shape_numel(n->ndim, n->shape); }
+
+bool graph_is_realized(const graph_node *n) { return n->buf != NULL; }
+
+/* ---- buffers ---- */
+
+graph_buffer *graph_buffer_new(size_t nbytes) {
+    graph_buffer *b = malloc(sizeof *b);
+    if (!b)
+        return NULL;
+    /* aligned_alloc wants a size that is a multiple of the alignment. */
+    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    if (rounded < nbytes) {
+        free(b);
+        return NULL;
+    }
+    b->data = aligned_alloc(64, rounded ? rounded : 64);
+    if (!b->data) {
+        free(b);
+        return NULL;
+    }
+    memset(b->data, 0, rounded ? rounded : 64);
+    b->refs = 1;
+    b->nbytes = nbytes;
+    return b;
+}
+
+graph_buffer *graph_buffer_ref(graph_buffer *b) {
+    if (b)
+        b->refs++;
+    return b;
+}
+
+void graph_buffer_unref(graph_buffer *b) {
+    if (b && --b->refs == 0) {
+        free(b->data);
+        free(b);
+    }
+}
+
+/* ---- hashing and equality ---- */
+
+static bool interned(const graph_node *n) { return n->op != GRAPH_BUFFER; }
+
+static uint64_t node_hash(const graph_node *n) {
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    int head[4] = {(int)n->op, (int)n->dtype, n->ndim, n->nsrc};
+    XXH3_64bits_update(&st, head, sizeof head);
+    XXH3_64bits_update(&st, n->shape, sizeof(int64_t) * (size_t)n->ndim);
+    XXH3_64bits_update(&st, n->src, sizeof(graph_node *) * (size_t)n->nsrc);
+    switch (n->op) {
+    case GRAPH_CONST:
+        XXH3_64bits_update(&st, &n->p.value, sizeof n->p.value);
+        break;
+    case GRAPH_ARANGE:
+        XXH3_64bits_update(&st, &n->p.value, sizeof n->p.value);
+        XXH3_64bits_update(&st, &n->p.step, sizeof n->p.step);
+        break;
+    case GRAPH_RAND:
+    case GRAPH_RANDN:
+        XXH3_64bits_update(&st, &n->p.seed, sizeof n->p.seed);
+        break;
+    case GRAPH_VIEW:
+        XXH3_64bits_update(&st, n->p.view.strides, sizeof(int64_t) * (size_t)n->ndim);
+        XXH3_64bits_update(&st, &n->p.view.offset, sizeof n->p.view.offset);
+        if (n->p.view.masked) {
+            XXH3_64bits_update(&st, n->p.view.mask_lo, sizeof(int64_t) * (size_t)n->ndim);
+            XXH3_64bits_update(&st, n->p.view.mask_hi, sizeof(int64_t) * (size_t)n->ndim);
+        }
+        break;
+    case GRAPH_CAT:
+        XXH3_64bits_update(&st, &n->p.axis, sizeof n->p.axis);
+        break;
+    default:
+        if (graph_op_is_reduce(n->op))
+            XXH3_64bits_update(&st, &n->p.axes, sizeof n->p.axes);
+        break;
+    }
+    return XXH3_64bits_digest(&st);
+}
+
+static bool same_dims(int ndim, const int64_t *a, const int64_t *b) {
+    return memcmp(a, b, sizeof(int64_t) * (size_t)ndim) == 0;
+}
+
+static bool node_equal(const graph_node *a, const graph_node *b) {
+    if (a->op != b->op || a->dtype != b->dtype || a->ndim != b->ndim || a->nsrc != b->nsrc)
+        return false;
+    if (!same_dims(a->ndim, a->shape, b->shape))
+        return false;
+    for (int i = 0; i < a->nsrc; i++)
+        if (a->src[i] != b->src[i])
+            return false;
+    switch (a->op) {
+    case GRAPH_CONST:
+        return memcmp(&a->p.value, &b->p.value, sizeof a->p.value) == 0;
+    case GRAPH_ARANGE:
+        return memcmp(&a->p.value, &b->p.value, sizeof a->p.value) == 0 &&
+               memcmp(&a->p.step, &b->p.step, sizeof a->p.step) == 0;
+    case GRAPH_RAND:
+    case GRAPH_RANDN:
+        return a->p.seed == b->p.seed;
+    case GRAPH_VIEW:
+        if (a->p.view.offset != b->p.view.offset || a->p.view.masked != b->p.view.masked ||
+            !same_dims(a->ndim, a->p.view.strides, b->p.view.strides))
+            return false;
+        return !a->p.view.masked || (same_dims(a->ndim, a->p.view.mask_lo, b->p.view.mask_lo) &&
+                                     same_dims(a->ndim, a->p.view.mask_hi, b->p.view.mask_hi));
+    case GRAPH_CAT:
+        return a->p.axis == b->p.axis;
+    default:
+        return !graph_op_is_reduce(a->op) || a->p.axes == b->p.axes;
+    }
+}
+
+static void table_remove(graph_ctx *g, graph_node *n) {
+    graph_node **pp = &g->table[n->hash & (g->cap - 1)];
+    while (*pp && *pp != n)
+        pp = &(*pp)->hnext;
+    if (*pp) {
+        *pp = n->hnext;
+        g->count--;
+    }
+    n->hnext = NULL;
+}
+
+/* Grows the table when it gets dense; a failed grow only costs speed. */
+static void table_maybe_grow(graph_ctx *g) {
+    if (g->count < g->cap)
+        return;
+    size_t cap = g->cap * 2;
+    graph_node **t = calloc(cap, sizeof *t);
+    if (!t)
+        return;
+    for (size_t i = 0; i < g->cap; i++) {
+        graph_node *n = g->table[i];
+        while (n) {
+            graph_node *next = n->hnext;
+            n->hnext = t[n->hash & (cap - 1)];
+            t[n->hash & (cap - 1)] = n;
+            n = next;
+        }
+    }
+    free(g->table);
+    g->table = t;
+    g->cap = cap;
+}
+
+graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
+    uint64_t h = 0;
+    if (interned(proto)) {
+        h = node_hash(proto);
+        for (graph_node *n = g->table[h & (g->cap - 1)]; n; n = n->hnext)
+            if (n->hash == h && node_equal(n, proto))
+                return graph_ref(n);
+    }
+    graph_node *n = malloc(sizeof *n);
+    if (!n)
+        return NULL;
+    *n = *proto;
+    n->src = NULL;
+    if (proto->nsrc) {
+        n->src = malloc(sizeof(graph_node *) * (size_t)proto->nsrc);
+        if (!n->src) {
+            free(n);
+            return NULL;
+        }
+        for (int i = 0; i < proto->nsrc; i++)
+            n->src[i] = graph_ref(proto->src[i]);
+    }
+    n->refs = 1;
+    n->g = g;
+    n->id = g->next_id++;
+    n->hash = h;
+    n->hnext = NULL;
+    n->scratch = NULL;
+    graph_buffer_ref(n->buf);
+    g->live++;
+    if (interned(n)) {
+        table_maybe_grow(g);
+        size_t slot = h & (g->cap - 1);
+        n->hnext = g->table[slot];
+        g->table[slot] = n;
+        g->count++;
+    }
+    return n;
+}
+
+graph_node *graph_ref(graph_node *n) {
+    if (n)
+        n->refs++;
+    return n;
+}
+
+/* Iterative, because a long chain of ops would overflow the stack if each
+ * node freed its sources recursively; dying nodes are linked through hnext,
+ * which they no longer need once out of the table. */
+void graph_unref(graph_node *n) {
+    if (!n || --n->refs > 0)
+        return;
+    graph_ctx *g = n->g;
+    if (interned(n))
+        table_remove(g, n);
+    n->hnext = NULL;
+    graph_node *dying = n;
+    while (dying) {
+        graph_node *d = dying;
+        dying = d->hnext;
+        for (int i = 0; i < d->nsrc; i++) {
+            graph_node *s = d->src[i];
+            if (--s->refs == 0) {
+                if (interned(s))
+                    table_remove(g, s);
+                s->hnext = dying;
+                dying = s;
+            }
+        }
+        graph_buffer_unref(d->buf);
+        free(d->src);
+        free(d);
+        g->live--;
+    }
+}
+
+/* ---- op classes ---- */
+
+static const char *const op_names[GRAPH_NUM_OPS] = {
+    [GRAPH_BUFFER] = "buffer",   [GRAPH_CONST] = "const",     [GRAPH_ARANGE] = "arange",
+    [GRAPH_RAND] = "rand",       [GRAPH_RANDN] = "randn",     [GRAPH_NEG] = "neg",
+    [GRAPH_ABS] = "abs",         [GRAPH_EXP] = "exp",         [GRAPH_LOG] = "log",
+    [GRAPH_SQRT] = "sqrt",       [GRAPH_RSQRT] = "rsqrt",     [GRAPH_SIN] = "sin",
+    [GRAPH_COS] = "cos",         [GRAPH_TANH] = "tanh",       [GRAPH_SIGMOID] = "sigmoid",
+    [GRAPH_RELU] = "relu",       [GRAPH_GELU] = "gelu",       [GRAPH_SILU] = "silu",
+    [GRAPH_RECIP] = "recip",     [GRAPH_CAST] = "cast",       [GRAPH_ADD] = "add",
+    [GRAPH_SUB] = "sub",         [GRAPH_MUL] = "mul",         [GRAPH_DIV] = "div",
+    [GRAPH_POW] = "pow",         [GRAPH_MAXIMUM] = "maximum", [GRAPH_MINIMUM] = "minimum",
+    [GRAPH_LT] = "lt",           [GRAPH_LE] = "le",           [GRAPH_GT] = "gt",
+    [GRAPH_GE] = "ge",           [GRAPH_EQ] = "eq",           [GRAPH_NE] = "ne",
+    [GRAPH_WHERE] = "where",     [GRAPH_SUM] = "sum",         [GRAPH_RMAX] = "max",
+    [GRAPH_RMIN] = "min",        [GRAPH_ARGMAX] = "argmax",   [GRAPH_ARGMIN] = "argmin",
+    [GRAPH_VIEW] = "view",       [GRAPH_CAT] = "cat",         [GRAPH_MATMUL] = "matmul",
+};
+
+const char *graph_op_name(graph_op op) {
+    return (op >= 0 && op < GRAPH_NUM_OPS && op_names[op]) ? op_names[op] : "?";
+}
+
+bool graph_op_is_unary(graph_op op) { return op >= GRAPH_NEG && op <= GRAPH_CAST; }
+bool graph_op_is_binary(graph_op op) { return op >= GRAPH_ADD && op <= GRAPH_NE; }
+bool graph_op_is_compare(graph_op op) { return op >= GRAPH_LT && op <= GRAPH_NE; }
+bool graph_op_is_reduce(graph_op op) { return op >= GRAPH_SUM && op <= GRAPH_ARGMIN; }

@@ -1,0 +1,528 @@
+/* ref_eval.c — the float64 reference evaluator (graph_eval): realizes nodes
+ * by walking the graph below them one node at a time on the CPU. It is the
+ * oracle every other executor is tested against, so each op is written in
+ * the plainest form that is obviously right (every output element gathered
+ * from its sources) rather than the fastest; the element-level semantics come
+ * from dtype.c.
+ *
+ * A pass: walk the unrealized nodes below the requested ones depth first
+ * (with an explicit stack: graphs can be far deeper than the C stack), then
+ * evaluate them in that post-order. Unrequested nodes hold their values as an
+ * array of graph_scalar, freed once their last consumer of the pass is done;
+ * requested nodes are stored straight into their new buffer and are read
+ * back from it. n->scratch points to the pass's ev_state of every node the
+ * walk reached, and is NULL again when graph_eval returns. */
+#include <assert.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+
+#include "graph/graph.h"
+
+typedef struct ev_state {
+    graph_scalar *vals; /* an unrequested node's values, once evaluated */
+    int64_t consumers;  /* source slots of this pass's nodes not yet evaluated */
+    int next_src;       /* the walk's position among the node's sources */
+    bool requested;
+} ev_state;
+
+typedef struct ev_pass {
+    /* Every node that has an ev_state is on the stack or in order, so these
+     * two arrays are all that cleanup needs. */
+    graph_node **stack;
+    int64_t nstack, stack_cap;
+    graph_node **order; /* post-order: sources before their consumers */
+    int64_t norder, order_cap;
+    char *msg;
+    size_t msgcap;
+} ev_pass;
+
+/* Where a node's values go: its pass array, or its new buffer. */
+typedef struct ev_out {
+    graph_scalar *vals;
+    void *data;
+    kiln_dtype dt;
+} ev_out;
+
+static ev_state *state_of(const graph_node *n)
+{
+    return (ev_state *)n->scratch;
+}
+
+static graph_scalar get(const graph_node *s, int64_t i)
+{
+    if (s->buf)
+        return graph_scalar_load(s->buf->data, s->dtype, i);
+    return state_of(s)->vals[i];
+}
+
+static void put(const ev_out *o, int64_t i, graph_scalar v)
+{
+    if (o->vals)
+        o->vals[i] = v;
+    else
+        graph_scalar_store(o->data, o->dt, i, v);
+}
+
+static void fail(ev_pass *P, const char *fmt, ...)
+{
+    if (!P->msg || P->msgcap == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(P->msg, P->msgcap, fmt, ap);
+    va_end(ap);
+}
+
+static kiln_status fail_oom(ev_pass *P, bool overflow, size_t bytes, const graph_node *n)
+{
+    char shape[16 + KILN_MAX_DIMS * 21];
+    graph_format_shape(shape, sizeof shape, n->ndim, n->shape);
+    if (overflow)
+        fail(P, "kiln_realize: out of memory: a %s tensor of shape %s needs more than %zu bytes",
+             kiln_dtype_name(n->dtype), shape, (size_t)SIZE_MAX);
+    else
+        fail(P, "kiln_realize: out of memory allocating %zu bytes for a %s tensor of shape %s",
+             bytes, kiln_dtype_name(n->dtype), shape);
+    return KILN_ERR_OOM;
+}
+
+static bool size_of_array(int64_t count, size_t elsize, size_t *bytes)
+{
+    if (count < 0 || (uint64_t)count > SIZE_MAX / elsize)
+        return false;
+    *bytes = (size_t)count * elsize;
+    return true;
+}
+
+static kiln_status reserve(ev_pass *P, graph_node ***arr, int64_t *cap, int64_t need)
+{
+    if (need <= *cap)
+        return KILN_OK;
+    int64_t ncap = *cap ? *cap * 2 : 64;
+    size_t bytes = SIZE_MAX;
+    graph_node **p = NULL;
+    if (size_of_array(ncap, sizeof *p, &bytes))
+        p = realloc(*arr, bytes);
+    if (!p) {
+        fail(P, "kiln_realize: out of memory allocating %zu bytes to walk the graph", bytes);
+        return KILN_ERR_OOM;
+    }
+    *arr = p;
+    *cap = ncap;
+    return KILN_OK;
+}
+
+/* Gives n its state and puts it on the stack; on failure n is untouched. */
+static kiln_status push(ev_pass *P, graph_node *n)
+{
+    kiln_status st = reserve(P, &P->stack, &P->stack_cap, P->nstack + 1);
+    if (st != KILN_OK)
+        return st;
+    ev_state *s = calloc(1, sizeof *s);
+    if (!s) {
+        fail(P, "kiln_realize: out of memory allocating %zu bytes to walk the graph",
+             sizeof *s);
+        return KILN_ERR_OOM;
+    }
+    n->scratch = s;
+    P->stack[P->nstack++] = n;
+    return KILN_OK;
+}
+
+static kiln_status walk(ev_pass *P, int n, graph_node *const *nodes)
+{
+    for (int r = 0; r < n; r++) {
+        graph_node *root = nodes[r];
+        if (root->buf)
+            continue;
+        if (!root->scratch) {
+            kiln_status st = push(P, root);
+            if (st != KILN_OK)
+                return st;
+        }
+        state_of(root)->requested = true;
+        while (P->nstack > 0) {
+            graph_node *top = P->stack[P->nstack - 1];
+            ev_state *ts = state_of(top);
+            if (ts->next_src < top->nsrc) {
+                graph_node *s = top->src[ts->next_src++];
+                if (!s->buf && !s->scratch) {
+                    kiln_status st = push(P, s);
+                    if (st != KILN_OK)
+                        return st;
+                }
+                continue;
+            }
+            kiln_status st = reserve(P, &P->order, &P->order_cap, P->norder + 1);
+            if (st != KILN_OK)
+                return st;
+            P->nstack--;
+            P->order[P->norder++] = top;
+        }
+    }
+    return KILN_OK;
+}
+
+/* Advances a row-major multi-index over shape by one element. */
+static void next_index(int ndim, const int64_t *shape, int64_t *idx)
+{
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (++idx[d] < shape[d])
+            return;
+        idx[d] = 0;
+    }
+}
+
+static void contiguous_strides(int ndim, const int64_t *shape, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        strides[d] = s;
+        s *= shape[d];
+    }
+}
+
+static void eval_view(const graph_node *n, const ev_out *o)
+{
+    const graph_view *v = &n->p.view;
+    const graph_node *s = n->src[0];
+    graph_scalar zero = graph_scalar_from_double(0.0, n->dtype);
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    int64_t numel = graph_numel(n);
+    for (int64_t i = 0; i < numel; i++) {
+        bool inside = true;
+        int64_t off = v->offset;
+        for (int d = 0; d < n->ndim; d++) {
+            if (v->masked && (idx[d] < v->mask_lo[d] || idx[d] >= v->mask_hi[d]))
+                inside = false;
+            off += idx[d] * v->strides[d];
+        }
+        if (inside) {
+            assert(off >= 0 && off < graph_numel(s));
+            put(o, i, get(s, off));
+        } else {
+            put(o, i, zero);
+        }
+        next_index(n->ndim, n->shape, idx);
+    }
+}
+
+static void eval_cat(const graph_node *n, const ev_out *o)
+{
+    int ax = n->p.axis;
+    int64_t outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++)
+        outer *= n->shape[d];
+    for (int d = ax + 1; d < n->ndim; d++)
+        inner *= n->shape[d];
+    int64_t at = 0;
+    for (int64_t b = 0; b < outer; b++) {
+        for (int j = 0; j < n->nsrc; j++) {
+            const graph_node *s = n->src[j];
+            int64_t len = s->shape[ax] * inner;
+            for (int64_t t = 0; t < len; t++)
+                put(o, at + t, get(s, b * len + t));
+            at += len;
+        }
+    }
+}
+
+static void eval_matmul(const graph_node *n, const ev_out *o)
+{
+    const graph_node *a = n->src[0], *b = n->src[1];
+    int nd = n->ndim;
+    int64_t rows = n->shape[nd - 2], cols = n->shape[nd - 1], inner = a->shape[nd - 1];
+    int64_t batch = 1;
+    for (int d = 0; d < nd - 2; d++)
+        batch *= n->shape[d];
+    bool fl = graph_dtype_is_float(a->dtype);
+    for (int64_t bt = 0; bt < batch; bt++) {
+        int64_t abase = bt * rows * inner, bbase = bt * inner * cols, obase = bt * rows * cols;
+        for (int64_t i = 0; i < rows; i++) {
+            for (int64_t j = 0; j < cols; j++) {
+                double facc = 0.0;
+                graph_scalar iacc = {.i = 0};
+                for (int64_t k = 0; k < inner; k++) {
+                    graph_scalar x = get(a, abase + i * inner + k);
+                    graph_scalar y = get(b, bbase + k * cols + j);
+                    if (fl)
+                        facc += x.f * y.f;
+                    else
+                        iacc = graph_scalar_binary(GRAPH_ADD, KILN_I64, iacc,
+                                                   graph_scalar_binary(GRAPH_MUL, KILN_I64, x, y));
+                }
+                graph_scalar r = fl ? graph_scalar_from_double(facc, n->dtype)
+                                    : graph_scalar_convert(iacc, false, n->dtype);
+                put(o, obase + i * cols + j, r);
+            }
+        }
+    }
+}
+
+/* Whether v replaces best as the extreme so far: the first NaN wins and
+ * stays, otherwise the first strictly greater (smaller) element. */
+static bool more_extreme(graph_op op, bool fl, graph_scalar v, graph_scalar best)
+{
+    bool want_max = op == GRAPH_RMAX || op == GRAPH_ARGMAX;
+    if (fl) {
+        if (isnan(best.f))
+            return false;
+        if (isnan(v.f))
+            return true;
+        return want_max ? v.f > best.f : v.f < best.f;
+    }
+    return want_max ? v.i > best.i : v.i < best.i;
+}
+
+typedef struct reduced_axes {
+    int n;
+    int64_t size[KILN_MAX_DIMS];
+    int64_t stride[KILN_MAX_DIMS];
+    int64_t count;
+} reduced_axes;
+
+/* Reduces the elements of s at base + the offsets of the reduced axes, taken
+ * row-major in increasing axis order (the order argmax counts in). */
+static graph_scalar reduce_one(const graph_node *n, const graph_node *s, int64_t base,
+                               const reduced_axes *ra)
+{
+    bool fl = graph_dtype_is_float(s->dtype);
+    double facc = 0.0;
+    graph_scalar iacc = {.i = 0};
+    graph_scalar best = {.i = 0}; /* all-zero bits: 0 as either member */
+    int64_t best_k = 0;
+    int64_t ridx[KILN_MAX_DIMS] = {0};
+    int64_t off = 0;
+    for (int64_t k = 0; k < ra->count; k++) {
+        graph_scalar v = get(s, base + off);
+        if (n->op == GRAPH_SUM) {
+            if (fl)
+                facc += v.f;
+            else
+                iacc = graph_scalar_binary(GRAPH_ADD, KILN_I64, iacc, v);
+        } else if (k == 0 || more_extreme(n->op, fl, v, best)) {
+            best = v;
+            best_k = k;
+        }
+        for (int j = ra->n - 1; j >= 0; j--) {
+            off += ra->stride[j];
+            if (++ridx[j] < ra->size[j])
+                break;
+            off -= ra->stride[j] * ra->size[j];
+            ridx[j] = 0;
+        }
+    }
+    switch (n->op) {
+    case GRAPH_SUM:
+        return fl ? graph_scalar_from_double(facc, n->dtype)
+                  : graph_scalar_convert(iacc, false, n->dtype);
+    case GRAPH_ARGMAX:
+    case GRAPH_ARGMIN: {
+        graph_scalar k = {.i = best_k};
+        return graph_scalar_convert(k, false, n->dtype);
+    }
+    default:
+        return graph_scalar_convert(best, fl, n->dtype);
+    }
+}
+
+static void eval_reduce(const graph_node *n, const ev_out *o)
+{
+    const graph_node *s = n->src[0];
+    int64_t strides[KILN_MAX_DIMS];
+    contiguous_strides(s->ndim, s->shape, strides);
+    reduced_axes ra = {.n = 0, .count = 1};
+    for (int d = 0; d < s->ndim; d++) {
+        if (n->p.axes & (UINT32_C(1) << d)) {
+            ra.size[ra.n] = s->shape[d];
+            ra.stride[ra.n] = strides[d];
+            ra.n++;
+            ra.count *= s->shape[d];
+        }
+    }
+    /* Reduced axes have size 1 in n, so their index stays 0 in the base. */
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    int64_t numel = graph_numel(n);
+    for (int64_t i = 0; i < numel; i++) {
+        int64_t base = 0;
+        for (int d = 0; d < n->ndim; d++)
+            base += idx[d] * strides[d];
+        put(o, i, reduce_one(n, s, base, &ra));
+        next_index(n->ndim, n->shape, idx);
+    }
+}
+
+/* Computes every element of n into o; false for a node it cannot compute
+ * (a buffer leaf without data). */
+static bool compute(const graph_node *n, const ev_out *o)
+{
+    int64_t numel = graph_numel(n);
+    kiln_dtype dt = n->dtype;
+    switch (n->op) {
+    case GRAPH_CONST: {
+        graph_scalar v = graph_scalar_convert(n->p.value, graph_dtype_is_float(dt), dt);
+        for (int64_t i = 0; i < numel; i++)
+            put(o, i, v);
+        return true;
+    }
+    case GRAPH_ARANGE:
+        for (int64_t i = 0; i < numel; i++)
+            put(o, i, graph_scalar_from_double(n->p.value.f + (double)i * n->p.step, dt));
+        return true;
+    case GRAPH_RAND:
+    case GRAPH_RANDN:
+        for (int64_t i = 0; i < numel; i++)
+            put(o, i, graph_scalar_from_double(
+                          graph_rand_value(n->op, dt, n->p.seed, (uint64_t)i), dt));
+        return true;
+    case GRAPH_NEG:
+    case GRAPH_ABS:
+    case GRAPH_EXP:
+    case GRAPH_LOG:
+    case GRAPH_SQRT:
+    case GRAPH_RSQRT:
+    case GRAPH_SIN:
+    case GRAPH_COS:
+    case GRAPH_TANH:
+    case GRAPH_SIGMOID:
+    case GRAPH_RELU:
+    case GRAPH_GELU:
+    case GRAPH_SILU:
+    case GRAPH_RECIP:
+    case GRAPH_CAST: {
+        const graph_node *a = n->src[0];
+        for (int64_t i = 0; i < numel; i++)
+            put(o, i, graph_scalar_unary(n->op, a->dtype, dt, get(a, i)));
+        return true;
+    }
+    case GRAPH_ADD:
+    case GRAPH_SUB:
+    case GRAPH_MUL:
+    case GRAPH_DIV:
+    case GRAPH_POW:
+    case GRAPH_MAXIMUM:
+    case GRAPH_MINIMUM:
+    case GRAPH_LT:
+    case GRAPH_LE:
+    case GRAPH_GT:
+    case GRAPH_GE:
+    case GRAPH_EQ:
+    case GRAPH_NE: {
+        const graph_node *a = n->src[0], *b = n->src[1];
+        for (int64_t i = 0; i < numel; i++)
+            put(o, i, graph_scalar_binary(n->op, a->dtype, get(a, i), get(b, i)));
+        return true;
+    }
+    case GRAPH_WHERE: {
+        const graph_node *c = n->src[0];
+        bool cf = graph_dtype_is_float(c->dtype);
+        for (int64_t i = 0; i < numel; i++) {
+            bool t = graph_scalar_convert(get(c, i), cf, KILN_BOOL).i != 0;
+            put(o, i, get(n->src[t ? 1 : 2], i));
+        }
+        return true;
+    }
+    case GRAPH_SUM:
+    case GRAPH_RMAX:
+    case GRAPH_RMIN:
+    case GRAPH_ARGMAX:
+    case GRAPH_ARGMIN:
+        eval_reduce(n, o);
+        return true;
+    case GRAPH_VIEW:
+        eval_view(n, o);
+        return true;
+    case GRAPH_CAT:
+        eval_cat(n, o);
+        return true;
+    case GRAPH_MATMUL:
+        eval_matmul(n, o);
+        return true;
+    default:
+        return false;
+    }
+}
+
+static kiln_status eval_node(ev_pass *P, graph_node *n)
+{
+    ev_state *st = state_of(n);
+    int64_t numel = graph_numel(n);
+    ev_out o = {.vals = NULL, .data = NULL, .dt = n->dtype};
+    graph_buffer *buf = NULL;
+    size_t bytes;
+    if (st->requested) {
+        if (!size_of_array(numel, kiln_dtype_size(n->dtype), &bytes))
+            return fail_oom(P, true, 0, n);
+        buf = graph_buffer_new(bytes);
+        if (!buf)
+            return fail_oom(P, false, bytes, n);
+        o.data = buf->data;
+    } else {
+        if (!size_of_array(numel, sizeof(graph_scalar), &bytes))
+            return fail_oom(P, true, 0, n);
+        o.vals = malloc(bytes);
+        if (!o.vals && bytes > 0)
+            return fail_oom(P, false, bytes, n);
+    }
+    if (!compute(n, &o)) {
+        graph_buffer_unref(buf);
+        free(o.vals);
+        fail(P, "kiln_realize: node %lld (%s) has nothing to evaluate", (long long)n->id,
+             graph_op_name(n->op));
+        return KILN_ERR_ARG;
+    }
+    if (buf)
+        n->buf = buf;
+    else
+        st->vals = o.vals;
+    return KILN_OK;
+}
+
+/* Frees the values of sources that no node of the pass still needs. */
+static void release_sources(graph_node *n)
+{
+    for (int j = 0; j < n->nsrc; j++) {
+        ev_state *s = state_of(n->src[j]);
+        if (s && --s->consumers == 0) {
+            free(s->vals);
+            s->vals = NULL;
+        }
+    }
+}
+
+static void drop_states(graph_node **nodes, int64_t count)
+{
+    for (int64_t i = 0; i < count; i++) {
+        ev_state *s = state_of(nodes[i]);
+        free(s->vals);
+        free(s);
+        nodes[i]->scratch = NULL;
+    }
+}
+
+kiln_status graph_eval(int n, graph_node *const *nodes, char *msg, size_t msgcap)
+{
+    ev_pass P = {.msg = msg, .msgcap = msgcap};
+    kiln_status st = walk(&P, n, nodes);
+    if (st == KILN_OK) {
+        for (int64_t i = 0; i < P.norder; i++) {
+            graph_node *node = P.order[i];
+            for (int j = 0; j < node->nsrc; j++) {
+                ev_state *s = state_of(node->src[j]);
+                if (s)
+                    s->consumers++;
+            }
+        }
+        for (int64_t i = 0; i < P.norder && st == KILN_OK; i++) {
+            st = eval_node(&P, P.order[i]);
+            if (st == KILN_OK)
+                release_sources(P.order[i]);
+        }
+    }
+    drop_states(P.order, P.norder);
+    drop_states(P.stack, P.nstack);
+    free(P.order);
+    free(P.stack);
+    return st;
+}

@@ -1,0 +1,306 @@
+#!/usr/bin/env bash
+# kiln.sh — the one entry point for building, running, testing and installing
+# kiln.
+#
+#   ./kiln.sh demo [ARGS...]    build and run examples/demo.c
+#   ./kiln.sh test              the whole check: the test suite in the normal
+#                               build and under ASan+UBSan, the demo, and an
+#                               install smoke test; the last line is
+#                               "N passed, N failed" over every test case and check
+#   ./kiln.sh asan              the test suite under ASan+UBSan only
+#   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so and kiln.pc
+#                               under PREFIX (default /usr/local)
+#
+# On Debian and Ubuntu, build dependencies that are missing are installed with
+# apt-get first (through sudo when not run as root).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")"
+
+readonly PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc)
+
+usage() {
+    echo "usage:" >&2
+    sed -n '/^#   \.\/kiln\.sh/,/^#$/{s/^#//;p}' "$0" >&2
+    exit 2
+}
+
+ensure_packages() {
+    local missing=() pkg
+    if ! command -v dpkg >/dev/null 2>&1; then
+        for pkg in bazel cc pkg-config; do
+            command -v "$pkg" >/dev/null 2>&1 ||
+                { echo "kiln.sh: $pkg not found; install it first" >&2; exit 1; }
+        done
+        return 0
+    fi
+    for pkg in "${PACKAGES[@]}"; do
+        [[ $(dpkg -s "$pkg" 2>/dev/null) == *"Status: install ok installed"* ]] || missing+=("$pkg")
+    done
+    ((${#missing[@]} == 0)) && return 0
+
+    local sudo=()
+    if [[ $(id -u) != 0 ]]; then
+        command -v sudo >/dev/null 2>&1 ||
+            { echo "kiln.sh: missing packages ${missing[*]}, and no sudo to install them" >&2; exit 1; }
+        sudo=(sudo)
+    fi
+    echo "kiln.sh: installing ${missing[*]}" >&2
+    "${sudo[@]}" apt-get update -q >&2
+    "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+        apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+}
+
+# Totals over everything `test` and `asan` run.
+PASSED=0
+FAILED=0
+
+count() { # count PASSED FAILED WHAT
+    PASSED=$((PASSED + $1))
+    FAILED=$((FAILED + $2))
+    printf '%-44s %d passed, %d failed\n' "$3:" "$1" "$2"
+}
+
+# Runs //tests:all with the given Bazel flags and counts Criterion test cases
+# from each test binary's log. A target that fails to build, or that fails
+# without a Criterion summary (a crash outside a test, a leak reported at exit,
+# a timeout), counts as one failed case.
+run_suite() {
+    local name=$1
+    shift
+    local targets logdir output rc=0
+    local passed=0 failed=0
+
+    if ! targets=$(bazel query --noshow_progress 'tests(//tests:all)' 2>/dev/null) ||
+        [[ -z $targets ]]; then
+        echo "kiln.sh: no test targets in //tests:all" >&2
+        count 0 1 "tests ($name)"
+        return
+    fi
+    logdir=$(bazel info "$@" bazel-testlogs 2>/dev/null)
+    output=$(mktemp)
+    bazel test --keep_going "$@" //tests:all 2>&1 | tee "$output" || rc=$?
+
+    local target line log synth tested passing failing
+    while IFS= read -r target; do
+        # The summary line: "//tests:x_test   (cached) PASSED in 0.1s" and the like.
+        line=$(sed 's/\x1b\[[0-9;]*m//g' "$output" | awk -v t="$target" '$1 == t' | tail -n 1)
+        case $line in
+        *"FAILED TO BUILD"* | *"NO STATUS"* | "")
+            echo "kiln.sh: $target did not run: ${line:-no result}" >&2
+            failed=$((failed + 1))
+            continue
+            ;;
+        esac
+        log="${target#//}"
+        log="$logdir/${log%%:*}/${target##*:}/test.log"
+        synth=$(sed 's/\x1b\[[0-9;]*m//g' "$log" 2>/dev/null | grep -a 'Synthesis: Tested:' | tail -n 1 || true)
+        if [[ $synth =~ Tested:\ *([0-9]+)\ *\|\ *Passing:\ *([0-9]+)\ *\|\ *Failing:\ *([0-9]+) ]]; then
+            tested=${BASH_REMATCH[1]} passing=${BASH_REMATCH[2]} failing=${BASH_REMATCH[3]}
+            # Criterion counts a crashed case among the failing ones.
+            ((tested - passing > failing)) && failing=$((tested - passing))
+            if [[ $line != *PASSED* ]] && ((failing == 0)); then
+                echo "kiln.sh: $target failed after its test cases: see $log" >&2
+                failing=1
+            fi
+            passed=$((passed + passing))
+            failed=$((failed + failing))
+        else
+            echo "kiln.sh: $target left no Criterion summary: see $log" >&2
+            failed=$((failed + 1))
+        fi
+    done <<<"$targets"
+    rm -f "$output"
+
+    if ((rc != 0 && failed == 0)); then
+        echo "kiln.sh: bazel test failed (exit status $rc)" >&2
+        failed=1
+    fi
+    count "$passed" "$failed" "tests ($name)"
+}
+
+bazel_bin() { bazel info "$@" bazel-bin 2>/dev/null; }
+
+# Every step is checked by hand: the smoke test runs this where set -e is off.
+cmd_install() { # cmd_install [PREFIX [BAZEL FLAGS...]]
+    local prefix=${1:-/usr/local} bin
+    (($#)) && shift
+    [[ $prefix == /* ]] || prefix="$PWD/$prefix"
+    bazel build "$@" --define=prefix="$prefix" //:libkiln.a //:libkiln.so //:kiln.pc || return 1
+    bin=$(bazel_bin --define=prefix="$prefix") || return 1
+    install -d "$prefix/include" "$prefix/lib/pkgconfig" &&
+        install -m 644 api/kiln.h "$prefix/include/kiln.h" &&
+        install -m 644 "$bin/libkiln.a" "$prefix/lib/libkiln.a" &&
+        install -m 755 "$bin/libkiln.so" "$prefix/lib/libkiln.so" &&
+        install -m 644 "$bin/kiln.pc" "$prefix/lib/pkgconfig/kiln.pc" || return 1
+    echo "kiln.sh: installed kiln in $prefix" >&2
+}
+
+# One named check of the smoke test: runs the command, counts it, and shows
+# its output only when it fails. The command runs with set -e off (it is an
+# if's condition), so the functions below test each step themselves.
+CHECK_PASSED=0
+CHECK_FAILED=0
+check() {
+    local what=$1 out
+    shift
+    if out=$("$@" 2>&1); then
+        CHECK_PASSED=$((CHECK_PASSED + 1))
+        echo "  ok      $what"
+    else
+        CHECK_FAILED=$((CHECK_FAILED + 1))
+        echo "  FAILED  $what"
+        [[ -n $out ]] && printf '          %s\n' "${out//$'\n'/$'\n'          }"
+    fi
+    return 0
+}
+
+# Bazel's INFO lines and progress would bury a failing check's own messages.
+readonly QUIET=(--noshow_progress --ui_event_filters=-info)
+
+demo_runs() {
+    local rc=0
+    bazel build "${QUIET[@]}" //examples:demo || return 1
+    "$(bazel_bin)/examples/demo" || rc=$?
+    ((rc == 0)) || { echo "exit status $rc"; return 1; }
+}
+
+# The objects of libkiln.a against the C sources behind it, as multisets of
+# base names (two folders may both have a util.c).
+archive_complete() {
+    local lib=$1 want have
+    want=$(bazel query --noshow_progress \
+        'filter("\.c$", kind("source file", deps(//:libkiln.a)))' 2>/dev/null |
+        grep '^//' | sed 's/.*[:/]//; s/\.c$//' | sort)
+    have=$(ar t "$lib" | sed 's/\.pic\.o$//; s/\.o$//' | sort)
+    [[ -n $want ]] || { echo "no C sources found behind //:libkiln.a"; return 1; }
+    diff <(echo "$want") <(echo "$have") >/dev/null ||
+        { echo "sources vs archive members:"; diff <(echo "$want") <(echo "$have"); return 1; }
+    echo "$(wc -l <<<"$have") objects"
+}
+
+# The functions kiln.h marks KILN_API against the dynamic symbols libkiln.so
+# defines (less the linker's own __bss_start, _edata and _end).
+exports_exact() {
+    local lib=$1 want have
+    want=$(sed -n 's/^KILN_API .*[ *]\(kiln_[A-Za-z0-9_]*\)(.*/\1/p' api/kiln.h | sort -u)
+    have=$(nm -D --defined-only "$lib" | awk '{print $NF}' |
+        grep -vxE '__bss_start|_edata|_end' | sort -u)
+    diff <(echo "$want") <(echo "$have") >/dev/null ||
+        { echo "kiln.h (<) vs exported (>):"; diff <(echo "$want") <(echo "$have"); return 1; }
+}
+
+# A program that knows kiln only from the installed header and pkg-config.
+readonly SMOKE_APP='#include <kiln.h>
+#include <stdio.h>
+
+int main(void)
+{
+    kiln_ctx *ctx = kiln_ctx_new(KILN_DEVICE_DEFAULT);
+    if (!ctx) {
+        fprintf(stderr, "no context: %s\n", kiln_last_ctx_error());
+        return 1;
+    }
+    const int64_t dims[] = {2, 3};
+    const float data[] = {1, 2, 3, 4, 5, 6};
+    kiln_tensor *a = kiln_from_data(ctx, KILN_F32, 2, dims, data);
+    double sum = kiln_item(kiln_sum(kiln_mul(a, a), 0, NULL, false));
+    float gram[4];
+    kiln_status status = kiln_to_host(kiln_matmul(a, kiln_transpose(a, 0, 1)), gram, sizeof gram);
+    printf("kiln %d.%d sum=%g gram=%g,%g,%g,%g %s\n", KILN_VERSION_MAJOR, KILN_VERSION_MINOR,
+           sum, gram[0], gram[1], gram[2], gram[3], kiln_status_string(status));
+    kiln_ctx_free(ctx);
+    return status != KILN_OK;
+}
+'
+
+app_runs() { # app_runs BINARY [VAR=VALUE...]
+    local bin=$1 out want rc=0
+    shift
+    want="kiln $(sed -n 's/^#define KILN_VERSION_MAJOR \([0-9]*\).*/\1/p' api/kiln.h)"
+    want+=".$(sed -n 's/^#define KILN_VERSION_MINOR \([0-9]*\).*/\1/p' api/kiln.h)"
+    want+=" sum=91 gram=14,32,32,77 ok"
+    out=$(env "$@" "$bin") || rc=$?
+    ((rc == 0)) || { echo "$out"; echo "exit status $rc"; return 1; }
+    [[ $out == "$want" ]] || { echo "printed: $out"; echo "wanted:  $want"; return 1; }
+}
+
+link_shared() { # link_shared DIR
+    local flags dynamic
+    flags=$(pkg-config --cflags --libs kiln) || return 1
+    # shellcheck disable=SC2086 # pkg-config's output is meant to be split into words
+    cc -std=c11 -Wall -Wextra -Werror -o "$1/app_shared" "$1/app.c" $flags || return 1
+    dynamic=$(readelf -d "$1/app_shared") || return 1
+    [[ $dynamic == *"Shared library: [libkiln.so]"* ]] || { echo "not linked to libkiln.so"; return 1; }
+}
+
+# Links libkiln.a by file name (-l:libkiln.a) with everything else pkg-config
+# --static names, so that the installed libkiln.so cannot stand in for it.
+link_static() { # link_static DIR
+    local cflags libs dynamic
+    cflags=$(pkg-config --cflags kiln) && libs=$(pkg-config --libs --static kiln) || return 1
+    # shellcheck disable=SC2086 # as in link_shared
+    cc -std=c11 -Wall -Wextra -Werror -o "$1/app_static" "$1/app.c" \
+        $cflags ${libs/-lkiln/-l:libkiln.a} || return 1
+    dynamic=$(readelf -d "$1/app_static") || return 1
+    [[ $dynamic != *libkiln* ]] || { echo "linked to libkiln.so after all"; return 1; }
+}
+
+smoke_test() {
+    local tmp prefix
+    tmp=$(mktemp -d)
+    prefix="$tmp/prefix"
+    # The program is built outside the repository, as a user's would be.
+    local -x PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
+    mkdir "$tmp/app"
+    printf '%s' "$SMOKE_APP" >"$tmp/app/app.c"
+    echo "smoke test: install to $prefix, build a program in $tmp/app"
+    CHECK_PASSED=0 CHECK_FAILED=0
+
+    check "everything builds (bazel build //...)" bazel build "${QUIET[@]}" //...
+    check "examples/demo runs and its checks pass" demo_runs
+    check "install to a fresh prefix" cmd_install "$prefix" "${QUIET[@]}"
+    check "libkiln.a holds every object behind it" archive_complete "$prefix/lib/libkiln.a"
+    check "libkiln.so exports exactly kiln.h's API" exports_exact "$prefix/lib/libkiln.so"
+    check "pkg-config finds kiln" pkg-config --exists --print-errors kiln
+    check "a program links against libkiln.so" link_shared "$tmp/app"
+    check "and runs" app_runs "$tmp/app/app_shared" LD_LIBRARY_PATH="$prefix/lib"
+    check "a program links against libkiln.a" link_static "$tmp/app"
+    check "and runs" app_runs "$tmp/app/app_static"
+
+    rm -rf "$tmp"
+    count "$CHECK_PASSED" "$CHECK_FAILED" "smoke test"
+}
+
+main() {
+    local cmd=${1:-}
+    (($#)) && shift
+    case $cmd in
+    demo)
+        ensure_packages
+        bazel build //examples:demo
+        exec "$(bazel_bin)/examples/demo" "$@"
+        ;;
+    test)
+        ensure_packages
+        run_suite "-O2 build"
+        run_suite "ASan+UBSan" --config=asan
+        smoke_test
+        ;;
+    asan)
+        ensure_packages
+        run_suite "ASan+UBSan" --config=asan
+        ;;
+    install)
+        ensure_packages
+        (($# <= 1)) || usage
+        cmd_install "$@"
+        return
+        ;;
+    *) usage ;;
+    esac
+    echo "$PASSED passed, $FAILED failed"
+    ((FAILED == 0))
+}
+
+main "$@"
