@@ -55,6 +55,11 @@ kiln_tensor *api_axes(const char *op, kiln_ctx *ctx, const graph_node *t, int na
 /* Checks (ndim, dims) for a creation op; NULL when valid, else an error. */
 kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int64_t *dims);
 
+/* A C double as a value of dt the way scalar arguments convert: floats
+ * round, integers truncate toward zero to int64 and then wrap to their width
+ * (u8 -3 is 253, as when adding -3), bool is v != 0. */
+graph_scalar api_scalar(double v, kiln_dtype dt);
+
 /* The promoted dtype of two (see kiln.h). */
 kiln_dtype api_promote(kiln_dtype a, kiln_dtype b);
 

@@ -1,5 +1,6 @@
 /* common.c — argument checking shared by the ops: axes, shapes, dtype
  * promotion, broadcasting, and the names used in messages. */
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -142,6 +143,13 @@ static int dtype_rank(kiln_dtype dt) {
         return 6;
     }
     return 0;
+}
+
+graph_scalar api_scalar(double v, kiln_dtype dt) {
+    if (graph_dtype_is_float(dt) || dt == KILN_BOOL || isnan(v))
+        return graph_scalar_from_double(v, dt);
+    graph_scalar i = graph_scalar_from_double(v, KILN_I64);
+    return graph_scalar_convert(i, false, dt);
 }
 
 kiln_dtype api_promote(kiln_dtype a, kiln_dtype b) {

@@ -45,7 +45,7 @@ kiln_tensor *kiln_from_data(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_
 kiln_tensor *kiln_full(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims,
                        double value) {
     CHECK_CREATE("kiln_full", ctx, dt, ndim, dims);
-    graph_scalar v = graph_scalar_from_double(value, dt);
+    graph_scalar v = api_scalar(value, dt);
     return api_wrap(ctx, graph_full(ctx->g, dt, ndim, dims, v), "kiln_full");
 }
 

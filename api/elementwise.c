@@ -135,7 +135,7 @@ static kiln_tensor *with_scalar(const char *op, graph_op gop, kiln_tensor *t, do
     if (e || !t)
         return e;
     kiln_dtype dt = scalar_dtype(t->node->dtype, s, graph_op_is_compare(gop));
-    graph_node *c = graph_const(ctx->g, dt, graph_scalar_from_double(s, dt));
+    graph_node *c = graph_const(ctx->g, dt, api_scalar(s, dt));
     if (!c)
         return api_wrap(ctx, NULL, op);
     kiln_tensor *r = combine(ctx, op, gop, t->node, c, dt);

@@ -119,8 +119,10 @@ KILN_API const char *kiln_status_string(kiln_status status);
 KILN_API kiln_tensor *kiln_from_data(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
                                      const int64_t *dims, const void *data);
 
-/* A tensor with every element equal to value, converted to dtype (integers
- * truncate toward zero, bool is value != 0). */
+/* A tensor with every element equal to value, converted to dtype: floats
+ * round to nearest even, integers truncate toward zero and wrap to their
+ * width (u8 -3 is 253), bool is value != 0. Scalar arguments of other ops
+ * convert the same way. */
 KILN_API kiln_tensor *kiln_full(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
                                 const int64_t *dims, double value);
 KILN_API kiln_tensor *kiln_zeros(kiln_ctx *ctx, kiln_dtype dtype, int ndim, const int64_t *dims);

@@ -183,7 +183,7 @@ kiln_tensor *kiln_pad(kiln_tensor *t, const int64_t *pads, double value) {
     graph_node *ones = graph_full(ctx->g, KILN_BOOL, a->ndim, a->shape, (graph_scalar){.i = 1});
     graph_node *inside = ones ? graph_pad(ones, before, after) : NULL;
     graph_node *fill = graph_full(ctx->g, a->dtype, a->ndim, shp,
-                                  graph_scalar_from_double(value, a->dtype));
+                                  api_scalar(value, a->dtype));
     graph_node *r = inside && fill ? graph_where(inside, p, fill) : NULL;
     graph_unref(ones);
     graph_unref(inside);
