@@ -7,6 +7,7 @@
 
 #include "api/kiln.h"
 #include "graph/graph.h"
+#include "jit/jit.h"
 
 struct kiln_tensor {
     kiln_ctx *ctx;
@@ -21,6 +22,7 @@ struct kiln_ctx {
     kiln_device device;
     kiln_mode mode;
     graph_ctx *g;
+    jit_backend *jit; /* NULL for KILN_REF: the reference evaluator runs */
     int depth;
     kiln_tensor *handles; /* every live handle */
     graph_node **pending; /* values of assignments not yet realized */

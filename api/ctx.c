@@ -51,6 +51,14 @@ kiln_ctx *kiln_ctx_new(kiln_device dev) {
         return NULL;
     }
     ctx->device = dev;
+    if (dev == KILN_CPU) {
+        ctx->jit = jit_backend_new(dev, ctx_error, sizeof ctx_error);
+        if (!ctx->jit) {
+            graph_ctx_free(ctx->g);
+            free(ctx);
+            return NULL;
+        }
+    }
     ctx->mode = env_true("KILN_EAGER") ? KILN_EAGER : KILN_LAZY;
     return ctx;
 }
@@ -76,6 +84,7 @@ void kiln_ctx_free(kiln_ctx *ctx) {
     for (int i = 0; i < ctx->npending; i++)
         graph_unref(ctx->pending[i]);
     free(ctx->pending);
+    jit_backend_free(ctx->jit);
     graph_ctx_free(ctx->g);
     free(ctx);
 }
@@ -250,7 +259,11 @@ kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_ten
         if (!ctx->pending[i]->buf)
             all[m++] = ctx->pending[i];
     char msg[512] = "";
-    kiln_status st = m ? graph_eval(m, all, msg, sizeof msg) : KILN_OK;
+    kiln_status st = KILN_OK;
+    if (m && ctx->jit)
+        st = jit_realize(ctx->jit, m, all, ctx->mode == KILN_LAZY, msg, sizeof msg);
+    else if (m)
+        st = graph_eval(m, all, msg, sizeof msg);
     if (all != stackv)
         free(all);
     if (st != KILN_OK) {
@@ -369,6 +382,19 @@ kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src) {
     if (ctx->mode == KILN_EAGER)
         return api_realize(ctx, 0, NULL, dst);
     return KILN_OK;
+}
+
+kiln_stats kiln_ctx_stats(const kiln_ctx *ctx) {
+    kiln_stats s = {0};
+    if (ctx && ctx->jit) {
+        jit_counters c = jit_get_counters(ctx->jit);
+        s.syncs = c.syncs;
+        s.kernels = c.kernels;
+        s.compiles = c.compiles;
+        s.memory_hits = c.memory_hits;
+        s.disk_hits = c.disk_hits;
+    }
+    return s;
 }
 
 kiln_status kiln_dump_dot(const kiln_tensor *t, const char *path) {

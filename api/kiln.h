@@ -335,6 +335,17 @@ KILN_API void kiln_release(kiln_tensor *t);
 
 /* Writes the graph that t depends on as Graphviz DOT to path. */
 KILN_API kiln_status kiln_dump_dot(const kiln_tensor *t, const char *path);
+/* What a context's compiler has done so far. */
+typedef struct kiln_stats {
+    int64_t syncs;       /* compiled programs run */
+    int64_t kernels;     /* kernel launches */
+    int64_t compiles;    /* programs compiled from source */
+    int64_t memory_hits; /* programs found already compiled in this process */
+    int64_t disk_hits;   /* programs loaded from the disk cache (KILN_CACHE_DIR) */
+} kiln_stats;
+/* The counters of ctx (all zero for KILN_REF, which compiles nothing). */
+KILN_API kiln_stats kiln_ctx_stats(const kiln_ctx *ctx);
+
 /* Number of live graph nodes in the context (for leak checks and tests). */
 KILN_API int64_t kiln_ctx_live_nodes(const kiln_ctx *ctx);
 

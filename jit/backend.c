@@ -1,0 +1,166 @@
+/* backend.c — the runtime: schedule a captured graph, render it, find or
+ * build its compiled program, then launch each kernel on buffers bound to the
+ * graph's nodes. Intermediates that nobody asked for are freed when the
+ * program ends. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "jit/cpu/cpu.h"
+#include "jit/jit.h"
+
+typedef void (*kernel_fn)(char **bufs, int nthreads);
+
+struct jit_backend {
+    kiln_device dev;
+    cache *cache;
+    int nthreads;
+    jit_counters counters;
+};
+
+static void close_handle(void *h) { dlclose(h); }
+
+jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
+    if (dev != KILN_CPU) {
+        snprintf(msg, cap, "kiln: no compiler backend for this device");
+        return NULL;
+    }
+    jit_backend *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(msg, cap, "kiln: out of memory");
+        return NULL;
+    }
+    j->dev = dev;
+    char why[256];
+    j->cache = cache_open(NULL, 0, why, sizeof why);
+    if (!j->cache)
+        j->cache = cache_open_memory_only();
+    if (!j->cache) {
+        free(j);
+        snprintf(msg, cap, "kiln: out of memory");
+        return NULL;
+    }
+    const char *t = getenv("KILN_THREADS");
+    j->nthreads = t && atoi(t) > 0 ? atoi(t) : (int)sysconf(_SC_NPROCESSORS_ONLN);
+    if (j->nthreads < 1)
+        j->nthreads = 1;
+    return j;
+}
+
+void jit_backend_free(jit_backend *j) {
+    if (!j)
+        return;
+    cache_close(j->cache);
+    free(j);
+}
+
+jit_counters jit_get_counters(const jit_backend *j) { return j->counters; }
+
+static bool requested(graph_node *x, int n, graph_node *const *nodes) {
+    for (int i = 0; i < n; i++)
+        if (nodes[i] == x)
+            return true;
+    return false;
+}
+
+static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes) {
+    char shape[KILN_MAX_DIMS * 21 + 3];
+    graph_format_shape(shape, sizeof shape, x->ndim, x->shape);
+    snprintf(msg, cap, "kiln_realize: out of memory allocating %zu bytes for a %s tensor of shape %s",
+             bytes, kiln_dtype_name(x->dtype), shape);
+    return KILN_ERR_OOM;
+}
+
+static kiln_status run_program(jit_backend *j, lower_program *p, void *h, int n,
+                               graph_node *const *nodes, char *msg, size_t cap) {
+    kiln_status st = KILN_OK;
+    int done = 0;
+    for (; done < p->nkernels; done++) {
+        lower_kernel *k = &p->kernels[done];
+        size_t bytes = (size_t)k->numel * kiln_dtype_size(k->out->dtype);
+        graph_buffer *buf = graph_buffer_new(bytes);
+        char *stackv[16];
+        char **bufs = k->ninputs < 15 ? stackv : malloc(sizeof *bufs * (size_t)(k->ninputs + 1));
+        if (!buf || !bufs) {
+            graph_buffer_unref(buf);
+            st = oom(msg, cap, k->out, bytes);
+            break;
+        }
+        kernel_fn fn = (kernel_fn)(uintptr_t)dlsym(h, k->name);
+        if (!fn) {
+            snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program", k->name);
+            graph_buffer_unref(buf);
+            if (bufs != stackv)
+                free(bufs);
+            st = KILN_ERR_COMPILE;
+            break;
+        }
+        bufs[0] = buf->data;
+        for (int i = 0; i < k->ninputs; i++)
+            bufs[i + 1] = k->inputs[i]->buf->data;
+        if (k->numel > 0) {
+            fn(bufs, j->nthreads);
+            j->counters.kernels++;
+        }
+        if (bufs != stackv)
+            free(bufs);
+        k->out->buf = buf;
+    }
+    /* Intermediates go; on failure, so do outputs of a half-run program. */
+    for (int i = 0; i < done; i++) {
+        graph_node *x = p->kernels[i].out;
+        if (st != KILN_OK || !requested(x, n, nodes)) {
+            graph_buffer_unref(x->buf);
+            x->buf = NULL;
+        }
+    }
+    return st;
+}
+
+kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
+                        size_t cap) {
+    lower_program *p = lower_schedule(n, nodes, fuse);
+    if (!p) {
+        snprintf(msg, cap, "kiln_realize: out of memory while scheduling");
+        return KILN_ERR_OOM;
+    }
+    if (p->nkernels == 0) {
+        lower_program_free(p);
+        return KILN_OK;
+    }
+    char *src = jit_cpu_render(p);
+    if (!src) {
+        lower_program_free(p);
+        snprintf(msg, cap, "kiln_realize: out of memory while generating code");
+        return KILN_ERR_OOM;
+    }
+    cache_key key = jit_cpu_key(src);
+    void *h = cache_mem_get(j->cache, key);
+    kiln_status st = KILN_OK;
+    if (h) {
+        j->counters.memory_hits++;
+    } else {
+        bool compiled;
+        h = jit_cpu_load(j->cache, src, key, &compiled, msg, cap);
+        if (h) {
+            if (compiled)
+                j->counters.compiles++;
+            else
+                j->counters.disk_hits++;
+            h = cache_mem_put(j->cache, key, h, close_handle);
+        }
+        if (!h && st == KILN_OK)
+            st = KILN_ERR_COMPILE;
+    }
+    free(src);
+    if (st == KILN_OK) {
+        j->counters.syncs++;
+        st = run_program(j, p, h, n, nodes, msg, cap);
+    }
+    lower_program_free(p);
+    return st;
+}

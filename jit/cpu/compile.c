@@ -1,0 +1,155 @@
+/* compile.c — generated C to a loaded shared object: the system C compiler
+ * with OpenMP, a key over source + compiler identity + flags + kiln's version,
+ * the disk cache for the .so, dlopen. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "cache/cache.h"
+#include "jit/cpu/cpu.h"
+
+extern char **environ;
+
+static const char *const cflags[] = {"-O3", "-march=native", "-fopenmp", "-fPIC", "-shared",
+                                     "-std=c11", "-w"};
+#define NFLAGS (sizeof cflags / sizeof cflags[0])
+
+const char *jit_cpu_compiler(void) {
+    const char *cc = getenv("KILN_CC");
+    return cc && *cc ? cc : "cc";
+}
+
+/* Runs argv with stdout and stderr into log_path; returns the exit status. */
+static int run(char *const argv[], const char *log_path) {
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    pid_t pid;
+    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    if (rc != 0)
+        return -1;
+    int status;
+    while (waitpid(pid, &status, 0) < 0)
+        ;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/* The first line the compiler prints for --version: part of every key, so a
+ * compiler upgrade never loads objects an older one built. */
+const char *jit_cpu_compiler_id(void) {
+    static char id[256];
+    if (id[0])
+        return id;
+    char dir[] = "/tmp/kiln-ccid-XXXXXX";
+    snprintf(id, sizeof id, "%s", jit_cpu_compiler());
+    if (!mkdtemp(dir))
+        return id;
+    char log[sizeof dir + 8];
+    snprintf(log, sizeof log, "%s/v", dir);
+    char *argv[] = {(char *)jit_cpu_compiler(), "--version", NULL};
+    if (run(argv, log) == 0) {
+        FILE *f = fopen(log, "r");
+        if (f) {
+            if (fgets(id, sizeof id, f))
+                id[strcspn(id, "\n")] = 0;
+            fclose(f);
+        }
+    }
+    unlink(log);
+    rmdir(dir);
+    return id;
+}
+
+cache_key jit_cpu_key(const char *src) {
+    cache_key_builder b;
+    cache_key_begin(&b);
+    cache_key_add_str(&b, src);
+    cache_key_add_str(&b, jit_cpu_compiler_id());
+    for (size_t i = 0; i < NFLAGS; i++)
+        cache_key_add_str(&b, cflags[i]);
+    cache_key_add_u64(&b, KILN_VERSION_MAJOR * 1000000 + KILN_VERSION_MINOR * 1000 +
+                              KILN_VERSION_PATCH);
+    return cache_key_end(&b);
+}
+
+static void read_log(const char *path, char *msg, size_t cap) {
+    FILE *f = fopen(path, "r");
+    size_t n = 0;
+    if (f) {
+        n = fread(msg, 1, cap - 1, f);
+        fclose(f);
+    }
+    msg[n] = 0;
+}
+
+void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
+                   size_t cap) {
+    char path[4096];
+    *compiled = false;
+    if (cache_disk_path(c, key, "so", path, sizeof path) == 0) {
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (h)
+            return h;
+    }
+    const char *base = cache_dir(c);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/kiln-build-XXXXXX", base ? base : "/tmp");
+    if (!mkdtemp(dir)) {
+        snprintf(msg, cap, "kiln: cannot create a build directory under %s", base ? base : "/tmp");
+        return NULL;
+    }
+    char cpath[4200], sopath[4200], logpath[4200];
+    snprintf(cpath, sizeof cpath, "%s/kernels.c", dir);
+    snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
+    snprintf(logpath, sizeof logpath, "%s/log", dir);
+    void *h = NULL;
+    FILE *f = fopen(cpath, "w");
+    bool wrote = f && fputs(src, f) >= 0;
+    if (f && fclose(f) != 0)
+        wrote = false;
+    if (!wrote) {
+        snprintf(msg, cap, "kiln: cannot write %s", cpath);
+        goto done;
+    }
+    char *argv[NFLAGS + 8];
+    int a = 0;
+    argv[a++] = (char *)jit_cpu_compiler();
+    for (size_t i = 0; i < NFLAGS; i++)
+        argv[a++] = (char *)cflags[i];
+    argv[a++] = "-o";
+    argv[a++] = sopath;
+    argv[a++] = cpath;
+    argv[a++] = "-lm";
+    argv[a] = NULL;
+    int rc = run(argv, logpath);
+    if (rc != 0) {
+        char log[1024];
+        read_log(logpath, log, sizeof log);
+        snprintf(msg, cap, "kiln: the C compiler (%s) failed with status %d: %s",
+                 jit_cpu_compiler(), rc, log);
+        goto done;
+    }
+    *compiled = true;
+    if (cache_disk_put_file(c, key, "so", sopath) == 0 &&
+        cache_disk_path(c, key, "so", path, sizeof path) == 0)
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        h = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+    if (!h)
+        snprintf(msg, cap, "kiln: cannot load the compiled kernels: %s", dlerror());
+done:
+    unlink(cpath);
+    unlink(sopath);
+    unlink(logpath);
+    rmdir(dir);
+    return h;
+}

@@ -1,0 +1,296 @@
+/* ir.c — building kernel IR: interning, and simplification of index
+ * arithmetic by value ranges (x / d is 0 when x < d, x % d is x, …), which is
+ * what turns a contiguous access back into a plain flat index. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/ir.h"
+
+void ir_init(ir_builder *b) {
+    memset(b, 0, sizeof *b);
+}
+
+void ir_free(ir_builder *b) {
+    free(b->ins);
+    free(b->min);
+    free(b->table);
+    memset(b, 0, sizeof *b);
+}
+
+static uint64_t ins_hash(const lower_ins *x) {
+    uint64_t h = 1469598103934665603ull;
+    int64_t parts[8] = {x->op, x->dt, x->gop, x->a, x->b, x->c, x->buf, x->imm.i};
+    for (int i = 0; i < 8; i++) {
+        h ^= (uint64_t)parts[i];
+        h *= 1099511628211ull;
+        h ^= h >> 29;
+    }
+    return h;
+}
+
+static bool ins_equal(const lower_ins *x, const lower_ins *y) {
+    return x->op == y->op && x->dt == y->dt && x->gop == y->gop && x->a == y->a &&
+           x->b == y->b && x->c == y->c && x->buf == y->buf && x->imm.i == y->imm.i;
+}
+
+static bool grow(ir_builder *b) {
+    if (b->n < b->cap && (int64_t)(b->n + 1) * 2 < b->tcap)
+        return true;
+    int cap = b->cap ? b->cap * 2 : 64;
+    lower_ins *ins = realloc(b->ins, sizeof *ins * (size_t)cap);
+    if (ins)
+        b->ins = ins;
+    int64_t *mn = realloc(b->min, sizeof *mn * (size_t)cap);
+    if (mn)
+        b->min = mn;
+    int tcap = cap * 4;
+    int *table = malloc(sizeof *table * (size_t)tcap);
+    if (!ins || !mn || !table) {
+        free(table);
+        return false;
+    }
+    memset(table, 0xff, sizeof *table * (size_t)tcap);
+    for (int i = 0; i < b->n; i++) {
+        size_t s = ins_hash(&b->ins[i]) & (size_t)(tcap - 1);
+        while (table[s] >= 0)
+            s = (s + 1) & (size_t)(tcap - 1);
+        table[s] = i;
+    }
+    free(b->table);
+    b->table = table;
+    b->tcap = tcap;
+    b->cap = cap;
+    return true;
+}
+
+/* Range of an index value; non-index values get a harmless wide range. */
+static void bounds(const ir_builder *b, int id, int64_t *lo, int64_t *hi) {
+    *lo = b->min[id];
+    *hi = b->ins[id].max;
+}
+
+int ir_add(ir_builder *b, lower_ins p) {
+    if (b->failed)
+        return 0;
+    p.inner = p.op == UOP_RIDX;
+    int ops[3] = {p.a, p.b, p.c};
+    int nops = p.op == UOP_WHERE ? 3 : (p.op >= UOP_IADD && p.op <= UOP_AND) ? 2
+                                  : p.op == UOP_LOAD ? 2 : p.op == UOP_ALU ? 2
+                                  : (p.op == UOP_RAND) ? 1 : 0;
+    for (int i = 0; i < nops; i++)
+        if (ops[i] >= 0 && b->ins[ops[i]].inner)
+            p.inner = true;
+    if (p.op == UOP_REDUCE)
+        p.inner = false;
+    if (!grow(b)) {
+        b->failed = true;
+        return 0;
+    }
+    size_t s = ins_hash(&p) & (size_t)(b->tcap - 1);
+    while (b->table[s] >= 0) {
+        if (ins_equal(&b->ins[b->table[s]], &p))
+            return b->table[s];
+        s = (s + 1) & (size_t)(b->tcap - 1);
+    }
+    int id = b->n++;
+    int64_t lo = INT64_MIN / 4, hi = INT64_MAX / 4;
+    if (p.op == UOP_IMM && p.dt == KILN_I64)
+        lo = hi = p.imm.i;
+    else if (p.op == UOP_GIDX || p.op == UOP_RIDX)
+        lo = 0, hi = p.max;
+    else if (p.op >= UOP_IADD && p.op <= UOP_IMOD) {
+        int64_t al, ah, bl, bh;
+        bounds(b, p.a, &al, &ah);
+        bounds(b, p.b, &bl, &bh);
+        if (p.op == UOP_IADD) {
+            lo = al + bl;
+            hi = ah + bh;
+        } else if (p.op == UOP_IMUL) {
+            lo = bl >= 0 ? al * bl : ah * bl;
+            hi = bl >= 0 ? ah * bl : al * bl;
+        } else if (p.op == UOP_IDIV) {
+            lo = al / bl;
+            hi = ah / bl;
+        } else {
+            lo = al >= 0 ? 0 : -(bl - 1);
+            hi = bl - 1 < ah || al < 0 ? bl - 1 : ah;
+        }
+    } else if (p.op == UOP_ILT || p.op == UOP_AND)
+        lo = 0, hi = 1;
+    p.max = hi;
+    b->ins[id] = p;
+    b->min[id] = lo;
+    b->table[s] = id;
+    return id;
+}
+
+static lower_ins proto(lower_uop op, kiln_dtype dt) {
+    lower_ins p;
+    memset(&p, 0, sizeof p);
+    p.op = op;
+    p.dt = dt;
+    p.a = p.b = p.c = -1;
+    p.buf = -1;
+    return p;
+}
+
+int ir_gidx(ir_builder *b, int64_t numel) {
+    lower_ins p = proto(UOP_GIDX, KILN_I64);
+    p.max = numel > 0 ? numel - 1 : 0;
+    return ir_add(b, p);
+}
+
+int ir_ridx(ir_builder *b, int64_t rnumel) {
+    lower_ins p = proto(UOP_RIDX, KILN_I64);
+    p.max = rnumel > 0 ? rnumel - 1 : 0;
+    return ir_add(b, p);
+}
+
+int ir_imm(ir_builder *b, kiln_dtype dt, graph_scalar v) {
+    lower_ins p = proto(UOP_IMM, dt);
+    if (graph_dtype_is_float(dt))
+        p.imm.f = v.f;
+    else
+        p.imm.i = v.i;
+    return ir_add(b, p);
+}
+
+int ir_index(ir_builder *b, int64_t v) { return ir_imm(b, KILN_I64, (graph_scalar){.i = v}); }
+int ir_bool(ir_builder *b, bool v) { return ir_imm(b, KILN_BOOL, (graph_scalar){.i = v}); }
+
+bool ir_is_index(const ir_builder *b, int id, int64_t v) {
+    return !b->failed && b->ins[id].op == UOP_IMM && b->ins[id].dt == KILN_I64 &&
+           b->ins[id].imm.i == v;
+}
+
+static bool is_imm(const ir_builder *b, int id, int64_t *v) {
+    if (b->failed || b->ins[id].op != UOP_IMM || b->ins[id].dt != KILN_I64)
+        return false;
+    *v = b->ins[id].imm.i;
+    return true;
+}
+
+static int binop(ir_builder *b, lower_uop op, kiln_dtype dt, int x, int y) {
+    lower_ins p = proto(op, dt);
+    p.a = x;
+    p.b = y;
+    return ir_add(b, p);
+}
+
+int ir_iadd(ir_builder *b, int x, int y) {
+    int64_t u, v;
+    bool cx = is_imm(b, x, &u), cy = is_imm(b, y, &v);
+    if (cx && cy)
+        return ir_index(b, u + v);
+    if (cx && u == 0)
+        return y;
+    if (cy && v == 0)
+        return x;
+    if (cx)
+        return binop(b, UOP_IADD, KILN_I64, y, x);
+    return binop(b, UOP_IADD, KILN_I64, x, y);
+}
+
+int ir_imul(ir_builder *b, int x, int64_t c) {
+    int64_t u;
+    if (c == 0)
+        return ir_index(b, 0);
+    if (c == 1)
+        return x;
+    if (is_imm(b, x, &u))
+        return ir_index(b, u * c);
+    return binop(b, UOP_IMUL, KILN_I64, x, ir_index(b, c));
+}
+
+int ir_idiv(ir_builder *b, int x, int64_t d) {
+    int64_t u;
+    if (d == 1 || b->failed)
+        return x;
+    if (is_imm(b, x, &u))
+        return ir_index(b, u / d);
+    if (b->min[x] >= 0 && b->ins[x].max < d)
+        return ir_index(b, 0);
+    const lower_ins *xi = &b->ins[x];
+    int64_t inner;
+    if (xi->op == UOP_IDIV && is_imm(b, xi->b, &inner) && b->min[xi->a] >= 0)
+        return ir_idiv(b, xi->a, inner * d);
+    return binop(b, UOP_IDIV, KILN_I64, x, ir_index(b, d));
+}
+
+int ir_imod(ir_builder *b, int x, int64_t d) {
+    int64_t u;
+    if (d == 1)
+        return ir_index(b, 0);
+    if (b->failed)
+        return 0;
+    if (is_imm(b, x, &u))
+        return ir_index(b, u % d);
+    if (b->min[x] >= 0 && b->ins[x].max < d)
+        return x;
+    const lower_ins *xi = &b->ins[x];
+    int64_t outer;
+    if (xi->op == UOP_IMOD && is_imm(b, xi->b, &outer) && outer % d == 0)
+        return ir_imod(b, xi->a, d);
+    return binop(b, UOP_IMOD, KILN_I64, x, ir_index(b, d));
+}
+
+int ir_ilt(ir_builder *b, int x, int y) {
+    if (b->failed)
+        return 0;
+    int64_t xl, xh, yl, yh;
+    bounds(b, x, &xl, &xh);
+    bounds(b, y, &yl, &yh);
+    if (xh < yl)
+        return ir_bool(b, true);
+    if (xl >= yh)
+        return ir_bool(b, false);
+    return binop(b, UOP_ILT, KILN_BOOL, x, y);
+}
+
+int ir_and(ir_builder *b, int x, int y) {
+    if (y < 0)
+        return x;
+    if (x < 0 || b->failed)
+        return y;
+    const lower_ins *xi = &b->ins[x], *yi = &b->ins[y];
+    if (xi->op == UOP_IMM)
+        return xi->imm.i ? y : x;
+    if (yi->op == UOP_IMM)
+        return yi->imm.i ? x : y;
+    if (x == y)
+        return x;
+    return binop(b, UOP_AND, KILN_BOOL, x < y ? x : y, x < y ? y : x);
+}
+
+int ir_alu(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
+    lower_ins p = proto(UOP_ALU, dt);
+    p.gop = op;
+    p.a = x;
+    p.b = y;
+    return ir_add(b, p);
+}
+
+int ir_where(ir_builder *b, kiln_dtype dt, int c, int x, int y) {
+    if (!b->failed && b->ins[c].op == UOP_IMM)
+        return b->ins[c].imm.i ? x : y;
+    if (x == y)
+        return x;
+    lower_ins p = proto(UOP_WHERE, dt);
+    p.a = c;
+    p.b = x;
+    p.c = y;
+    return ir_add(b, p);
+}
+
+int ir_load(ir_builder *b, kiln_dtype dt, int buf, int index, int valid) {
+    if (valid >= 0 && !b->failed && b->ins[valid].op == UOP_IMM) {
+        if (!b->ins[valid].imm.i)
+            return ir_imm(b, dt, (graph_scalar){.i = 0});
+        valid = -1;
+    }
+    lower_ins p = proto(UOP_LOAD, dt);
+    p.buf = buf;
+    p.a = index;
+    p.b = valid;
+    return ir_add(b, p);
+}

@@ -1,0 +1,544 @@
+/* schedule.c — cuts a captured graph into kernels and lowers each to kernel
+ * IR. A node becomes a kernel output (is materialised) when it is requested,
+ * is a reduction or a matmul, feeds several consumers (recomputing it in each
+ * would repeat work), or is viewed in a way strides cannot express; every
+ * other node fuses into the kernel of its consumer: elementwise chains,
+ * broadcasts and views into one kernel, elementwise producers into the
+ * reduction that reads them. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/ir.h"
+#include "lower/lower.h"
+
+/* Per-node scheduling state, hung on node->scratch during a schedule. */
+typedef struct node_info {
+    int consumers;
+    graph_node *last_consumer;
+    bool materialize;
+    int next_src;
+} node_info;
+
+static node_info *info(const graph_node *n) { return n->scratch; }
+
+static bool pending(const graph_node *n) { return !n->buf && n->op != GRAPH_BUFFER; }
+
+/* Leaves and views of leaves cost nothing to read again in every consumer. */
+static bool cheap(const graph_node *n) {
+    while (n->op == GRAPH_VIEW && pending(n))
+        n = n->src[0];
+    return !pending(n) || n->op == GRAPH_CONST;
+}
+
+typedef struct walk {
+    graph_node **order;
+    int n, cap;
+} walk;
+
+static bool push_order(walk *w, graph_node *n) {
+    if (w->n == w->cap) {
+        int cap = w->cap ? w->cap * 2 : 64;
+        graph_node **o = realloc(w->order, sizeof *o * (size_t)cap);
+        if (!o)
+            return false;
+        w->order = o;
+        w->cap = cap;
+    }
+    w->order[w->n++] = n;
+    return true;
+}
+
+/* Post-order of the pending nodes below the targets, each with its info. */
+static bool collect(int n, graph_node *const *targets, walk *w) {
+    walk stack = {0};
+    bool ok = true;
+    for (int r = 0; r < n && ok; r++) {
+        if (!pending(targets[r]) || targets[r]->scratch)
+            continue;
+        node_info *ti = calloc(1, sizeof *ti);
+        if (!ti || !push_order(&stack, targets[r])) {
+            free(ti);
+            ok = false;
+            break;
+        }
+        targets[r]->scratch = ti;
+        while (stack.n && ok) {
+            graph_node *top = stack.order[stack.n - 1];
+            node_info *it = info(top);
+            if (it->next_src < top->nsrc) {
+                graph_node *s = top->src[it->next_src++];
+                if (!pending(s))
+                    continue;
+                if (!s->scratch) {
+                    node_info *si = calloc(1, sizeof *si);
+                    if (!si || !push_order(&stack, s)) {
+                        free(si);
+                        ok = false;
+                        break;
+                    }
+                    s->scratch = si;
+                }
+                if (info(s)->last_consumer != top) {
+                    info(s)->consumers++;
+                    info(s)->last_consumer = top;
+                }
+                continue;
+            }
+            stack.n--;
+            ok = push_order(w, top);
+        }
+    }
+    free(stack.order);
+    return ok;
+}
+
+/* Whether a matmul operand reads as strides over a materialised base; fills
+ * the operand's layout (batch strides, row and column strides) if so. */
+static graph_node *operand_base(graph_node *s, lower_operand *o) {
+    int nd = s->ndim;
+    memset(o, 0, sizeof *o);
+    if (s->op == GRAPH_VIEW && pending(s)) {
+        if (s->p.view.masked)
+            return NULL;
+        graph_node *base = s->src[0];
+        if (pending(base) && !info(base)->materialize)
+            return NULL;
+        o->offset = s->p.view.offset;
+        for (int d = 0; d < nd - 2; d++)
+            o->batch_strides[d] = s->p.view.strides[d];
+        o->row_stride = s->p.view.strides[nd - 2];
+        o->col_stride = s->p.view.strides[nd - 1];
+        return base;
+    }
+    if (pending(s) && !info(s)->materialize)
+        return NULL;
+    int64_t st = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t v = s->shape[d] == 1 ? 0 : st;
+        if (d == nd - 1)
+            o->col_stride = v;
+        else if (d == nd - 2)
+            o->row_stride = v;
+        else
+            o->batch_strides[d] = v;
+        st *= s->shape[d];
+    }
+    return s;
+}
+
+static void mark(walk *w, int n, graph_node *const *targets, bool fuse) {
+    for (int r = 0; r < n; r++)
+        if (pending(targets[r]))
+            info(targets[r])->materialize = true;
+    for (int i = 0; i < w->n; i++) {
+        graph_node *x = w->order[i];
+        node_info *xi = info(x);
+        if (graph_op_is_reduce(x->op) || x->op == GRAPH_MATMUL)
+            xi->materialize = true;
+        if (!fuse && x->op != GRAPH_VIEW && x->op != GRAPH_CONST)
+            xi->materialize = true;
+        if (xi->consumers > 1 && !cheap(x))
+            xi->materialize = true;
+        /* A view of a pending view: the inner one could not compose, so it is
+         * computed into memory first. */
+        if (x->op == GRAPH_VIEW && x->src[0]->op == GRAPH_VIEW && pending(x->src[0]))
+            info(x->src[0])->materialize = true;
+    }
+    /* Matmul operands that strides cannot describe are computed first; this
+     * runs in reverse order so that a materialised operand is decided before
+     * a view of it is examined. */
+    for (int i = w->n - 1; i >= 0; i--) {
+        graph_node *x = w->order[i];
+        if (x->op != GRAPH_MATMUL)
+            continue;
+        for (int s = 0; s < 2; s++) {
+            lower_operand o;
+            graph_node *src = x->src[s];
+            if (operand_base(src, &o))
+                continue;
+            if (src->op == GRAPH_VIEW && pending(src) && !src->p.view.masked)
+                info(src->src[0])->materialize = true;
+            else
+                info(src)->materialize = true;
+        }
+    }
+}
+
+/* ---- lowering one kernel ---- */
+
+typedef struct ix {
+    int ndim;
+    int d[KILN_MAX_DIMS];
+    int flat; /* the row-major flat index over the node's shape, or -1 */
+} ix;
+
+typedef struct memo_entry {
+    const graph_node *node;
+    ix at;
+    int valid;
+    int result;
+} memo_entry;
+
+typedef struct emitter {
+    ir_builder b;
+    lower_kernel *k;
+    int ninputs_cap;
+    memo_entry *memo;
+    int nmemo, memo_cap;
+    bool failed;
+} emitter;
+
+static int input_slot(emitter *e, graph_node *n) {
+    lower_kernel *k = e->k;
+    for (int i = 0; i < k->ninputs; i++)
+        if (k->inputs[i] == n)
+            return i + 1; /* slot 0 is the output */
+    if (k->ninputs == e->ninputs_cap) {
+        int cap = e->ninputs_cap ? e->ninputs_cap * 2 : 8;
+        graph_node **in = realloc(k->inputs, sizeof *in * (size_t)cap);
+        if (!in) {
+            e->failed = true;
+            return 1;
+        }
+        k->inputs = in;
+        e->ninputs_cap = cap;
+    }
+    k->inputs[k->ninputs++] = graph_ref(n);
+    return k->ninputs;
+}
+
+static int flatten(emitter *e, const ix *at, int ndim, const int64_t *shape) {
+    if (at->flat >= 0)
+        return at->flat;
+    int f = ir_index(&e->b, 0);
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        f = ir_iadd(&e->b, f, ir_imul(&e->b, at->d[d], st));
+        st *= shape[d];
+    }
+    return f;
+}
+
+static ix unflatten(emitter *e, int flat, int ndim, const int64_t *shape) {
+    ix r = {.ndim = ndim, .flat = flat};
+    int64_t st = 1;
+    /* With a size-0 axis no element exists and no index is ever used; size 1
+     * keeps the arithmetic free of division by zero. */
+    for (int d = ndim - 1; d >= 0; d--) {
+        int64_t sd = shape[d] ? shape[d] : 1;
+        int q = ir_idiv(&e->b, flat, st);
+        r.d[d] = d == 0 ? q : ir_imod(&e->b, q, sd);
+        st *= sd;
+    }
+    return r;
+}
+
+static bool view_is_reshape(const graph_node *v) {
+    if (v->p.view.masked || v->p.view.offset != 0 || graph_numel(v) != graph_numel(v->src[0]))
+        return false;
+    int64_t st = 1;
+    for (int d = v->ndim - 1; d >= 0; d--) {
+        if (v->shape[d] != 1 && v->p.view.strides[d] != st)
+            return false;
+        st *= v->shape[d];
+    }
+    return true;
+}
+
+static int emit(emitter *e, graph_node *n, const ix *at, int valid);
+
+static int emit_view(emitter *e, graph_node *n, const ix *at, int valid) {
+    const graph_view *v = &n->p.view;
+    graph_node *s = n->src[0];
+    int inside = -1;
+    if (v->masked) {
+        for (int d = 0; d < n->ndim; d++) {
+            if (v->mask_lo[d] > 0)
+                inside = ir_and(&e->b, inside,
+                                ir_ilt(&e->b, ir_index(&e->b, v->mask_lo[d] - 1), at->d[d]));
+            if (v->mask_hi[d] < n->shape[d])
+                inside = ir_and(&e->b, inside,
+                                ir_ilt(&e->b, at->d[d], ir_index(&e->b, v->mask_hi[d])));
+        }
+    }
+    int flat;
+    if (at->flat >= 0 && view_is_reshape(n)) {
+        flat = at->flat;
+    } else {
+        flat = ir_index(&e->b, v->offset);
+        for (int d = 0; d < n->ndim; d++)
+            if (v->strides[d])
+                flat = ir_iadd(&e->b, flat, ir_imul(&e->b, at->d[d], v->strides[d]));
+    }
+    ix sat = unflatten(e, flat, s->ndim, s->shape);
+    int val = emit(e, s, &sat, ir_and(&e->b, valid, inside));
+    if (inside < 0)
+        return val;
+    return ir_where(&e->b, n->dtype, inside, val, ir_imm(&e->b, n->dtype, (graph_scalar){.i = 0}));
+}
+
+static int emit_cat(emitter *e, graph_node *n, const ix *at, int valid) {
+    int ax = n->p.axis;
+    int result = -1;
+    int64_t hi = n->shape[ax];
+    for (int j = n->nsrc - 1; j >= 0; j--) {
+        graph_node *s = n->src[j];
+        int64_t lo = hi - s->shape[ax];
+        ix sat = *at;
+        sat.flat = -1;
+        sat.d[ax] = ir_iadd(&e->b, at->d[ax], ir_index(&e->b, -lo));
+        int here = lo > 0 ? ir_ilt(&e->b, ir_index(&e->b, lo - 1), at->d[ax]) : -1;
+        int below = ir_ilt(&e->b, at->d[ax], ir_index(&e->b, hi));
+        int val = emit(e, s, &sat, ir_and(&e->b, valid, ir_and(&e->b, here, below)));
+        result = result < 0 ? val : ir_where(&e->b, n->dtype, below, val, result);
+        hi = lo;
+    }
+    return result;
+}
+
+static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
+    ir_builder *b = &e->b;
+    if (!pending(n) || (info(n)->materialize && n != e->k->out)) {
+        int slot = input_slot(e, n);
+        return ir_load(b, n->dtype, slot, flatten(e, at, n->ndim, n->shape), valid);
+    }
+    switch (n->op) {
+    case GRAPH_CONST:
+        return ir_imm(b, n->dtype, n->p.value);
+    case GRAPH_ARANGE: {
+        int i = ir_alu(b, GRAPH_CAST, KILN_F64, at->d[0], -1);
+        int v = ir_alu(b, GRAPH_MUL, KILN_F64, i, ir_imm(b, KILN_F64, (graph_scalar){.f = n->p.step}));
+        v = ir_alu(b, GRAPH_ADD, KILN_F64, ir_imm(b, KILN_F64, n->p.value), v);
+        return n->dtype == KILN_F64 ? v : ir_alu(b, GRAPH_CAST, n->dtype, v, -1);
+    }
+    case GRAPH_RAND:
+    case GRAPH_RANDN: {
+        lower_ins p;
+        memset(&p, 0, sizeof p);
+        p.op = UOP_RAND;
+        p.dt = n->dtype;
+        p.gop = n->op;
+        p.a = flatten(e, at, n->ndim, n->shape);
+        p.b = p.c = p.buf = -1;
+        p.imm.i = (int64_t)n->p.seed;
+        return ir_add(b, p);
+    }
+    case GRAPH_VIEW:
+        return emit_view(e, n, at, valid);
+    case GRAPH_CAT:
+        return emit_cat(e, n, at, valid);
+    case GRAPH_WHERE: {
+        int c = emit(e, n->src[0], at, valid);
+        int x = emit(e, n->src[1], at, valid);
+        int y = emit(e, n->src[2], at, valid);
+        return ir_where(b, n->dtype, c, x, y);
+    }
+    default:
+        break;
+    }
+    if (graph_op_is_unary(n->op))
+        return ir_alu(b, n->op, n->dtype, emit(e, n->src[0], at, valid), -1);
+    if (graph_op_is_binary(n->op)) {
+        int x = emit(e, n->src[0], at, valid);
+        int y = emit(e, n->src[1], at, valid);
+        return ir_alu(b, n->op, n->dtype, x, y);
+    }
+    e->failed = true; /* reductions and matmuls are always materialised */
+    return 0;
+}
+
+static bool same_ix(const ix *a, const ix *b) {
+    return a->ndim == b->ndim && a->flat == b->flat &&
+           !memcmp(a->d, b->d, sizeof(int) * (size_t)a->ndim);
+}
+
+/* Memoised, so that a node read twice in one kernel (x*x) is lowered once. */
+static int emit(emitter *e, graph_node *n, const ix *at, int valid) {
+    for (int i = e->nmemo - 1; i >= 0; i--) {
+        memo_entry *m = &e->memo[i];
+        if (m->node == n && m->valid == valid && same_ix(&m->at, at))
+            return m->result;
+    }
+    int r = emit_node(e, n, at, valid);
+    if (e->nmemo == e->memo_cap) {
+        int cap = e->memo_cap ? e->memo_cap * 2 : 32;
+        memo_entry *m = realloc(e->memo, sizeof *m * (size_t)cap);
+        if (!m) {
+            e->failed = true;
+            return r;
+        }
+        e->memo = m;
+        e->memo_cap = cap;
+    }
+    e->memo[e->nmemo++] = (memo_entry){n, *at, valid, r};
+    return r;
+}
+
+static void name_kernel(lower_kernel *k) {
+    const graph_node *n = k->out;
+    char dims[128] = "";
+    size_t len = 0;
+    if (k->kind == LOWER_MATMUL) {
+        snprintf(dims, sizeof dims, "%lldx%lldx%lld", (long long)k->n, (long long)k->k,
+                 (long long)k->m);
+    } else {
+        for (int d = 0; d < n->ndim && len < sizeof dims - 24; d++)
+            len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", d ? "x" : "",
+                                    (long long)n->shape[d]);
+        if (!n->ndim)
+            snprintf(dims, sizeof dims, "1");
+    }
+    const graph_node *shown = n;
+    while (shown->op == GRAPH_VIEW && pending(shown->src[0]) && !info(shown->src[0])->materialize)
+        shown = shown->src[0];
+    snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op),
+             k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_MATMUL ? "" : "e", dims);
+}
+
+static bool lower_matmul(lower_kernel *k, emitter *e) {
+    graph_node *x = k->out;
+    k->kind = LOWER_MATMUL;
+    k->nbatch = x->ndim - 2;
+    memcpy(k->batch, x->shape, sizeof(int64_t) * (size_t)k->nbatch);
+    k->n = x->shape[x->ndim - 2];
+    k->m = x->shape[x->ndim - 1];
+    k->k = x->src[0]->shape[x->ndim - 1];
+    graph_node *ab = operand_base(x->src[0], &k->a), *bb = operand_base(x->src[1], &k->b);
+    if (!ab || !bb)
+        return false;
+    k->a.buf = input_slot(e, ab);
+    k->b.buf = input_slot(e, bb);
+    k->numel = graph_numel(x);
+    k->rnumel = k->k;
+    k->flops = 2 * k->numel * k->k;
+    return true;
+}
+
+static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
+    graph_node *out = k->out;
+    ir_builder *b = &e->b;
+    k->numel = graph_numel(out);
+    k->rnumel = 1;
+    int gidx = ir_gidx(b, k->numel);
+    ix oat = unflatten(e, gidx, out->ndim, out->shape);
+    if (graph_op_is_reduce(out->op)) {
+        graph_node *s = out->src[0];
+        k->kind = LOWER_REDUCE;
+        int nred = 0;
+        int64_t rshape[KILN_MAX_DIMS];
+        bool trailing = true;
+        for (int d = 0; d < s->ndim; d++) {
+            if (out->p.axes & (1u << d)) {
+                rshape[nred++] = s->shape[d];
+                k->rnumel *= s->shape[d];
+            } else if (nred > 0 && s->shape[d] != 1) {
+                trailing = false;
+            }
+        }
+        int ridx = ir_ridx(b, k->rnumel);
+        ix rat = unflatten(e, ridx, nred, rshape);
+        ix sat = {.ndim = s->ndim, .flat = -1};
+        for (int d = 0, r = 0; d < s->ndim; d++)
+            sat.d[d] = (out->p.axes & (1u << d)) ? rat.d[r++] : oat.d[d];
+        if (trailing)
+            sat.flat = ir_iadd(b, ir_imul(b, gidx, k->rnumel), ridx);
+        int v = emit(e, s, &sat, -1);
+        lower_ins p;
+        memset(&p, 0, sizeof p);
+        p.op = UOP_REDUCE;
+        p.dt = out->dtype;
+        p.gop = out->op;
+        p.a = v;
+        p.b = ridx;
+        p.c = p.buf = -1;
+        k->result = ir_add(b, p);
+    } else {
+        k->kind = LOWER_ELEMENTWISE;
+        k->result = emit(e, out, &oat, -1);
+    }
+    return !b->failed && !e->failed;
+}
+
+static void count_traffic(lower_kernel *k) {
+    int64_t bytes = k->numel * (int64_t)kiln_dtype_size(k->out->dtype);
+    for (int i = 0; i < k->ninputs; i++)
+        bytes += graph_numel(k->inputs[i]) * (int64_t)kiln_dtype_size(k->inputs[i]->dtype);
+    k->bytes = bytes;
+    if (k->kind != LOWER_MATMUL) {
+        int64_t alu = 0;
+        for (int i = 0; i < k->nins; i++)
+            if (k->ins[i].op == UOP_ALU || k->ins[i].op == UOP_REDUCE)
+                alu += k->ins[i].inner || k->kind == LOWER_ELEMENTWISE ? k->rnumel : 1;
+        k->flops = alu * k->numel;
+    }
+}
+
+static bool lower_one(lower_kernel *k, graph_node *out) {
+    emitter e;
+    memset(&e, 0, sizeof e);
+    ir_init(&e.b);
+    e.k = k;
+    k->out = graph_ref(out);
+    bool ok = out->op == GRAPH_MATMUL ? lower_matmul(k, &e) : lower_kernel_ir(k, &e);
+    ok = ok && !e.failed && !e.b.failed;
+    k->ins = e.b.ins;
+    k->nins = e.b.n;
+    e.b.ins = NULL;
+    ir_free(&e.b);
+    free(e.memo);
+    k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
+    if (ok) {
+        name_kernel(k);
+        count_traffic(k);
+    }
+    return ok;
+}
+
+void lower_program_free(lower_program *p) {
+    if (!p)
+        return;
+    for (int i = 0; i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        graph_unref(k->out);
+        for (int j = 0; j < k->ninputs; j++)
+            graph_unref(k->inputs[j]);
+        free(k->inputs);
+        free(k->ins);
+    }
+    free(p->kernels);
+    free(p);
+}
+
+lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
+    walk w = {0};
+    lower_program *p = calloc(1, sizeof *p);
+    bool ok = p && collect(n, targets, &w);
+    if (ok) {
+        mark(&w, n, targets, fuse);
+        int nk = 0;
+        for (int i = 0; i < w.n; i++)
+            nk += info(w.order[i])->materialize;
+        p->kernels = calloc((size_t)(nk ? nk : 1), sizeof *p->kernels);
+        ok = p->kernels != NULL;
+        for (int i = 0; ok && i < w.n; i++) {
+            if (!info(w.order[i])->materialize)
+                continue;
+            lower_kernel *k = &p->kernels[p->nkernels];
+            ok = lower_one(k, w.order[i]);
+            /* Names are unique within a program: they are its symbols. */
+            size_t len = strlen(k->name);
+            snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
+        }
+    }
+    for (int i = 0; i < w.n; i++) {
+        free(w.order[i]->scratch);
+        w.order[i]->scratch = NULL;
+    }
+    free(w.order);
+    if (!ok) {
+        lower_program_free(p);
+        return NULL;
+    }
+    return p;
+}
