@@ -27,6 +27,7 @@ struct kiln_ctx {
     kiln_tensor *handles; /* every live handle */
     graph_node **pending; /* values of assignments not yet realized */
     int npending, cappending;
+    char last_error[512]; /* the message of the last error in this context */
 };
 
 /* A handle owning the reference `node` (NULL node: out of memory while

@@ -42,23 +42,27 @@ kiln_tensor *kiln_from_data(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_
     return api_wrap(ctx, node, "kiln_from_data");
 }
 
+static kiln_tensor *full_named(const char *op, kiln_ctx *ctx, kiln_dtype dt, int ndim,
+                               const int64_t *dims, double value) {
+    CHECK_CREATE(op, ctx, dt, ndim, dims);
+    return api_wrap(ctx, graph_full(ctx->g, dt, ndim, dims, api_scalar(value, dt)), op);
+}
+
 kiln_tensor *kiln_full(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims,
                        double value) {
-    CHECK_CREATE("kiln_full", ctx, dt, ndim, dims);
-    graph_scalar v = api_scalar(value, dt);
-    return api_wrap(ctx, graph_full(ctx->g, dt, ndim, dims, v), "kiln_full");
+    return full_named("kiln_full", ctx, dt, ndim, dims, value);
 }
 
 kiln_tensor *kiln_zeros(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims) {
-    return kiln_full(ctx, dt, ndim, dims, 0.0);
+    return full_named("kiln_zeros", ctx, dt, ndim, dims, 0.0);
 }
 
 kiln_tensor *kiln_ones(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims) {
-    return kiln_full(ctx, dt, ndim, dims, 1.0);
+    return full_named("kiln_ones", ctx, dt, ndim, dims, 1.0);
 }
 
 kiln_tensor *kiln_scalar(kiln_ctx *ctx, kiln_dtype dt, double value) {
-    return kiln_full(ctx, dt, 0, NULL, value);
+    return full_named("kiln_scalar", ctx, dt, 0, NULL, value);
 }
 
 kiln_tensor *kiln_arange(kiln_ctx *ctx, kiln_dtype dt, double start, double stop,

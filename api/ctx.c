@@ -113,7 +113,12 @@ static kiln_tensor *handle_new(kiln_ctx *ctx) {
     return t;
 }
 
+static void note_error(kiln_ctx *ctx, const char *msg) {
+    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", msg);
+}
+
 static void set_error(kiln_tensor *t, kiln_status st, const char *msg) {
+    note_error(t->ctx, msg);
     free(t->msg);
     t->err = st;
     t->msg = strdup(msg);
@@ -348,7 +353,6 @@ kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src) {
     kiln_tensor *e = api_check("kiln_assign", 2, args, &ctx);
     if (e) {
         kiln_status st = e->err;
-        set_error(dst, st, e->msg ? e->msg : "");
         kiln_release(e);
         return st;
     }
@@ -360,7 +364,7 @@ kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src) {
         char buf[256];
         snprintf(buf, sizeof buf, "kiln_assign: source of shape %s does not broadcast to %s",
                  api_shape_str(s), api_shape_str(d));
-        set_error(dst, KILN_ERR_SHAPE, buf);
+        note_error(ctx, buf);
         return KILN_ERR_SHAPE;
     }
     if (ctx->npending == ctx->cappending) {
@@ -382,6 +386,10 @@ kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src) {
     if (ctx->mode == KILN_EAGER)
         return api_realize(ctx, 0, NULL, dst);
     return KILN_OK;
+}
+
+const char *kiln_ctx_last_error(const kiln_ctx *ctx) {
+    return ctx ? ctx->last_error : "kiln_ctx_last_error: NULL context";
 }
 
 kiln_stats kiln_ctx_stats(const kiln_ctx *ctx) {

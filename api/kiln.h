@@ -284,8 +284,7 @@ KILN_API kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dtype);
  * dst's dtype. From then on the handle dst refers to the new value, and the
  * next sync point of the context realizes it, whatever else that sync asks
  * for. Tensors derived from dst earlier keep the old value. Returns KILN_OK or
- * the error; on error dst keeps its value and kiln_error_message(dst) says
- * why until its next successful sync. */
+ * the error; on error dst is untouched and kiln_ctx_last_error says why. */
 KILN_API kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src);
 
 /* ---- Queries -------------------------------------------------------------- */
@@ -317,6 +316,10 @@ KILN_API kiln_status kiln_sync(kiln_ctx *ctx);
 KILN_API kiln_status kiln_error(const kiln_tensor *t);
 /* The message of that error ("" when there is none), valid as long as t is. */
 KILN_API const char *kiln_error_message(const kiln_tensor *t);
+
+/* The message of the last error recorded in ctx (an op's, a sync's, or a
+ * failed kiln_assign's), or "" when there has been none. */
+KILN_API const char *kiln_ctx_last_error(const kiln_ctx *ctx);
 
 /* ---- Scopes and ownership ------------------------------------------------- */
 

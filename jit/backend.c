@@ -138,6 +138,9 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
         snprintf(msg, cap, "kiln_realize: out of memory while generating code");
         return KILN_ERR_OOM;
     }
+    const char *dbg = getenv("KILN_DEBUG");
+    if (dbg && atoi(dbg) >= 4)
+        fprintf(stderr, "kiln: generated source\n%s\n", src);
     cache_key key = jit_cpu_key(src);
     void *h = cache_mem_get(j->cache, key);
     kiln_status st = KILN_OK;

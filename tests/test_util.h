@@ -499,6 +499,9 @@ static inline void tu_assert_error_at(const kiln_tensor *t, kiln_status st,
 #define TU_ASSERT_ERROR(t, st, ...)                                                          \
     tu_assert_error_at((t), (st), (const char *const[]){__VA_ARGS__, NULL}, __FILE__, __LINE__)
 
+/* An error handle with status st and a non-empty message. */
+#define TU_ASSERT_STATUS(t, st) tu_assert_error_at((t), (st), NULL, __FILE__, __LINE__)
+
 /* An error handle whose status is one of two. */
 static inline void tu_assert_error2_at(const kiln_tensor *t, kiln_status a, kiln_status b,
                                        const char *file, int line) {

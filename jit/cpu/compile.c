@@ -91,12 +91,14 @@ static void read_log(const char *path, char *msg, size_t cap) {
     msg[n] = 0;
 }
 
+/* Objects are loaded RTLD_NODELETE: they link OpenMP's runtime, whose worker
+ * threads outlive any one program, and unloading it under them would crash. */
 void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
                    size_t cap) {
     char path[4096];
     *compiled = false;
     if (cache_disk_path(c, key, "so", path, sizeof path) == 0) {
-        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
         if (h)
             return h;
     }
@@ -141,9 +143,9 @@ void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, cha
     *compiled = true;
     if (cache_disk_put_file(c, key, "so", sopath) == 0 &&
         cache_disk_path(c, key, "so", path, sizeof path) == 0)
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h)
-        h = dlopen(sopath, RTLD_NOW | RTLD_LOCAL);
+        h = dlopen(sopath, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h)
         snprintf(msg, cap, "kiln: cannot load the compiled kernels: %s", dlerror());
 done:
