@@ -8,6 +8,14 @@
 
 typedef enum { VALID, INVALID, NO_MEMORY } check;
 
+/* Removes an invalid entry, unless path no longer names the file that was
+ * checked (st): a writer has renamed a new one into place meanwhile. */
+static void remove_checked(const char *path, const struct stat *st) {
+    struct stat now;
+    if (lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino)
+        unlink(path);
+}
+
 /* Reads and checks the entry open on fd, the payload into *data. */
 static check read_entry(int fd, const struct stat *st, cache_key key, void **data, size_t *n) {
     unsigned char head[CACHE_HEADER_BYTES];
@@ -41,7 +49,7 @@ int cache_disk_get(cache *c, cache_key key, const char *kind, void **data, size_
     if (r == VALID)
         cache_touch(fd);
     else if (r == INVALID)
-        cache_remove_checked(path, &st);
+        remove_checked(path, &st);
     close(fd);
     return r == VALID ? 0 : -1;
 }

@@ -16,8 +16,9 @@
  *   Every entry is written under a temporary name and renamed, so readers in
  *   any process see a whole entry or none. Every read checks a header (magic,
  *   format version, the full key, size, XXH3-64 checksum) against the bytes:
- *   a truncated, corrupt or foreign entry is a miss (and is removed), never
- *   trusted. Nothing is read from a directory or file that another user owns
+ *   a truncated, corrupt or foreign entry is a miss, never trusted (a blob is
+ *   removed too; a loadable file waits for the put that follows the miss,
+ *   since it may be a put in progress). Nothing is read from a directory or file that another user owns
  *   or that group or others may write: that too is a miss.
  *   The directory is kept under a byte budget by removing the least recently
  *   used entries (by access time, which every hit sets) after each put.
@@ -134,9 +135,11 @@ int cache_disk_put_file(cache *c, cache_key key, const char *kind, const char *s
  * cap bytes, marks the entry used and returns 0. A hit needs a sidecar whose
  * header matches the key and the file's size and checksum, and a directory,
  * file and sidecar that the user owns and that group and others cannot
- * write. Otherwise returns -1, as cache_disk_get; a path longer than cap is a
- * miss too. The file stays valid to load until an eviction removes it; if
- * loading fails, treat it as a miss and build again. */
+ * write. Otherwise returns -1, as cache_disk_get, except that an invalid
+ * entry is left for the caller's next put to replace; a path longer than cap
+ * is a miss too. Until the caller loads it, the path may be replaced by
+ * another process's put of the same key (another whole, checked file) or
+ * removed by an eviction: if loading fails, treat it as a miss. */
 int cache_disk_path(cache *c, cache_key key, const char *kind, char *out, size_t cap);
 
 #endif /* KILN_CACHE_H */

@@ -1,12 +1,14 @@
 /* file.c — the disk level's loadable files: a file used in place (dlopen
  * needs a path) and a sidecar <hex>.<kind>.meta holding its header.
  *
- * The sidecar is what makes an entry valid, so a writer renames the file into
- * place before its sidecar, and eviction removes the sidecar before its file:
- * a reader never finds a sidecar ahead of its file. Two processes writing the
- * same key at once can leave one's file beside the other's sidecar; if their
- * bytes differ, the checksum makes that a miss and the reader removes both,
- * and the next build writes the entry again. */
+ * The sidecar is the entry's commit record: a writer renames the file into
+ * place first and its sidecar second, and a reader trusts the file only if
+ * its bytes match the sidecar. A reader therefore sees the old pair, the new
+ * pair, or the new file beside the old sidecar (a mismatch, so a miss); so
+ * does it when two writers of one key interleave, or a writer dies between
+ * its renames. Readers remove nothing: a mismatch may be a put in progress,
+ * which a reader must not undo, and the miss makes the caller build and put
+ * the entry again, which repairs it. */
 #define _POSIX_C_SOURCE 200809L
 #include <fcntl.h>
 #include <string.h>
@@ -70,7 +72,7 @@ int cache_disk_put_file(cache *c, cache_key key, const char *kind, const char *s
         cache_tmp_discard(&t);
         return -1;
     }
-    if (!write_sidecar(c, meta, &h) || !cache_tmp_commit(&t, path))
+    if (!cache_tmp_commit(&t, path) || !write_sidecar(c, meta, &h))
         return -1;
     cache_evict(c);
     return 0;
@@ -98,31 +100,23 @@ int cache_disk_path(cache *c, cache_key key, const char *kind, char *out, size_t
     if (!cache_disk_usable(c, kind) || !cache_entry_path(c, key, kind, "", path) ||
         !cache_entry_path(c, key, kind, ".meta", meta) || strlen(path) >= cap)
         return -1;
-    struct stat mst, fst;
-    int mfd = cache_open_trusted(meta, &mst);
-    if (mfd < 0)
+    struct stat st;
+    int fd = cache_open_trusted(meta, &st);
+    if (fd < 0)
         return -1;
     unsigned char head[CACHE_HEADER_BYTES];
     cache_header h;
-    bool ok = mst.st_size == CACHE_HEADER_BYTES && cache_read_full(mfd, head, sizeof head) &&
+    bool ok = st.st_size == CACHE_HEADER_BYTES && cache_read_full(fd, head, sizeof head) &&
               cache_header_decode(head, &h) && h.key.hi == key.hi && h.key.lo == key.lo;
-    close(mfd);
-    if (!ok) {
-        cache_remove_checked(meta, &mst);
+    close(fd);
+    if (!ok || (fd = cache_open_trusted(path, &st)) < 0)
         return -1;
-    }
-    int fd = cache_open_trusted(path, &fst);
-    if (fd < 0)
-        return -1;
-    ok = matches(fd, &fst, &h);
+    ok = matches(fd, &st, &h);
     if (ok)
         cache_touch(fd);
     close(fd);
-    if (!ok) {
-        cache_remove_checked(meta, &mst);
-        cache_remove_checked(path, &fst);
+    if (!ok)
         return -1;
-    }
     memcpy(out, path, strlen(path) + 1);
     return 0;
 }

@@ -79,10 +79,6 @@ bool cache_read_full(int fd, void *buf, size_t n);
  * explicitly, since relatime and noatime mounts rarely update access times. */
 void cache_touch(int fd);
 
-/* Removes an invalid entry's file, unless path no longer names the file that
- * was checked (st): a writer has renamed a new one into place meanwhile. */
-void cache_remove_checked(const char *path, const struct stat *st);
-
 /* A file written under a temporary name in the cache directory, then renamed
  * to its final name so that it appears whole or not at all. */
 typedef struct cache_tmp {

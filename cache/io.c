@@ -108,12 +108,6 @@ void cache_touch(int fd) {
     futimens(fd, times);
 }
 
-void cache_remove_checked(const char *path, const struct stat *st) {
-    struct stat now;
-    if (lstat(path, &now) == 0 && now.st_dev == st->st_dev && now.st_ino == st->st_ino)
-        unlink(path);
-}
-
 bool cache_tmp_create(const cache *c, const char *dest, cache_tmp *t) {
     const char *name = dest + strlen(c->dir) + 1;
     int n = snprintf(t->path, sizeof t->path, "%s/" CACHE_TMP_PREFIX "%s-XXXXXX", c->dir, name);

@@ -139,6 +139,9 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
         return KILN_ERR_OOM;
     }
     const char *dbg = getenv("KILN_DEBUG");
+    if (dbg && atoi(dbg) >= 3)
+        for (int i = 0; i < p->nkernels; i++)
+            lower_print_kernel(stderr, &p->kernels[i]);
     if (dbg && atoi(dbg) >= 4)
         fprintf(stderr, "kiln: generated source\n%s\n", src);
     cache_key key = jit_cpu_key(src);

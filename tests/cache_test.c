@@ -752,7 +752,9 @@ Test(cache_disk, file_invalid) {
     cr_assert_eq(unlink(f), 0);
     cr_assert(!path_hit(c, key_of(1), "so"));
 
-    /* The file changed: one byte, shorter, longer. */
+    /* The file changed: one byte, shorter, longer. A miss leaves the files
+     * alone (they may be a put in progress); the put that follows the miss
+     * repairs the entry. */
     for (int i = 0; i < 3; i++) {
         cr_assert_eq(cache_disk_put_file(c, key_of(1), "so", src), 0);
         if (i == 0)
@@ -760,16 +762,18 @@ Test(cache_disk, file_invalid) {
         else
             cr_assert_eq(truncate(f, i == 1 ? 4999 : 5001), 0);
         cr_assert(!path_hit(c, key_of(1), "so"), "case %d", i);
-        cr_assert(!exists(f) && !exists(meta), "an invalid entry is removed whole");
+        cr_assert(exists(f) && exists(meta));
+        cr_assert_eq(cache_disk_put_file(c, key_of(1), "so", src), 0);
+        cr_assert(path_hit(c, key_of(1), "so"), "case %d", i);
     }
 
-    /* The sidecar changed: a byte of the key, of the checksum, truncated,
-     * foreign bytes. */
-    for (int i = 0; i < 4; i++) {
+    /* The sidecar changed: a byte of the key, of the size, of the checksum,
+     * truncated, foreign bytes. */
+    for (int i = 0; i < 5; i++) {
         cr_assert_eq(cache_disk_put_file(c, key_of(1), "so", src), 0);
-        if (i < 2) {
-            flip_byte(meta, i == 0 ? 13 : 39);
-        } else if (i == 2) {
+        if (i < 3) {
+            flip_byte(meta, i == 0 ? 13 : i == 1 ? 29 : 39);
+        } else if (i == 3) {
             cr_assert_eq(truncate(meta, 43), 0);
         } else {
             unsigned char junk[44];
@@ -777,7 +781,8 @@ Test(cache_disk, file_invalid) {
             write_file(meta, junk, sizeof junk);
         }
         cr_assert(!path_hit(c, key_of(1), "so"), "case %d", i);
-        cr_assert(!exists(meta));
+        cr_assert_eq(cache_disk_put_file(c, key_of(1), "so", src), 0);
+        cr_assert(path_hit(c, key_of(1), "so"), "case %d", i);
     }
 
     /* Another key's valid sidecar. */
@@ -1088,5 +1093,78 @@ Test(cache_disk, concurrent_files) {
     cache *c = open_cache(0);
     for (uint64_t k = 0; k < FILE_KEYS; k++)
         cr_assert(path_hit(c, key_of(k), "so"), "key %d", (int)k);
+    cache_close(c);
+}
+
+enum { VERSIONS = 200 };
+
+/* Version v of a file: its number, then bytes from fill; the length varies. */
+static size_t version(uint32_t v, unsigned char *buf) {
+    size_t n = 30000 + 100 * (v % 7);
+    fill(buf, n, v);
+    memcpy(buf, &v, 4);
+    return n;
+}
+
+static bool version_ok(const unsigned char *got, size_t n) {
+    static unsigned char want[40000];
+    uint32_t v;
+    if (n < 4)
+        return false;
+    memcpy(&v, got, 4);
+    return v < VERSIONS && version(v, want) == n && memcmp(got, want, n) == 0;
+}
+
+/* One process replaces a loadable entry again and again with different bytes
+ * while others look it up: every hit is one whole version, and no reader
+ * undoes a put. */
+Test(cache_disk, concurrent_file_replacement) {
+    enum { READERS = 6 };
+    cache *c = open_cache(0);
+    char done[PATH_MAX];
+    snprintf(done, sizeof done, "%s/done", base);
+    pid_t pids[READERS];
+    for (int i = 0; i < READERS; i++) {
+        pids[i] = fork();
+        cr_assert_geq(pids[i], 0);
+        if (pids[i] == 0) {
+            cache *rc = cache_open(cdir, 0, NULL, 0);
+            int bad = rc ? 0 : 2;
+            while (!bad && !exists(done)) {
+                char path[PATH_MAX];
+                if (cache_disk_path(rc, key_of(1), "so", path, sizeof path) != 0)
+                    continue;
+                size_t n;
+                unsigned char *got = read_file(path, &n);
+                if (!got || !version_ok(got, n))
+                    bad = 3;
+                free(got);
+            }
+            cache_close(rc);
+            _exit(bad);
+        }
+    }
+    static unsigned char data[40000];
+    char src[PATH_MAX];
+    snprintf(src, sizeof src, "%s/lib.so", srcdir);
+    for (uint32_t v = 0; v < VERSIONS; v++) {
+        size_t n = version(v, data);
+        write_file(src, data, n);
+        cr_assert_eq(cache_disk_put_file(c, key_of(1), "so", src), 0);
+        char path[PATH_MAX];
+        cr_assert_eq(cache_disk_path(c, key_of(1), "so", path, sizeof path), 0, "version %u",
+                     v);
+        size_t m;
+        unsigned char *got = read_file(path, &m);
+        cr_assert(m == n && memcmp(got, data, n) == 0, "version %u", v);
+        free(got);
+    }
+    write_file(done, "", 0);
+    for (int i = 0; i < READERS; i++) {
+        int status;
+        cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "reader %d: status %d", i,
+                  status);
+    }
     cache_close(c);
 }

@@ -1,0 +1,41 @@
+/* print.c — the readable text form of a kernel (KILN_DEBUG=3): one line per
+ * IR instruction, inner ones (run per reduced element) indented. */
+#include "lower/lower.h"
+
+static const char *const uop_names[] = {
+    [UOP_GIDX] = "gidx", [UOP_RIDX] = "ridx", [UOP_IMM] = "imm",   [UOP_IADD] = "iadd",
+    [UOP_IMUL] = "imul", [UOP_IDIV] = "idiv", [UOP_IMOD] = "imod", [UOP_ILT] = "ilt",
+    [UOP_AND] = "and",   [UOP_LOAD] = "load", [UOP_ALU] = "alu",   [UOP_WHERE] = "where",
+    [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce",
+};
+
+void lower_print_kernel(FILE *f, const lower_kernel *k) {
+    fprintf(f, "kernel %s: %lld elements x %lld reduced, tile %lld, %d inputs\n", k->name,
+            (long long)k->numel, (long long)k->rnumel, (long long)k->tile, k->ninputs);
+    if (k->kind == LOWER_MATMUL) {
+        fprintf(f, "  dot [%lld x %lld] @ [%lld x %lld], %d batch dims; A in%d strides (%lld, %lld), "
+                   "B in%d strides (%lld, %lld)\n",
+                (long long)k->n, (long long)k->k, (long long)k->k, (long long)k->m, k->nbatch,
+                k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride, k->b.buf,
+                (long long)k->b.row_stride, (long long)k->b.col_stride);
+        return;
+    }
+    for (int i = 0; i < k->nins; i++) {
+        const lower_ins *x = &k->ins[i];
+        fprintf(f, "  %s%%%d = %s.%s", x->inner ? "  " : "", i, uop_names[x->op],
+                kiln_dtype_name(x->dt));
+        if (x->op == UOP_ALU || x->op == UOP_REDUCE || x->op == UOP_RAND)
+            fprintf(f, " %s", graph_op_name(x->gop));
+        if (x->op == UOP_IMM && graph_dtype_is_float(x->dt))
+            fprintf(f, " %.17g", x->imm.f);
+        else if (x->op == UOP_IMM)
+            fprintf(f, " %lld", (long long)x->imm.i);
+        if (x->op == UOP_LOAD)
+            fprintf(f, " in%d", x->buf);
+        int ops[3] = {x->a, x->b, x->c};
+        for (int j = 0; j < 3; j++)
+            if (ops[j] >= 0 && x->op != UOP_IMM)
+                fprintf(f, " %%%d", ops[j]);
+        fprintf(f, "%s\n", i == k->result ? "   <- stored" : "");
+    }
+}
