@@ -18,8 +18,7 @@ static bool budget(uint64_t max_bytes, uint64_t *out, char *msg, size_t msgcap) 
     errno = 0;
     unsigned long long v = strtoull(env, &end, 10);
     if (env[0] < '0' || env[0] > '9' || errno || *end || v == 0) {
-        snprintf(msg, msgcap, "kiln cache: KILN_CACHE_MAX_BYTES=%s is not a number of bytes",
-                 env);
+        snprintf(msg, msgcap, "kiln cache: KILN_CACHE_MAX_BYTES=%s is not a number of bytes", env);
         return false;
     }
     *out = v;

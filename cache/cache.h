@@ -18,8 +18,9 @@
  *   format version, the full key, size, XXH3-64 checksum) against the bytes:
  *   a truncated, corrupt or foreign entry is a miss, never trusted (a blob is
  *   removed too; a loadable file waits for the put that follows the miss,
- *   since it may be a put in progress). Nothing is read from a directory or file that another user owns
- *   or that group or others may write: that too is a miss.
+ *   since it may be a put in progress). Nothing is read from a directory or
+ *   file that another user owns or that group or others may write: that too
+ *   is a miss.
  *   The directory is kept under a byte budget by removing the least recently
  *   used entries (by access time, which every hit sets) after each put.
  *

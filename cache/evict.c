@@ -34,8 +34,8 @@ static size_t entry_base(const char *name, bool *meta) {
             return 0;
     if (name[32] != '.')
         return 0;
-    size_t kind = strspn(name + 33,
-                         "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
+    size_t kind =
+        strspn(name + 33, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_");
     if (kind == 0 || kind > CACHE_KIND_MAX)
         return 0;
     const char *rest = name + 33 + kind;
@@ -127,6 +127,7 @@ void cache_evict(const cache *c) {
         qsort(items, n, sizeof *items, by_atime);
         char meta[sizeof items->base + 5];
         for (size_t i = 0; i < n && total > c->max_bytes; i++) {
+            /* The sidecar first: a put writes it last (see file.c). */
             snprintf(meta, sizeof meta, "%s.meta", items[i].base);
             unlinkat(dirfd(d), meta, 0);
             unlinkat(dirfd(d), items[i].base, 0);

@@ -76,7 +76,8 @@ int cache_open_trusted(const char *path, struct stat *st);
 bool cache_read_full(int fd, void *buf, size_t n);
 
 /* Marks the open entry used now, for eviction's least-recently-used order:
- * explicitly, since relatime and noatime mounts rarely update access times. */
+ * explicitly, since relatime mounts update access times at most daily and
+ * noatime mounts never. */
 void cache_touch(int fd);
 
 /* A file written under a temporary name in the cache directory, then renamed
@@ -86,7 +87,8 @@ typedef struct cache_tmp {
     char path[PATH_MAX];
 } cache_tmp;
 
-/* Creates the temporary file for final path dest; false on failure. */
+/* Creates the temporary for dest, a path from cache_entry_path; false on
+ * failure. */
 bool cache_tmp_create(const cache *c, const char *dest, cache_tmp *t);
 bool cache_tmp_write(cache_tmp *t, const void *data, size_t n);
 /* Closes and renames the temporary to dest; on failure removes it. */

@@ -73,13 +73,13 @@ bool cache_entry_path(const cache *c, cache_key key, const char *kind, const cha
 }
 
 static bool trusted_file(const struct stat *st) {
-    return S_ISREG(st->st_mode) && st->st_uid == geteuid() &&
-           !(st->st_mode & (S_IWGRP | S_IWOTH));
+    return S_ISREG(st->st_mode) && st->st_uid == geteuid() && !(st->st_mode & (S_IWGRP | S_IWOTH));
 }
 
 int cache_open_trusted(const char *path, struct stat *st) {
-    /* O_NOFOLLOW: a link could point at a file that other users can write. */
-    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NOFOLLOW: a link could point at a file that other users can write.
+     * O_NONBLOCK: a FIFO under an entry's name must not hang the open. */
+    int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (fd < 0)
         return -1;
     if (fstat(fd, st) != 0 || !trusted_file(st)) {

@@ -148,7 +148,10 @@ graph_node *graph_slice(graph_node *a, const int64_t *start, const int64_t *step
             }
         }
         s.v.offset += start[d] * s.v.strides[d];
-        s.v.strides[d] *= step[d];
+        /* With one element or none the stride is never used, and a huge step
+         * times it could overflow; with two or more the product is a distance
+         * inside the base, so it fits. */
+        s.v.strides[d] = len[d] <= 1 ? 0 : s.v.strides[d] * step[d];
         s.shape[d] = len[d];
     }
     return finish(&s, a->dtype);

@@ -258,8 +258,10 @@ Test(cache_key, sensitive) {
 /* Pins the framing: each part is its length as 8 little-endian bytes, then
  * its bytes; a u64 is a part of 8 little-endian bytes. */
 Test(cache_key, framing) {
-    const unsigned char framed[] = {3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c', 8, 0, 0, 0, 0, 0,
-                                    0, 0, 0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01};
+    const unsigned char framed[] = {
+        3, 0, 0, 0, 0, 0, 0, 0, 'a', 'b', 'c',                /* "abc" */
+        8, 0, 0, 0, 0, 0, 0, 0, 8,   7,   6,   5, 4, 3, 2, 1, /* 0x0102030405060708 */
+    };
     XXH128_hash_t h = XXH3_128bits(framed, sizeof framed);
     cache_key_builder b;
     cache_key_begin(&b);
@@ -472,8 +474,7 @@ Test(cache_disk, blob_corrupt) {
         flip_byte(p, at[i]);
         void *data;
         size_t n;
-        cr_assert_eq(cache_disk_get(c, key_of(1), "bin", &data, &n), -1, "flip at %d",
-                     (int)at[i]);
+        cr_assert_eq(cache_disk_get(c, key_of(1), "bin", &data, &n), -1, "flip at %d", (int)at[i]);
         cr_assert(!exists(p), "an invalid entry is removed");
     }
     put_blob(c, key_of(1), "bin", 1000, 1);
@@ -490,8 +491,7 @@ Test(cache_disk, blob_truncated) {
         cr_assert_eq(truncate(p, len[i]), 0);
         void *data;
         size_t n;
-        cr_assert_eq(cache_disk_get(c, key_of(1), "bin", &data, &n), -1, "length %d",
-                     (int)len[i]);
+        cr_assert_eq(cache_disk_get(c, key_of(1), "bin", &data, &n), -1, "length %d", (int)len[i]);
         cr_assert(!exists(p));
     }
     /* Longer than its header says is no better. */
@@ -728,8 +728,8 @@ Test(cache_disk, file_dlopen) {
     cr_assert_eq(cache_disk_path(c, key_of(1), "so", path, sizeof path), 0);
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     cr_assert_not_null(h, "%s", dlerror());
-    XXH64_hash_t (*fn)(const void *, size_t) = (XXH64_hash_t(*)(const void *, size_t))dlsym(
-        h, "XXH3_64bits");
+    XXH64_hash_t (*fn)(const void *, size_t) =
+        (XXH64_hash_t(*)(const void *, size_t))dlsym(h, "XXH3_64bits");
     cr_assert_not_null(fn);
     cr_assert_eq(fn("kiln", 4), XXH3_64bits("kiln", 4));
     dlclose(h);
@@ -995,8 +995,7 @@ static void run_children(uint64_t max_bytes) {
     for (int i = 0; i < PROCS; i++) {
         int status;
         cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer %d: status %d", i,
-                  status);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "writer %d: status %d", i, status);
     }
 }
 
@@ -1152,8 +1151,7 @@ Test(cache_disk, concurrent_file_replacement) {
         write_file(src, data, n);
         cr_assert_eq(cache_disk_put_file(c, key_of(1), "so", src), 0);
         char path[PATH_MAX];
-        cr_assert_eq(cache_disk_path(c, key_of(1), "so", path, sizeof path), 0, "version %u",
-                     v);
+        cr_assert_eq(cache_disk_path(c, key_of(1), "so", path, sizeof path), 0, "version %u", v);
         size_t m;
         unsigned char *got = read_file(path, &m);
         cr_assert(m == n && memcmp(got, data, n) == 0, "version %u", v);
@@ -1163,8 +1161,7 @@ Test(cache_disk, concurrent_file_replacement) {
     for (int i = 0; i < READERS; i++) {
         int status;
         cr_assert_eq(waitpid(pids[i], &status, 0), pids[i]);
-        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "reader %d: status %d", i,
-                  status);
+        cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "reader %d: status %d", i, status);
     }
     cache_close(c);
 }
