@@ -131,13 +131,16 @@ TU_TEST(assign, broadcast_and_cast) {
     TU_ASSERT_DTYPE(i, KILN_I32);
     TU_EXPECT_VALS(i, KILN_I32, -2, -2, -2, -2);
     kiln_tensor *u = kiln_zeros(ctx, KILN_U8, TU_S(4));
-    cr_assert_eq(kiln_assign(u, tu_tensor(ctx, KILN_F32, TU_S(4), (double[]){300.5, -1, NAN, 7.9})), KILN_OK);
+    cr_assert_eq(kiln_assign(u, tu_tensor(ctx, KILN_F32, TU_S(4), (double[]){300.5, -1, NAN, 7.9})),
+                 KILN_OK);
     TU_EXPECT_VALS(u, KILN_U8, 255, 0, 0, 7);
     kiln_tensor *b = kiln_zeros(ctx, KILN_BOOL, TU_S(3));
-    cr_assert_eq(kiln_assign(b, tu_tensor(ctx, KILN_F32, TU_S(3), (double[]){0, -0.5, NAN})), KILN_OK);
+    cr_assert_eq(kiln_assign(b, tu_tensor(ctx, KILN_F32, TU_S(3), (double[]){0, -0.5, NAN})),
+                 KILN_OK);
     TU_EXPECT_VALS(b, KILN_BOOL, 0, 1, 1);
     kiln_tensor *h = kiln_zeros(ctx, KILN_F16, TU_S(2));
-    cr_assert_eq(kiln_assign(h, tu_tensor(ctx, KILN_F32, TU_S(2), (double[]){65520, 0.1})), KILN_OK);
+    cr_assert_eq(kiln_assign(h, tu_tensor(ctx, KILN_F32, TU_S(2), (double[]){65520, 0.1})),
+                 KILN_OK);
     TU_EXPECT_VALS(h, KILN_F16, INFINITY, tu_round(KILN_F16, 0.1));
     kiln_tensor *w = kiln_zeros(ctx, KILN_I32, TU_S(2));
     const int64_t big[2] = {4294967297ll, -1};
@@ -161,7 +164,8 @@ TU_TEST(assign, from_a_view) {
     cr_assert_eq(kiln_assign(x, kiln_flip(kiln_transpose(src, 0, 1), TU_AXES(0))), KILN_OK);
     double w[12];
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 3; j++) w[i * 3 + j] = a[j * 4 + (3 - i)];
+        for (int j = 0; j < 3; j++)
+            w[i * 3 + j] = a[j * 4 + (3 - i)];
     TU_EXPECT_EXACT(x, KILN_F64, w, 12);
 }
 

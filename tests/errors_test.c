@@ -20,7 +20,8 @@ TU_TEST(errors, creation_shapes) {
     TU_ASSERT_ERROR(kiln_ones(ctx, KILN_I32, TU_S(-1)), KILN_ERR_SHAPE, "-1");
     TU_ASSERT_ERROR(kiln_full(ctx, KILN_F64, TU_S(4, -2), 1.0), KILN_ERR_SHAPE, "kiln_full");
     float data[4] = {0};
-    TU_ASSERT_ERROR(kiln_from_data(ctx, KILN_F32, TU_S(-4), data), KILN_ERR_SHAPE, "kiln_from_data");
+    TU_ASSERT_ERROR(kiln_from_data(ctx, KILN_F32, TU_S(-4), data), KILN_ERR_SHAPE,
+                    "kiln_from_data");
     TU_ASSERT_ERROR(kiln_rand(ctx, KILN_F32, TU_S(3, -1), 1), KILN_ERR_SHAPE, "kiln_rand");
     TU_ASSERT_ERROR(kiln_randn(ctx, KILN_F32, TU_S(-3), 1), KILN_ERR_SHAPE, "kiln_randn");
 
@@ -34,12 +35,15 @@ TU_TEST(errors, creation_shapes) {
 
     /* element counts that overflow int64 */
     TU_ASSERT_STATUS(kiln_zeros(ctx, KILN_F32, TU_S(1ll << 40, 1ll << 40)), KILN_ERR_SHAPE);
-    TU_ASSERT_ERROR(kiln_full(ctx, KILN_U8, TU_S(1ll << 32, 1ll << 32, 2), 1), KILN_ERR_SHAPE, "kiln_full");
+    TU_ASSERT_ERROR(kiln_full(ctx, KILN_U8, TU_S(1ll << 32, 1ll << 32, 2), 1), KILN_ERR_SHAPE,
+                    "kiln_full");
     TU_ASSERT_STATUS(kiln_zeros(ctx, KILN_F32, TU_S(INT64_MAX, 2)), KILN_ERR_SHAPE);
-    TU_ASSERT_ERROR(kiln_from_data(ctx, KILN_U8, TU_S(1ll << 62, 4), data), KILN_ERR_SHAPE, "kiln_from_data");
+    TU_ASSERT_ERROR(kiln_from_data(ctx, KILN_U8, TU_S(1ll << 62, 4), data), KILN_ERR_SHAPE,
+                    "kiln_from_data");
     /* ... unless a zero makes the tensor empty: NumPy accepts that */
     kiln_tensor *e = kiln_zeros(ctx, KILN_F32, TU_S(0, 1ll << 40, 1ll << 40));
-    if (kiln_error(e) == KILN_OK) cr_assert_eq(kiln_numel(e), 0);
+    if (kiln_error(e) == KILN_OK)
+        cr_assert_eq(kiln_numel(e), 0);
 }
 
 TU_TEST(errors, creation_messages_name_the_op) {
@@ -96,10 +100,11 @@ TU_TEST(errors, binary_shapes_every_op) {
         const char *name;
         kiln_tensor *(*fn)(kiln_tensor *, kiln_tensor *);
     } ops[] = {
-        {"kiln_add", kiln_add}, {"kiln_sub", kiln_sub}, {"kiln_mul", kiln_mul},
-        {"kiln_div", kiln_div}, {"kiln_pow", kiln_pow}, {"kiln_maximum", kiln_maximum},
-        {"kiln_minimum", kiln_minimum}, {"kiln_lt", kiln_lt}, {"kiln_le", kiln_le},
-        {"kiln_gt", kiln_gt}, {"kiln_ge", kiln_ge}, {"kiln_eq", kiln_eq}, {"kiln_ne", kiln_ne},
+        {"kiln_add", kiln_add},         {"kiln_sub", kiln_sub}, {"kiln_mul", kiln_mul},
+        {"kiln_div", kiln_div},         {"kiln_pow", kiln_pow}, {"kiln_maximum", kiln_maximum},
+        {"kiln_minimum", kiln_minimum}, {"kiln_lt", kiln_lt},   {"kiln_le", kiln_le},
+        {"kiln_gt", kiln_gt},           {"kiln_ge", kiln_ge},   {"kiln_eq", kiln_eq},
+        {"kiln_ne", kiln_ne},
     };
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         TU_ASSERT_ERROR(ops[i].fn(a, b), KILN_ERR_SHAPE, ops[i].name, "[2,3]", "[4]");
@@ -178,7 +183,7 @@ TU_TEST(errors, first_error_passes_on) {
         kiln_argmax(e1, TU_AXES(5), false), /* would be its own error */
         kiln_reshape(e1, TU_S(7)),          /* likewise */
         kiln_transpose(e1, 0, 1),
-        kiln_slice(e1, 0, 0, 1, 0),         /* likewise */
+        kiln_slice(e1, 0, 0, 1, 0),                          /* likewise */
         kiln_matmul(e1, kiln_ones(ctx, KILN_BOOL, TU_S(2))), /* likewise */
         kiln_cast(e1, KILN_I32),
         kiln_cat(2, (kiln_tensor *[]){e1, a}, 0),
@@ -187,11 +192,13 @@ TU_TEST(errors, first_error_passes_on) {
         kiln_neg(kiln_exp(kiln_sum(e1, 0, NULL, false))),
     };
     for (size_t i = 0; i < sizeof later / sizeof later[0]; i++) {
-        cr_assert(later[i] != NULL, "[%s] op %zu on an error handle returned NULL", tu_exec_name(), i);
+        cr_assert(later[i] != NULL, "[%s] op %zu on an error handle returned NULL", tu_exec_name(),
+                  i);
         cr_assert(kiln_error(later[i]) == KILN_ERR_SHAPE, "[%s] op %zu: status %d, expected %d",
                   tu_exec_name(), i, (int)kiln_error(later[i]), (int)KILN_ERR_SHAPE);
-        cr_assert_str_eq(kiln_error_message(later[i]), m1, "[%s] op %zu: message \"%s\", expected \"%s\"",
-                         tu_exec_name(), i, kiln_error_message(later[i]), m1);
+        cr_assert_str_eq(kiln_error_message(later[i]), m1,
+                         "[%s] op %zu: message \"%s\", expected \"%s\"", tu_exec_name(), i,
+                         kiln_error_message(later[i]), m1);
     }
     /* the dtype error travels too */
     kiln_tensor *d = kiln_mul_scalar(kiln_abs(e2), 2);
@@ -200,7 +207,8 @@ TU_TEST(errors, first_error_passes_on) {
 }
 
 TU_TEST(errors, assign_of_an_error_leaves_dst) {
-    kiln_tensor *e1 = kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(3, 4)), kiln_ones(ctx, KILN_F32, TU_S(5, 6)));
+    kiln_tensor *e1 =
+        kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(3, 4)), kiln_ones(ctx, KILN_F32, TU_S(5, 6)));
     kiln_tensor *dst = kiln_full(ctx, KILN_F32, TU_S(3, 4), 2);
     cr_assert_eq(kiln_assign(dst, e1), KILN_ERR_SHAPE);
     TU_ASSERT_OK(dst);
@@ -233,7 +241,8 @@ TU_TEST(errors, to_host_wrong_nbytes) {
     cr_assert_eq(kiln_to_host(t, NULL, 6 * sizeof(float)), KILN_ERR_ARG);
     /* a right call still works */
     cr_assert_eq(kiln_to_host(t, buf, 6 * sizeof(float)), KILN_OK);
-    for (int i = 0; i < 6; i++) cr_assert_eq(buf[i], (float)i);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(buf[i], (float)i);
     /* and so does computing with t */
     TU_EXPECT_VALS(kiln_mul_scalar(t, 2), KILN_F32, 0, 2, 4, 6, 8, 10);
     /* to_host on an empty tensor takes 0 bytes only */
@@ -363,7 +372,8 @@ TU_TEST(errors, enormous_allocation) {
                       (int)st);
         }
     } else {
-        cr_assert(st == KILN_ERR_OOM || st == KILN_ERR_SHAPE, "[%s] status %d", tu_exec_name(), (int)st);
+        cr_assert(st == KILN_ERR_OOM || st == KILN_ERR_SHAPE, "[%s] status %d", tu_exec_name(),
+                  (int)st);
     }
     /* what was computed before is still there, and new work still runs */
     TU_EXPECT_VALS(before, KILN_F32, 1, 2, 3, 4);
@@ -376,7 +386,8 @@ TU_TEST(errors, bad_context_device) {
     cr_assert(strlen(kiln_last_ctx_error()) > 0);
     /* a later success clears it */
     kiln_ctx *c = kiln_ctx_new(KILN_REF);
-    if (c) cr_assert_str_eq(kiln_last_ctx_error(), "");
+    if (c)
+        cr_assert_str_eq(kiln_last_ctx_error(), "");
     kiln_ctx_free(c);
     (void)ctx;
 }

@@ -25,12 +25,18 @@ static const struct {
     kiln_tensor *(*fn)(kiln_tensor *, kiln_tensor *);
     kiln_tensor *(*sfn)(kiln_tensor *, double);
 } bops[NOPS] = {
-    {"add", kiln_add, kiln_add_scalar},         {"sub", kiln_sub, kiln_sub_scalar},
-    {"mul", kiln_mul, kiln_mul_scalar},         {"div", kiln_div, kiln_div_scalar},
-    {"pow", kiln_pow, kiln_pow_scalar},         {"maximum", kiln_maximum, kiln_maximum_scalar},
-    {"minimum", kiln_minimum, kiln_minimum_scalar}, {"lt", kiln_lt, kiln_lt_scalar},
-    {"le", kiln_le, kiln_le_scalar},            {"gt", kiln_gt, kiln_gt_scalar},
-    {"ge", kiln_ge, kiln_ge_scalar},            {"eq", kiln_eq, kiln_eq_scalar},
+    {"add", kiln_add, kiln_add_scalar},
+    {"sub", kiln_sub, kiln_sub_scalar},
+    {"mul", kiln_mul, kiln_mul_scalar},
+    {"div", kiln_div, kiln_div_scalar},
+    {"pow", kiln_pow, kiln_pow_scalar},
+    {"maximum", kiln_maximum, kiln_maximum_scalar},
+    {"minimum", kiln_minimum, kiln_minimum_scalar},
+    {"lt", kiln_lt, kiln_lt_scalar},
+    {"le", kiln_le, kiln_le_scalar},
+    {"gt", kiln_gt, kiln_gt_scalar},
+    {"ge", kiln_ge, kiln_ge_scalar},
+    {"eq", kiln_eq, kiln_eq_scalar},
     {"ne", kiln_ne, kiln_ne_scalar},
 };
 
@@ -38,40 +44,60 @@ static bool is_cmp(bop o) { return o >= OP_LT; }
 
 static double ref_float(bop o, double a, double b) {
     switch (o) {
-    case OP_ADD: return a + b;
-    case OP_SUB: return a - b;
-    case OP_MUL: return a * b;
-    case OP_DIV: return a / b;
-    case OP_POW: return pow(a, b);
-    case OP_MAX: return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
-    case OP_MIN: return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
-    case OP_LT: return a < b;
-    case OP_LE: return a <= b;
-    case OP_GT: return a > b;
-    case OP_GE: return a >= b;
-    case OP_EQ: return a == b;
-    case OP_NE: return a != b;
-    default: return NAN;
+    case OP_ADD:
+        return a + b;
+    case OP_SUB:
+        return a - b;
+    case OP_MUL:
+        return a * b;
+    case OP_DIV:
+        return a / b;
+    case OP_POW:
+        return pow(a, b);
+    case OP_MAX:
+        return (isnan(a) || isnan(b)) ? NAN : (a > b ? a : b);
+    case OP_MIN:
+        return (isnan(a) || isnan(b)) ? NAN : (a < b ? a : b);
+    case OP_LT:
+        return a < b;
+    case OP_LE:
+        return a <= b;
+    case OP_GT:
+        return a > b;
+    case OP_GE:
+        return a >= b;
+    case OP_EQ:
+        return a == b;
+    case OP_NE:
+        return a != b;
+    default:
+        return NAN;
     }
 }
 
 static int64_t ref_floordiv(int64_t a, int64_t b, kiln_dtype dt) {
-    if (b == 0) return 0;
-    if (b == -1) return tu_wrap(dt, (int64_t)(0 - (uint64_t)a));
+    if (b == 0)
+        return 0;
+    if (b == -1)
+        return tu_wrap(dt, (int64_t)(0 - (uint64_t)a));
     int64_t q = a / b;
-    if (a % b != 0 && ((a < 0) != (b < 0))) q--;
+    if (a % b != 0 && ((a < 0) != (b < 0)))
+        q--;
     return tu_wrap(dt, q);
 }
 
 static int64_t ref_ipow(int64_t b, int64_t e, kiln_dtype dt) {
     if (e < 0) {
-        if (b == 1) return 1;
-        if (b == -1) return (e & 1) ? -1 : 1;
+        if (b == 1)
+            return 1;
+        if (b == -1)
+            return (e & 1) ? -1 : 1;
         return 0;
     }
     uint64_t r = 1, x = (uint64_t)b;
     while (e) {
-        if (e & 1) r *= x;
+        if (e & 1)
+            r *= x;
         x *= x;
         e >>= 1;
     }
@@ -81,49 +107,64 @@ static int64_t ref_ipow(int64_t b, int64_t e, kiln_dtype dt) {
 /* o on integers of dtype dt, wrapping to its width. */
 static int64_t ref_int(bop o, int64_t a, int64_t b, kiln_dtype dt) {
     switch (o) {
-    case OP_ADD: return tu_wrap(dt, (int64_t)((uint64_t)a + (uint64_t)b));
-    case OP_SUB: return tu_wrap(dt, (int64_t)((uint64_t)a - (uint64_t)b));
-    case OP_MUL: return tu_wrap(dt, (int64_t)((uint64_t)a * (uint64_t)b));
-    case OP_DIV: return ref_floordiv(a, b, dt);
-    case OP_POW: return ref_ipow(a, b, dt);
-    case OP_MAX: return a > b ? a : b;
-    case OP_MIN: return a < b ? a : b;
-    case OP_LT: return a < b;
-    case OP_LE: return a <= b;
-    case OP_GT: return a > b;
-    case OP_GE: return a >= b;
-    case OP_EQ: return a == b;
-    case OP_NE: return a != b;
-    default: return 0;
+    case OP_ADD:
+        return tu_wrap(dt, (int64_t)((uint64_t)a + (uint64_t)b));
+    case OP_SUB:
+        return tu_wrap(dt, (int64_t)((uint64_t)a - (uint64_t)b));
+    case OP_MUL:
+        return tu_wrap(dt, (int64_t)((uint64_t)a * (uint64_t)b));
+    case OP_DIV:
+        return ref_floordiv(a, b, dt);
+    case OP_POW:
+        return ref_ipow(a, b, dt);
+    case OP_MAX:
+        return a > b ? a : b;
+    case OP_MIN:
+        return a < b ? a : b;
+    case OP_LT:
+        return a < b;
+    case OP_LE:
+        return a <= b;
+    case OP_GT:
+        return a > b;
+    case OP_GE:
+        return a >= b;
+    case OP_EQ:
+        return a == b;
+    case OP_NE:
+        return a != b;
+    default:
+        return 0;
     }
 }
 
 /* The value of o on a and b (read in their own dtypes) computed in dtype ct. */
 static double ref_value(bop o, kiln_dtype ct, double a, double b) {
-    if (tu_is_float(ct)) return ref_float(o, tu_round(ct, a), tu_round(ct, b));
+    if (tu_is_float(ct))
+        return ref_float(o, tu_round(ct, a), tu_round(ct, b));
     return (double)ref_int(o, (int64_t)a, (int64_t)b, ct);
 }
 
 /* Checks o on random inputs of the given dtypes, shapes and ranges against
  * the loop above, broadcasting as NumPy. */
-static void check_binary(kiln_ctx *ctx, tu_rng *r, bop o, kiln_dtype da, int na,
-                         const int64_t *sa, double alo, double ahi, kiln_dtype db, int nb,
-                         const int64_t *sb, double blo, double bhi) {
+static void check_binary(kiln_ctx *ctx, tu_rng *r, bop o, kiln_dtype da, int na, const int64_t *sa,
+                         double alo, double ahi, kiln_dtype db, int nb, const int64_t *sb,
+                         double blo, double bhi) {
     int64_t nA = tu_numel(na, sa), nB = tu_numel(nb, sb);
     double *va = malloc((size_t)(nA + 1) * sizeof(double));
     double *vb = malloc((size_t)(nB + 1) * sizeof(double));
     kiln_tensor *a = tu_rand_tensor(ctx, r, da, na, sa, alo, ahi, va);
     kiln_tensor *b = tu_rand_tensor(ctx, r, db, nb, sb, blo, bhi, vb);
-    int no;
+    int no = 0;
     int64_t so[KILN_MAX_DIMS];
     cr_assert(tu_broadcast(na, sa, nb, sb, &no, so), "test shapes do not broadcast");
     kiln_tensor *c = bops[o].fn(a, b);
     TU_ASSERT_SHAPE_N(c, no, so);
     kiln_dtype ct = tu_promote(da, db);
     kiln_dtype out = is_cmp(o) ? KILN_BOOL : ct;
-    cr_assert(kiln_dtype_of(c) == out, "[%s] kiln_%s(%s, %s) gave %s, expected %s",
-              tu_exec_name(), bops[o].name, tu_dt_name(da), tu_dt_name(db),
-              tu_dt_name(kiln_dtype_of(c)), tu_dt_name(out));
+    cr_assert(kiln_dtype_of(c) == out, "[%s] kiln_%s(%s, %s) gave %s, expected %s", tu_exec_name(),
+              bops[o].name, tu_dt_name(da), tu_dt_name(db), tu_dt_name(kiln_dtype_of(c)),
+              tu_dt_name(out));
     int64_t n = tu_numel(no, so);
     double *want = malloc((size_t)(n + 1) * sizeof(double));
     int64_t idx[KILN_MAX_DIMS];
@@ -146,9 +187,9 @@ TU_TEST(binary, broadcast_edge_cases) {
         int nb;
         int64_t b[4];
     } cases[] = {
-        {2, {3, 1}, 2, {1, 4}},       {0, {0}, 2, {2, 3}},       {2, {2, 3}, 0, {0}},
-        {2, {0, 3}, 2, {1, 3}},       {2, {2, 0}, 0, {0}},       {3, {2, 3, 4}, 1, {4}},
-        {3, {5, 1, 3}, 2, {4, 1}},    {1, {1}, 0, {0}},          {1, {0}, 1, {1}},
+        {2, {3, 1}, 2, {1, 4}},          {0, {0}, 2, {2, 3}},       {2, {2, 3}, 0, {0}},
+        {2, {0, 3}, 2, {1, 3}},          {2, {2, 0}, 0, {0}},       {3, {2, 3, 4}, 1, {4}},
+        {3, {5, 1, 3}, 2, {4, 1}},       {1, {1}, 0, {0}},          {1, {0}, 1, {1}},
         {4, {2, 1, 3, 1}, 3, {4, 1, 5}}, {2, {1, 1}, 3, {3, 1, 2}}, {0, {0}, 0, {0}},
         {3, {1, 0, 1}, 2, {1, 5}},
     };
@@ -179,8 +220,10 @@ TU_TEST(binary, float_ops_every_float_dtype) {
     for (int k = 0; k < nf; k++) {
         for (int o = 0; o < NOPS; o++) {
             double alo = -4, ahi = 4, blo = -4, bhi = 4;
-            if (o == OP_POW) alo = 0.1, ahi = 3, blo = -2, bhi = 2;
-            if (is_cmp((bop)o)) alo = -2, ahi = 2, blo = -2, bhi = 2;
+            if (o == OP_POW)
+                alo = 0.1, ahi = 3, blo = -2, bhi = 2;
+            if (is_cmp((bop)o))
+                alo = -2, ahi = 2, blo = -2, bhi = 2;
             check_binary(ctx, &r, (bop)o, fl[k], TU_S(4, 1, 5), alo, ahi, fl[k], TU_S(3, 1), blo,
                          bhi);
         }
@@ -194,14 +237,21 @@ TU_TEST(binary, integer_ops) {
         kiln_dtype dt = ints[k];
         for (int o = 0; o < NOPS; o++) {
             double alo = -2147483648.0, ahi = 2147483647.0, blo = alo, bhi = ahi;
-            if (o == OP_DIV) alo = -50, ahi = 50, blo = -6, bhi = 6;
-            if (o == OP_POW) alo = -4, ahi = 4, blo = -3, bhi = 20;
-            if (is_cmp((bop)o)) alo = -3, ahi = 3, blo = -3, bhi = 3;
+            if (o == OP_DIV)
+                alo = -50, ahi = 50, blo = -6, bhi = 6;
+            if (o == OP_POW)
+                alo = -4, ahi = 4, blo = -3, bhi = 20;
+            if (is_cmp((bop)o))
+                alo = -3, ahi = 3, blo = -3, bhi = 3;
             if (dt == KILN_U8) {
-                if (alo < 0) alo = 0;
-                if (blo < 0) blo = 0;
-                if (o == OP_POW) ahi = 7, bhi = 9;
-                if (is_cmp((bop)o)) ahi = 4, bhi = 4;
+                if (alo < 0)
+                    alo = 0;
+                if (blo < 0)
+                    blo = 0;
+                if (o == OP_POW)
+                    ahi = 7, bhi = 9;
+                if (is_cmp((bop)o))
+                    ahi = 4, bhi = 4;
             }
             check_binary(ctx, &r, (bop)o, dt, TU_S(6, 7), alo, ahi, dt, TU_S(7), blo, bhi);
         }
@@ -212,23 +262,41 @@ TU_TEST(binary, promotion_every_pair) {
     TU_RNG(r);
     int n;
     const kiln_dtype *all = tu_all_dtypes(&n);
+    int rot = 0;
     for (int i = 0; i < n; i++) {
         for (int j = 0; j < n; j++) {
             kiln_dtype da = all[i], db = all[j];
+            bool both_bool = da == KILN_BOOL && db == KILN_BOOL;
+            /* the dtype of every op (nothing to compute) */
+            kiln_tensor *a = kiln_ones(ctx, da, TU_S(2, 3));
+            kiln_tensor *b = kiln_ones(ctx, db, TU_S(3));
             for (int o = 0; o < NOPS; o++) {
-                bool both_bool = da == KILN_BOOL && db == KILN_BOOL;
-                /* NumPy leaves bool arithmetic either undefined or logical;
-                 * only the ops with one meaning are checked on two bools. */
-                if (both_bool && (o == OP_ADD || o == OP_SUB || o == OP_MUL || o == OP_DIV ||
-                                  o == OP_POW))
+                if (both_bool && !is_cmp((bop)o) && o != OP_MAX && o != OP_MIN)
                     continue;
+                kiln_tensor *c = bops[o].fn(a, b);
+                kiln_dtype want = is_cmp((bop)o) ? KILN_BOOL : tu_promote(da, db);
+                TU_ASSERT_SHAPE(c, 2, 3);
+                cr_assert(kiln_dtype_of(c) == want, "[%s] kiln_%s(%s, %s) gave %s, expected %s",
+                          tu_exec_name(), bops[o].name, tu_dt_name(da), tu_dt_name(db),
+                          tu_dt_name(kiln_dtype_of(c)), tu_dt_name(want));
+            }
+            kiln_tensor *w = kiln_where(kiln_ones(ctx, KILN_BOOL, TU_S(1)), a, b);
+            TU_ASSERT_DTYPE(w, tu_promote(da, db));
+            /* values: add and lt for every pair, and one more op in turn (NumPy
+             * leaves arithmetic on two bools either undefined or logical; only
+             * the ops with one meaning are checked there) */
+            bop more = (bop)(OP_SUB + rot++ % (NOPS - OP_SUB));
+            if (more == OP_LT)
+                more = OP_DIV;
+            bop checked[3] = {both_bool ? OP_MAX : OP_ADD, OP_LT, more};
+            for (int k = 0; k < 3; k++) {
+                bop o = checked[k];
+                if (both_bool && (o == OP_SUB || o == OP_MUL || o == OP_DIV || o == OP_POW))
+                    o = OP_MIN;
                 double blo = o == OP_DIV ? 1 : 0;
                 double ahi = o == OP_POW ? 3 : 5, bhi = o == OP_POW ? 3 : 5;
-                check_binary(ctx, &r, (bop)o, da, TU_S(2, 3), 0, ahi, db, TU_S(3), blo, bhi);
+                check_binary(ctx, &r, o, da, TU_S(2, 3), 0, ahi, db, TU_S(3), blo, bhi);
             }
-            kiln_tensor *c = kiln_ones(ctx, KILN_BOOL, TU_S(1));
-            kiln_tensor *w = kiln_where(c, kiln_ones(ctx, da, TU_S(1)), kiln_zeros(ctx, db, TU_S(1)));
-            TU_EXPECT_VALS(w, tu_promote(da, db), 1);
         }
     }
 }
@@ -280,8 +348,10 @@ TU_TEST(binary, i64_wrapping) {
     kiln_tensor *tb = tu_tensor_i64(ctx, KILN_I64, TU_S(6), b);
     int64_t w[6];
     for (bop o = OP_ADD; o <= OP_MIN; o++) {
-        for (int i = 0; i < 6; i++) w[i] = ref_int(o, a[i], b[i], KILN_I64);
-        if (o == OP_POW) continue; /* exponents here are too large to mean anything */
+        for (int i = 0; i < 6; i++)
+            w[i] = ref_int(o, a[i], b[i], KILN_I64);
+        if (o == OP_POW)
+            continue; /* exponents here are too large to mean anything */
         TU_EXPECT_I64(bops[o].fn(ta, tb), KILN_I64, w, 6);
     }
     const int64_t add[] = {INT64_MIN, INT64_MIN + 1, (1ll << 33) + 2, INT64_MAX, INT64_MIN + 7, -5};
@@ -294,7 +364,8 @@ TU_TEST(binary, i64_wrapping) {
 TU_TEST(binary, integer_floor_division) {
     const kiln_dtype ints[] = {KILN_I32, KILN_I64};
     for (int k = 0; k < 2; k++) {
-        kiln_tensor *a = tu_tensor(ctx, ints[k], TU_S(9), (double[]){7, -7, 7, -7, 0, 5, -5, 6, -6});
+        kiln_tensor *a =
+            tu_tensor(ctx, ints[k], TU_S(9), (double[]){7, -7, 7, -7, 0, 5, -5, 6, -6});
         kiln_tensor *b = tu_tensor(ctx, ints[k], TU_S(9), (double[]){2, 2, -2, -2, 3, 0, 0, 3, -3});
         TU_EXPECT_VALS(kiln_div(a, b), ints[k], 3, -4, -4, 3, 0, 0, 0, 2, 2);
     }
@@ -332,18 +403,19 @@ TU_TEST(binary, pow_rules) {
     for (int k = 0; k < 2; k++) {
         kiln_dtype dt = ints[k];
         kiln_tensor *b = tu_tensor(ctx, dt, TU_S(10), (double[]){1, -1, -1, 2, 0, 0, 3, -2, 5, -3});
-        kiln_tensor *e = tu_tensor(ctx, dt, TU_S(10), (double[]){-5, -3, -2, -1, -1, 0, 4, 3, 0, 1});
+        kiln_tensor *e =
+            tu_tensor(ctx, dt, TU_S(10), (double[]){-5, -3, -2, -1, -1, 0, 4, 3, 0, 1});
         TU_EXPECT_VALS(kiln_pow(b, e), dt, 1, -1, 1, 0, 0, 1, 81, -8, 1, -3);
     }
     /* wrapping: 3^20 in i32, 2^62 and 3^40 in i64 */
     TU_EXPECT_VALS(kiln_pow(kiln_scalar(ctx, KILN_I32, 3), kiln_scalar(ctx, KILN_I32, 20)),
                    KILN_I32, (double)(int32_t)(uint32_t)3486784401u);
     int64_t p62 = 1ll << 62;
-    TU_EXPECT_I64(kiln_pow(kiln_scalar(ctx, KILN_I64, 2), kiln_scalar(ctx, KILN_I64, 62)),
-                  KILN_I64, &p62, 1);
+    TU_EXPECT_I64(kiln_pow(kiln_scalar(ctx, KILN_I64, 2), kiln_scalar(ctx, KILN_I64, 62)), KILN_I64,
+                  &p62, 1);
     int64_t p3_40 = ref_ipow(3, 40, KILN_I64);
-    TU_EXPECT_I64(kiln_pow(kiln_scalar(ctx, KILN_I64, 3), kiln_scalar(ctx, KILN_I64, 40)),
-                  KILN_I64, &p3_40, 1);
+    TU_EXPECT_I64(kiln_pow(kiln_scalar(ctx, KILN_I64, 3), kiln_scalar(ctx, KILN_I64, 40)), KILN_I64,
+                  &p3_40, 1);
     kiln_tensor *ub = tu_tensor(ctx, KILN_U8, TU_S(3), (double[]){2, 3, 0});
     kiln_tensor *ue = tu_tensor(ctx, KILN_U8, TU_S(3), (double[]){8, 5, 0});
     TU_EXPECT_VALS(kiln_pow(ub, ue), KILN_U8, 0, 243, 1);
@@ -415,9 +487,12 @@ TU_TEST(binary, comparisons_nan_and_zero) {
 
 /* The dtype a scalar op gives, per the header's scalar rule. */
 static kiln_dtype scalar_result(bop o, kiln_dtype dt, double s) {
-    if (is_cmp(o)) return KILN_BOOL;
-    if (tu_is_float(dt)) return dt;
-    if (s != trunc(s)) return KILN_F32;
+    if (is_cmp(o))
+        return KILN_BOOL;
+    if (tu_is_float(dt))
+        return dt;
+    if (s != trunc(s))
+        return KILN_F32;
     return dt == KILN_BOOL ? KILN_I64 : dt;
 }
 
@@ -436,7 +511,8 @@ TU_TEST(binary, scalar_forms_every_dtype) {
             for (int o = 0; o < NOPS; o++) {
                 /* A negative scalar has no u8 value (NumPy refuses it); the
                  * wrapping of u8 arithmetic with one is tested on its own. */
-                if (dt == KILN_U8 && s < 0) continue;
+                if (dt == KILN_U8 && s < 0)
+                    continue;
                 kiln_tensor *y = bops[o].sfn(x, s);
                 TU_ASSERT_SHAPE(y, 3, 4);
                 kiln_dtype out = scalar_result((bop)o, dt, s);
@@ -444,6 +520,12 @@ TU_TEST(binary, scalar_forms_every_dtype) {
                           "[%s] kiln_%s_scalar(%s, %g) gave %s, expected %s", tu_exec_name(),
                           bops[o].name, tu_dt_name(dt), s, tu_dt_name(kiln_dtype_of(y)),
                           tu_dt_name(out));
+                /* values for every op with 2.5 and -3 (2 for u8), and for the
+                 * ops where 0 is special */
+                bool check = s == 2.5 || s == -3 || (dt == KILN_U8 && s == 2) ||
+                             (s == 0 && (o == OP_DIV || o == OP_POW || o == OP_ADD));
+                if (!check)
+                    continue;
                 /* comparisons compute in the dtype the arithmetic ops would */
                 kiln_dtype ct = is_cmp((bop)o) ? scalar_result(OP_ADD, dt, s) : out;
                 double w[12];
@@ -516,7 +598,8 @@ TU_TEST(binary, where) {
     TU_ASSERT_SHAPE(w, 3, 4);
     double want[12];
     for (int i = 0; i < 3; i++)
-        for (int j = 0; j < 4; j++) want[i * 4 + j] = c[i] ? a[j] : b0;
+        for (int j = 0; j < 4; j++)
+            want[i * 4 + j] = c[i] ? a[j] : b0;
     TU_EXPECT_EXACT(w, KILN_F32, want, 12);
 
     /* cond of any dtype is read as != 0 (NaN is true, -0.0 false) */
@@ -544,12 +627,14 @@ TU_TEST(binary, where) {
         kiln_tensor *cc = tu_rand_tensor(ctx, &r, KILN_BOOL, TU_S(4, 5), 0, 1, cv);
         kiln_tensor *aa = tu_rand_tensor(ctx, &r, all[k], TU_S(4, 5), -50, 50, av);
         kiln_tensor *bb = tu_rand_tensor(ctx, &r, all[k], TU_S(4, 5), -50, 50, bv);
-        for (int i = 0; i < 20; i++) wv[i] = cv[i] ? av[i] : bv[i];
+        for (int i = 0; i < 20; i++)
+            wv[i] = cv[i] ? av[i] : bv[i];
         TU_EXPECT_EXACT(kiln_where(cc, aa, bb), all[k], wv, 20);
     }
 
-    TU_ASSERT_ERROR(kiln_where(kiln_ones(ctx, KILN_BOOL, TU_S(3)), ta, kiln_zeros(ctx, KILN_F32, TU_S(2))),
-                    KILN_ERR_SHAPE, "kiln_where");
+    TU_ASSERT_ERROR(
+        kiln_where(kiln_ones(ctx, KILN_BOOL, TU_S(3)), ta, kiln_zeros(ctx, KILN_F32, TU_S(2))),
+        KILN_ERR_SHAPE, "kiln_where");
 }
 
 TU_TEST(binary, non_contiguous_operands) {
@@ -562,7 +647,8 @@ TU_TEST(binary, non_contiguous_operands) {
     TU_ASSERT_SHAPE(c, 6, 4);
     double want[24];
     for (int i = 0; i < 6; i++)
-        for (int j = 0; j < 4; j++) want[i * 4 + j] = a[j * 6 + i] * b[(5 - i) * 4 + j];
+        for (int j = 0; j < 4; j++)
+            want[i * 4 + j] = a[j * 6 + i] * b[(5 - i) * 4 + j];
     TU_EXPECT(c, KILN_F64, want, 24);
 
     /* strided slices of the same tensor, and x op x */
@@ -572,12 +658,14 @@ TU_TEST(binary, non_contiguous_operands) {
     TU_ASSERT_SHAPE(d, 4, 3);
     double wd[12];
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 3; j++) wd[i * 3 + j] = a[i * 6 + 2 * j] - a[i * 6 + 2 * j + 1];
+        for (int j = 0; j < 3; j++)
+            wd[i * 3 + j] = a[i * 6 + 2 * j] - a[i * 6 + 2 * j + 1];
     TU_EXPECT(d, KILN_F64, wd, 12);
     double zeros[24] = {0};
     TU_EXPECT_EXACT(kiln_sub(ta, ta), KILN_F64, zeros, 24);
     double twice[24];
-    for (int i = 0; i < 24; i++) twice[i] = 2 * a[i];
+    for (int i = 0; i < 24; i++)
+        twice[i] = 2 * a[i];
     TU_EXPECT_EXACT(kiln_add(ta, ta), KILN_F64, twice, 24);
 }
 
@@ -591,4 +679,189 @@ TU_TEST(binary, zero_dim_operands) {
     TU_ASSERT_SCALAR_SHAPE(d);
     TU_ASSERT_DTYPE(d, KILN_BOOL);
     cr_assert_eq(TU_ITEM(d), 0);
+}
+
+TU_TEST(binary, large_and_odd_sizes) {
+    TU_RNG(r);
+    enum { R = 257, C = 300 };
+    double *a = malloc(R * C * sizeof(double)), *b = malloc(C * R * sizeof(double));
+    double *w = malloc(R * C * sizeof(double));
+    kiln_tensor *ta = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(R, C), -4, 4, a);
+    kiln_tensor *tb = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(C, R), -4, 4, b);
+    /* a + b^T: one operand read across its rows */
+    kiln_tensor *c = kiln_add(ta, kiln_transpose(tb, 0, 1));
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            w[i * C + j] = a[i * C + j] + b[j * R + i];
+    TU_EXPECT(c, KILN_F32, w, R * C);
+    /* a broadcast column times a broadcast row, then a comparison with a */
+    kiln_tensor *col = kiln_slice(ta, 1, 7, 8, 1);         /* [R,1] */
+    kiln_tensor *row = kiln_slice(ta, 0, -1, KILN_END, 1); /* [1,C] */
+    kiln_tensor *d = kiln_gt(kiln_mul(col, row), ta);
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < C; j++)
+            w[i * C + j] = (double)(float)(a[i * C + 7] * a[(R - 1) * C + j]) > a[i * C + j];
+    TU_EXPECT(d, KILN_BOOL, w, R * C);
+    /* odd 1-d lengths around typical vector and tile widths */
+    const int64_t lens[] = {1, 3, 7, 15, 17, 31, 33, 63, 65, 127, 129, 1023, 1025, 4097};
+    for (size_t k = 0; k < sizeof lens / sizeof lens[0]; k++) {
+        int64_t n = lens[k];
+        kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(n), -1, 1, a);
+        kiln_tensor *y = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(n), -1, 1, b);
+        for (int64_t i = 0; i < n; i++)
+            w[i] = a[i] * b[i] - a[i];
+        TU_EXPECT(kiln_sub(kiln_mul(x, y), x), KILN_F64, w, n);
+    }
+    free(a);
+    free(b);
+    free(w);
+}
+
+TU_TEST(binary, shared_subexpressions) {
+    TU_RNG(r);
+    double a[24];
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(4, 6), -2, 2, a);
+    /* a diamond: s feeds two branches that meet again */
+    kiln_tensor *s = kiln_exp(x);
+    kiln_tensor *p = kiln_mul(s, s);
+    kiln_tensor *q = kiln_add_scalar(s, 1);
+    kiln_tensor *y = kiln_div(p, q);
+    double w[24], wp[24], wq[24];
+    for (int i = 0; i < 24; i++) {
+        double e = exp(a[i]);
+        wp[i] = e * e;
+        wq[i] = e + 1;
+        w[i] = wp[i] / wq[i];
+    }
+    TU_EXPECT(y, KILN_F64, w, 24);
+    /* the branches read afterwards, in either order, after y was realized */
+    TU_EXPECT(q, KILN_F64, wq, 24);
+    TU_EXPECT(p, KILN_F64, wp, 24);
+    /* a realized tensor feeding new work */
+    kiln_tensor *z = kiln_sub(y, p);
+    for (int i = 0; i < 24; i++)
+        w[i] = w[i] - wp[i];
+    TU_EXPECT(z, KILN_F64, w, 24);
+    /* switching mode in the middle of a graph */
+    kiln_ctx_set_mode(ctx, kiln_ctx_mode(ctx) == KILN_LAZY ? KILN_EAGER : KILN_LAZY);
+    kiln_tensor *u = kiln_mul_scalar(kiln_add(z, p), 2);
+    for (int i = 0; i < 24; i++)
+        w[i] = 2 * (w[i] + wp[i]);
+    TU_EXPECT(u, KILN_F64, w, 24);
+}
+
+TU_TEST(binary, eight_dims) {
+    TU_RNG(r);
+    const int64_t da[8] = {2, 1, 3, 1, 2, 1, 2, 3}, db[8] = {1, 2, 1, 2, 1, 2, 2, 1};
+    check_binary(ctx, &r, OP_ADD, KILN_F32, 8, da, -3, 3, KILN_F32, 8, db, -3, 3);
+    check_binary(ctx, &r, OP_MUL, KILN_I32, 8, da, -3, 3, KILN_I64, 3, db + 5, -3, 3);
+}
+
+TU_TEST(binary, chained_ops_round_and_wrap_at_each_step) {
+    /* each op's result is of its own dtype, however the ops are fused */
+    kiln_tensor *a = tu_tensor(ctx, KILN_I32, TU_S(3), (double[]){2147483647.0, -2147483648.0, 5});
+    kiln_tensor *b = tu_tensor(ctx, KILN_I32, TU_S(3), (double[]){1, -1, 1});
+    TU_EXPECT_VALS(kiln_div_scalar(kiln_add(a, b), 2), KILN_I32, -1073741824.0, 1073741823.0, 3);
+    TU_EXPECT_VALS(kiln_gt_scalar(kiln_add(a, b), 0), KILN_BOOL, 0, 1, 1);
+    TU_EXPECT_VALS(kiln_cast(kiln_add(a, b), KILN_F64), KILN_F64, -2147483648.0, 2147483647.0, 6);
+    kiln_tensor *u = tu_tensor(ctx, KILN_U8, TU_S(3), (double[]){200, 250, 3});
+    kiln_tensor *v = tu_tensor(ctx, KILN_U8, TU_S(3), (double[]){100, 10, 4});
+    TU_EXPECT_VALS(kiln_div_scalar(kiln_add(u, v), 2), KILN_U8, 22, 2, 3);
+    TU_EXPECT_VALS(kiln_gt_scalar(kiln_add(u, v), 100), KILN_BOOL, 0, 0, 0);
+    TU_EXPECT_VALS(kiln_maximum(kiln_mul(u, v), kiln_sub(v, u)), KILN_U8, 156, 196, 12);
+    TU_EXPECT_VALS(kiln_sum(kiln_add(u, v), 0, NULL, false), KILN_I64, 44 + 4 + 7);
+    /* f16: 60000 + 60000 is inf in f16 before the subtraction */
+    kiln_tensor *h = tu_tensor(ctx, KILN_F16, TU_S(2), (double[]){60000, 1000});
+    TU_EXPECT_VALS(kiln_sub(kiln_add(h, h), h), KILN_F16, INFINITY, 1000);
+    /* and 1 + 2^-11 is 1 in f16 (and bf16 at 2^-8) before subtracting 1 */
+    kiln_tensor *one = kiln_ones(ctx, KILN_F16, TU_S(1));
+    TU_EXPECT_VALS(kiln_sub_scalar(kiln_add_scalar(one, 0x1p-11), 1), KILN_F16, 0);
+    kiln_tensor *bone = kiln_ones(ctx, KILN_BF16, TU_S(1));
+    TU_EXPECT_VALS(kiln_sub_scalar(kiln_add_scalar(bone, 0x1p-8), 1), KILN_BF16, 0);
+    /* f32 likewise at 2^-24 */
+    kiln_tensor *fone = kiln_ones(ctx, KILN_F32, TU_S(1));
+    TU_EXPECT_VALS(kiln_sub_scalar(kiln_add_scalar(fone, 0x1p-24), 1), KILN_F32, 0);
+    /* a sum of f16 values whose elements overflow f16 after a multiply */
+    kiln_tensor *m = kiln_full(ctx, KILN_F16, TU_S(4), 300);
+    TU_EXPECT_VALS(kiln_sum(kiln_mul(m, m), 0, NULL, false), KILN_F16, INFINITY);
+}
+
+TU_TEST(binary, padded_views_in_reductions) {
+    kiln_tensor *x = tu_tensor(ctx, KILN_F32, TU_S(2, 2), (double[]){1, 2, 3, 4});
+    const int64_t p[4] = {1, 0, 0, 1};
+    /* [[100, 100, 100], [1, 2, 100], [3, 4, 100]] */
+    kiln_tensor *big = kiln_pad(x, p, 100);
+    TU_EXPECT_VALS(kiln_max(big, 0, NULL, false), KILN_F32, 100);
+    TU_EXPECT_VALS(kiln_argmax(big, 0, NULL, false), KILN_I64, 0);
+    TU_EXPECT_VALS(kiln_argmin(big, 0, NULL, false), KILN_I64, 3);
+    TU_EXPECT_VALS(kiln_sum(big, TU_AXES(1), false), KILN_F32, 300, 103, 107);
+    TU_EXPECT_VALS(kiln_min(kiln_pad(x, p, -INFINITY), TU_AXES(0), false), KILN_F32, -INFINITY,
+                   -INFINITY, -INFINITY);
+    kiln_tensor *nanpad = kiln_pad(x, p, NAN);
+    TU_EXPECT_VALS(kiln_max(nanpad, TU_AXES(1), false), KILN_F32, NAN, NAN, NAN);
+    TU_EXPECT_VALS(kiln_max(kiln_slice(nanpad, 1, 0, 2, 1), TU_AXES(0), false), KILN_F32, NAN, NAN);
+    TU_EXPECT_VALS(
+        kiln_max(kiln_slice(kiln_slice(nanpad, 1, 0, 2, 1), 0, 1, 3, 1), TU_AXES(0), false),
+        KILN_F32, 3, 4);
+    /* an i32 pad with a negative value, then an elementwise op */
+    kiln_tensor *i = tu_tensor(ctx, KILN_I32, TU_S(2), (double[]){5, 6});
+    const int64_t q[2] = {2, 1};
+    TU_EXPECT_VALS(kiln_mul(kiln_pad(i, q, -3), kiln_pad(i, q, 2)), KILN_I32, -6, -6, 25, 36, -6);
+}
+
+TU_TEST(binary, same_structure_different_values) {
+    /* Graphs that differ only in data, constants, view offsets, pad values,
+     * arange bounds or seeds must not share results, however compiled code
+     * is reused between them. */
+    TU_RNG(r);
+    for (int it = 0; it < 6; it++) {
+        double v[12], w[12];
+        kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(3, 4), -2, 2, v);
+        kiln_tensor *y = kiln_mul_scalar(kiln_add_scalar(x, (double)it), 0.5 + it);
+        for (int i = 0; i < 12; i++) w[i] = (v[i] + it) * (0.5 + it);
+        TU_EXPECT(y, KILN_F32, w, 12);
+        /* a slice at a different offset each time */
+        kiln_tensor *s = kiln_slice(x, 1, it % 4, it % 4 + 1, 1);
+        for (int i = 0; i < 3; i++) w[i] = v[i * 4 + it % 4];
+        TU_EXPECT_EXACT(kiln_neg(kiln_neg(kiln_add_scalar(s, 0))), KILN_F32, w, 3);
+        double w2[3];
+        for (int i = 0; i < 3; i++) w2[i] = fabs((double)((float)((float)w[i] + 1.0f) - 1.0f));
+        TU_EXPECT_EXACT(kiln_abs(kiln_sub_scalar(kiln_add_scalar(s, 1), 1)), KILN_F32, w2, 3);
+        /* a pad value */
+        const int64_t p[2] = {1, 1};
+        kiln_tensor *pd = kiln_mul_scalar(kiln_pad(kiln_ones(ctx, KILN_F32, TU_S(1)), p, it), 2);
+        TU_EXPECT_VALS(pd, KILN_F32, 2.0 * it, 2, 2.0 * it);
+        /* arange bounds */
+        kiln_tensor *a = kiln_add_scalar(kiln_arange(ctx, KILN_F64, it, it + 3, 1), 0.25);
+        TU_EXPECT_VALS(a, KILN_F64, it + 0.25, it + 1.25, it + 2.25);
+        /* seeds */
+        double r1[4], r2[4];
+        TU_READ(kiln_mul_scalar(kiln_rand(ctx, KILN_F64, TU_S(4), (uint64_t)it), 2), r1, 4);
+        TU_READ(kiln_rand(ctx, KILN_F64, TU_S(4), (uint64_t)it), r2, 4);
+        for (int i = 0; i < 4; i++)
+            cr_assert_eq(r1[i], 2 * r2[i], "[%s] seed %d element %d", tu_exec_name(), it, i);
+    }
+}
+
+TU_TEST(binary, many_inputs_and_deep_chains) {
+    TU_RNG(r);
+    enum { K = 40, N = 10 };
+    double v[K][N], w[N] = {0};
+    kiln_tensor *acc = NULL;
+    for (int k = 0; k < K; k++) {
+        kiln_tensor *t = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(N), -1, 1, v[k]);
+        acc = acc ? kiln_add(acc, kiln_mul_scalar(t, k + 1)) : t;
+        for (int i = 0; i < N; i++) w[i] += v[k][i] * (k ? k + 1 : 1);
+    }
+    TU_EXPECT(acc, KILN_F64, w, N);
+    /* 300 ops in a row */
+    kiln_tensor *x = tu_tensor(ctx, KILN_F64, TU_S(N), v[0]);
+    kiln_tensor *y = x;
+    for (int i = 0; i < 100; i++) y = kiln_mul_scalar(kiln_add_scalar(kiln_sin(y), 0.5), 0.9);
+    for (int i = 0; i < N; i++) {
+        double t = v[0][i];
+        for (int k = 0; k < 100; k++) t = (sin(t) + 0.5) * 0.9;
+        w[i] = t;
+    }
+    TU_EXPECT(y, KILN_F64, w, N);
 }

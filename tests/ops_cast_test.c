@@ -4,20 +4,19 @@
 #include "test_util.h"
 
 static const double float_values[] = {
-    NAN, INFINITY, -INFINITY, -0.5, 2.5, 300, -1, 65520, 0, -0.0, 3.5, -2.5, 0.5, 1.5,
-    1e10, -1e10, 255.9, 256, 127.5, -128.7, 2147483647.0, 2147483648.0, -2147483649.0, 3e9,
-    -3e9, 1e19, -1e19, 9223372036854775808.0, -9223372036854775808.0, 0.1, 65504, 65519,
-    65519.99, 1.00390625, 1.01171875, 1e-8, 6e-8, 2.98023223876953125e-8, 3e-8, 1e-5, 1e-40,
-    1e39, -1e39, 0.99999, -0.99999, 1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-8 + 0x1p-30, 16777217,
-    4294967301.0, -255.5, 254.5, 0x1p-126, 0x1p-133, 3.4028235677973366e38,
+    NAN, INFINITY, -INFINITY, -0.5, 2.5, 300, -1, 65520, 0, -0.0, 3.5, -2.5, 0.5, 1.5, 1e10, -1e10,
+    255.9, 256, 127.5, -128.7, 2147483647.0, 2147483648.0, -2147483649.0, 3e9, -3e9, 1e19, -1e19,
+    9223372036854775808.0, -9223372036854775808.0, 0.1, 65504, 65519, 65519.99, 1.00390625,
+    1.01171875, 1e-8, 6e-8, 2.98023223876953125e-8, 3e-8, 1e-5, 1e-40, 1e39, -1e39, 0.99999,
+    -0.99999, 1.0 + 0x1p-11 + 0x1p-40, 1.0 + 0x1p-8 + 0x1p-30, 16777217, 4294967301.0, -255.5,
+    254.5, 0x1p-126, 0x1p-133, 3.4028235677973366e38,
 };
 #define NFLOAT (int64_t)(sizeof float_values / sizeof float_values[0])
 
 static const int64_t int_values[] = {
-    0,     1,     -1,         2,           127,         128,         255,
-    256,   300,   -129,       65520,       70000,       2147483647,  2147483648ll,
-    -2147483649ll, (1ll << 53) + 1, INT64_MAX, INT64_MIN, 16777217, -300,  65504,
-    65505, 4294967297ll, -128, -256, 44, 1ll << 62, -(1ll << 31),
+    0, 1, -1, 2, 127, 128, 255, 256, 300, -129, 65520, 70000, 2147483647, 2147483648ll,
+    -2147483649ll, (1ll << 53) + 1, INT64_MAX, INT64_MIN, 16777217, -300, 65504, 65505,
+    4294967297ll, -128, -256, 44, 1ll << 62, -(1ll << 31),
 };
 #define NINT (int64_t)(sizeof int_values / sizeof int_values[0])
 
@@ -25,7 +24,8 @@ static const int64_t int_values[] = {
 static int64_t int_values_for(kiln_dtype dt, int64_t *out) {
     int64_t n = 0;
     for (int64_t i = 0; i < NINT; i++)
-        if (tu_wrap(dt, int_values[i]) == int_values[i]) out[n++] = int_values[i];
+        if (tu_wrap(dt, int_values[i]) == int_values[i])
+            out[n++] = int_values[i];
     return n;
 }
 
@@ -38,14 +38,16 @@ TU_TEST(cast, every_pair_from_floats) {
     int64_t want_i[NFLOAT];
     for (int s = 0; s < nf; s++) {
         kiln_dtype st = fl[s];
-        for (int64_t i = 0; i < NFLOAT; i++) src[i] = tu_round(st, float_values[i]);
+        for (int64_t i = 0; i < NFLOAT; i++)
+            src[i] = tu_round(st, float_values[i]);
         kiln_tensor *x = tu_tensor(ctx, st, TU_S(NFLOAT), src);
         for (int d = 0; d < n; d++) {
             kiln_dtype dt = all[d];
             kiln_tensor *y = kiln_cast(x, dt);
             TU_ASSERT_SHAPE(y, NFLOAT);
             if (tu_is_float(dt)) {
-                for (int64_t i = 0; i < NFLOAT; i++) want[i] = tu_round_float(dt, src[i]);
+                for (int64_t i = 0; i < NFLOAT; i++)
+                    want[i] = tu_round_float(dt, src[i]);
                 TU_EXPECT_EXACT(y, dt, want, NFLOAT);
                 double got[NFLOAT];
                 TU_READ(y, got, NFLOAT);
@@ -54,7 +56,8 @@ TU_TEST(cast, every_pair_from_floats) {
                               "[%s] cast %s -> %s of %g lost the sign: %g", tu_exec_name(),
                               tu_dt_name(st), tu_dt_name(dt), src[i], got[i]);
             } else {
-                for (int64_t i = 0; i < NFLOAT; i++) want_i[i] = tu_float_to_int(src[i], dt);
+                for (int64_t i = 0; i < NFLOAT; i++)
+                    want_i[i] = tu_float_to_int(src[i], dt);
                 TU_EXPECT_I64(y, dt, want_i, NFLOAT);
             }
         }
@@ -77,10 +80,12 @@ TU_TEST(cast, every_pair_from_integers) {
             TU_ASSERT_SHAPE(y, m);
             if (tu_is_float(dt)) {
                 for (int64_t i = 0; i < m; i++)
-                    want[i] = dt == KILN_F32 ? (double)(float)src[i] : tu_round_float(dt, (double)src[i]);
+                    want[i] =
+                        dt == KILN_F32 ? (double)(float)src[i] : tu_round_float(dt, (double)src[i]);
                 TU_EXPECT_EXACT(y, dt, want, m);
             } else {
-                for (int64_t i = 0; i < m; i++) want_i[i] = tu_wrap(dt, src[i]);
+                for (int64_t i = 0; i < m; i++)
+                    want_i[i] = tu_wrap(dt, src[i]);
                 TU_EXPECT_I64(y, dt, want_i, m);
             }
         }
@@ -88,12 +93,16 @@ TU_TEST(cast, every_pair_from_integers) {
 }
 
 TU_TEST(cast, hand_examples) {
-    kiln_tensor *f = tu_tensor(ctx, KILN_F32, TU_S(8), (double[]){NAN, INFINITY, -0.5, 2.5, 300, -1, 65520, -1e10});
+    kiln_tensor *f = tu_tensor(ctx, KILN_F32, TU_S(8),
+                               (double[]){NAN, INFINITY, -0.5, 2.5, 300, -1, 65520, -1e10});
     TU_EXPECT_VALS(kiln_cast(f, KILN_U8), KILN_U8, 0, 255, 0, 2, 255, 0, 255, 0);
-    TU_EXPECT_VALS(kiln_cast(f, KILN_I32), KILN_I32, 0, 2147483647.0, 0, 2, 300, -1, 65520, -2147483648.0);
+    TU_EXPECT_VALS(kiln_cast(f, KILN_I32), KILN_I32, 0, 2147483647.0, 0, 2, 300, -1, 65520,
+                   -2147483648.0);
     TU_EXPECT_VALS(kiln_cast(f, KILN_BOOL), KILN_BOOL, 1, 1, 1, 1, 1, 1, 1, 1);
-    TU_EXPECT_VALS(kiln_cast(f, KILN_F16), KILN_F16, NAN, INFINITY, -0.5, 2.5, 300, -1, INFINITY, -INFINITY);
-    TU_EXPECT_VALS(kiln_cast(f, KILN_BF16), KILN_BF16, NAN, INFINITY, -0.5, 2.5, 300, -1, 65536, -9999220736.0);
+    TU_EXPECT_VALS(kiln_cast(f, KILN_F16), KILN_F16, NAN, INFINITY, -0.5, 2.5, 300, -1, INFINITY,
+                   -INFINITY);
+    TU_EXPECT_VALS(kiln_cast(f, KILN_BF16), KILN_BF16, NAN, INFINITY, -0.5, 2.5, 300, -1, 65536,
+                   -9999220736.0);
     const int64_t sat[8] = {0, INT64_MAX, 0, 2, 300, -1, 65520, -10000000000ll};
     TU_EXPECT_I64(kiln_cast(f, KILN_I64), KILN_I64, sat, 8);
 
@@ -105,19 +114,22 @@ TU_TEST(cast, hand_examples) {
                    2147483647.0, 0);
 
     /* ties go to even */
-    kiln_tensor *t = tu_tensor(ctx, KILN_F32, TU_S(4), (double[]){1.00390625, 1.01171875, 2049, 2051});
+    kiln_tensor *t =
+        tu_tensor(ctx, KILN_F32, TU_S(4), (double[]){1.00390625, 1.01171875, 2049, 2051});
     TU_EXPECT_VALS(kiln_cast(t, KILN_BF16), KILN_BF16, 1, 1.015625, 2048, 2048);
     TU_EXPECT_VALS(kiln_cast(t, KILN_F16), KILN_F16, 1.00390625, 1.01171875, 2048, 2052);
     /* f16 boundaries */
-    kiln_tensor *h = tu_tensor(ctx, KILN_F64, TU_S(5), (double[]){65519, 65520, 65504, 0x1p-25, 3e-8});
+    kiln_tensor *h =
+        tu_tensor(ctx, KILN_F64, TU_S(5), (double[]){65519, 65520, 65504, 0x1p-25, 3e-8});
     TU_EXPECT_VALS(kiln_cast(h, KILN_F16), KILN_F16, 65504, INFINITY, 65504, 0, 0x1p-24);
 }
 
 TU_TEST(cast, no_double_rounding) {
     /* Rounding f64 to a half type through f32 first gives the wrong answer
      * for these: each lies just above a half-type tie. */
-    kiln_tensor *x = tu_tensor(ctx, KILN_F64, TU_S(3),
-                               (double[]){1.0 + 0x1p-11 + 0x1p-40, 65519.999, 1.0 + 0x1p-8 + 0x1p-30});
+    kiln_tensor *x =
+        tu_tensor(ctx, KILN_F64, TU_S(3),
+                  (double[]){1.0 + 0x1p-11 + 0x1p-40, 65519.999, 1.0 + 0x1p-8 + 0x1p-30});
     TU_EXPECT_VALS(kiln_cast(kiln_slice(x, 0, 0, 2, 1), KILN_F16), KILN_F16, 1.0 + 0x1p-10, 65504);
     TU_EXPECT_VALS(kiln_cast(kiln_slice(x, 0, 2, 3, 1), KILN_BF16), KILN_BF16, 1.0 + 0x1p-7);
 }
@@ -134,12 +146,15 @@ TU_TEST(cast, same_dtype_and_chains) {
     /* f32 -> f16 -> f32 rounds to f16 */
     double v[32], w[32];
     kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(32), -3, 3, v);
-    for (int i = 0; i < 32; i++) w[i] = tu_round(KILN_F16, v[i]);
+    for (int i = 0; i < 32; i++)
+        w[i] = tu_round(KILN_F16, v[i]);
     TU_EXPECT_EXACT(kiln_cast(kiln_cast(x, KILN_F16), KILN_F32), KILN_F32, w, 32);
-    for (int i = 0; i < 32; i++) w[i] = tu_round(KILN_BF16, v[i]);
+    for (int i = 0; i < 32; i++)
+        w[i] = tu_round(KILN_BF16, v[i]);
     TU_EXPECT_EXACT(kiln_cast(kiln_cast(x, KILN_BF16), KILN_F64), KILN_F64, w, 32);
     /* and through an integer truncates */
-    for (int i = 0; i < 32; i++) w[i] = trunc(v[i]);
+    for (int i = 0; i < 32; i++)
+        w[i] = trunc(v[i]);
     TU_EXPECT_EXACT(kiln_cast(kiln_cast(x, KILN_I32), KILN_F32), KILN_F32, w, 32);
     /* bool of a cast: 0.3 is nonzero in f32 but 0 as an integer */
     kiln_tensor *b = tu_tensor(ctx, KILN_F32, TU_S(2), (double[]){0.3, -1.7});
@@ -155,11 +170,13 @@ TU_TEST(cast, views_and_compute) {
     TU_ASSERT_SHAPE(y, 5, 4);
     int64_t w[20];
     for (int i = 0; i < 5; i++)
-        for (int j = 0; j < 4; j++) w[i * 4 + j] = tu_float_to_int(v[j * 5 + i], KILN_U8);
+        for (int j = 0; j < 4; j++)
+            w[i * 4 + j] = tu_float_to_int(v[j * 5 + i], KILN_U8);
     TU_EXPECT_I64(y, KILN_U8, w, 20);
     /* integer arithmetic after a cast wraps in the new dtype */
     kiln_tensor *z = kiln_add_scalar(y, 200);
-    for (int i = 0; i < 20; i++) w[i] = (w[i] + 200) & 255;
+    for (int i = 0; i < 20; i++)
+        w[i] = (w[i] + 200) & 255;
     TU_EXPECT_I64(z, KILN_U8, w, 20);
     /* empty and 0-d */
     TU_ASSERT_SHAPE(kiln_cast(kiln_zeros(ctx, KILN_F32, TU_S(0, 2)), KILN_I64), 0, 2);

@@ -1,13 +1,13 @@
 /* Tests of tensor creation (kiln_from_data, kiln_full, kiln_zeros, kiln_ones,
  * kiln_scalar, kiln_arange), the queries, and the dtype and status tables. */
+#define _POSIX_C_SOURCE 200809L
 #include "test_util.h"
 
 Test(create, dtype_table) {
     int n;
     const kiln_dtype *all = tu_all_dtypes(&n);
     for (int i = 0; i < n; i++) {
-        cr_assert_eq(kiln_dtype_size(all[i]), tu_dt_size(all[i]), "size of %s",
-                     tu_dt_name(all[i]));
+        cr_assert_eq(kiln_dtype_size(all[i]), tu_dt_size(all[i]), "size of %s", tu_dt_name(all[i]));
         cr_assert_str_eq(kiln_dtype_name(all[i]), tu_dt_name(all[i]));
     }
     cr_assert_eq(kiln_dtype_size((kiln_dtype)99), 0);
@@ -36,9 +36,39 @@ Test(create, version_macros) {
     cr_assert(KILN_MAX_DIMS == 8);
 }
 
+Test(create, default_device_from_environment) {
+    cr_assert_eq(setenv("KILN_DEVICE", "ref", 1), 0);
+    cr_assert_eq(setenv("KILN_EAGER", "1", 1), 0);
+    kiln_ctx *c = kiln_ctx_new(KILN_DEVICE_DEFAULT);
+    cr_assert_not_null(c, "KILN_DEVICE=ref: %s", kiln_last_ctx_error());
+    cr_assert_eq(kiln_ctx_device(c), KILN_REF);
+    cr_assert_eq(kiln_ctx_mode(c), KILN_EAGER);
+    kiln_ctx_set_mode(c, KILN_LAZY);
+    cr_assert_eq(kiln_ctx_mode(c), KILN_LAZY);
+    kiln_ctx_free(c);
+
+    cr_assert_eq(unsetenv("KILN_EAGER"), 0);
+    cr_assert_eq(setenv("KILN_DEVICE", "cpu", 1), 0);
+    c = kiln_ctx_new(KILN_DEVICE_DEFAULT);
+    if (c) {
+        cr_assert_eq(kiln_ctx_device(c), KILN_CPU);
+        cr_assert_eq(kiln_ctx_mode(c), KILN_LAZY);
+    }
+    kiln_ctx_free(c);
+
+    cr_assert_eq(unsetenv("KILN_DEVICE"), 0);
+    c = kiln_ctx_new(KILN_DEVICE_DEFAULT);
+    if (c)
+        cr_assert_eq(kiln_ctx_device(c), KILN_CPU);
+    kiln_ctx_free(c);
+
+    cr_assert_eq(setenv("KILN_DEVICE", "no-such-device", 1), 0);
+    cr_assert_null(kiln_ctx_new(KILN_DEVICE_DEFAULT));
+    cr_assert(strlen(kiln_last_ctx_error()) > 0);
+}
+
 TU_TEST(create, context_queries) {
-    cr_assert(kiln_ctx_device(ctx) == tu_cur_exec()->dev, "[%s] kiln_ctx_device",
-              tu_exec_name());
+    cr_assert(kiln_ctx_device(ctx) == tu_cur_exec()->dev, "[%s] kiln_ctx_device", tu_exec_name());
     cr_assert(kiln_ctx_mode(ctx) == tu_cur_exec()->mode, "[%s] kiln_ctx_mode", tu_exec_name());
     kiln_tensor *t = kiln_zeros(ctx, KILN_I32, TU_S(2, 3, 4));
     TU_ASSERT_SHAPE(t, 2, 3, 4);
@@ -63,8 +93,8 @@ TU_TEST(create, from_data_roundtrip_every_dtype) {
         unsigned char in[15 * 8], out[15 * 8];
         tu_pack(dt, v, 15, in);
         cr_assert_eq(kiln_to_host(t, out, 15 * tu_dt_size(dt)), KILN_OK);
-        cr_assert(memcmp(in, out, 15 * tu_dt_size(dt)) == 0, "[%s] %s bytes differ",
-                  tu_exec_name(), tu_dt_name(dt));
+        cr_assert(memcmp(in, out, 15 * tu_dt_size(dt)) == 0, "[%s] %s bytes differ", tu_exec_name(),
+                  tu_dt_name(dt));
     }
 }
 
@@ -79,7 +109,8 @@ TU_TEST(create, from_data_f32_special_values) {
     kiln_tensor *t = kiln_from_data(ctx, KILN_F32, TU_S(7), v);
     float out[7];
     cr_assert_eq(kiln_to_host(t, out, sizeof out), KILN_OK);
-    cr_assert(memcmp(v, out, sizeof v) == 0 || (isnan(out[0]) && memcmp(v + 1, out + 1, 6 * 4) == 0),
+    cr_assert(memcmp(v, out, sizeof v) == 0 ||
+                  (isnan(out[0]) && memcmp(v + 1, out + 1, 6 * 4) == 0),
               "[%s] special f32 values changed", tu_exec_name());
     cr_assert(signbit(out[3]), "[%s] -0.0 lost its sign", tu_exec_name());
 }
@@ -248,7 +279,8 @@ TU_TEST(create, arange_float_steps) {
     kiln_tensor *a = kiln_arange(ctx, KILN_F32, 0, 1, 0.1);
     TU_ASSERT_SHAPE(a, 10);
     double w[10];
-    for (int i = 0; i < 10; i++) w[i] = 0 + i * 0.1;
+    for (int i = 0; i < 10; i++)
+        w[i] = 0 + i * 0.1;
     TU_EXPECT_EXACT(a, KILN_F32, w, 10);
 
     /* ceil(2.5 / 1) = 3 */
@@ -268,7 +300,8 @@ TU_TEST(create, arange_float_steps) {
     int64_t want_n = (int64_t)ceil(((3 + N * 0.37) - 3) / 0.37);
     cr_assert_eq(nd, want_n, "[%s] arange length %lld, expected %lld", tu_exec_name(),
                  (long long)nd, (long long)want_n);
-    for (int64_t i = 0; i < want_n; i++) big[i] = 3 + (double)i * 0.37;
+    for (int64_t i = 0; i < want_n; i++)
+        big[i] = 3 + (double)i * 0.37;
     TU_EXPECT_EXACT(d, KILN_F64, big, want_n);
 }
 

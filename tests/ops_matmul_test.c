@@ -22,7 +22,7 @@ static void ref_matmul(kiln_dtype ct, const double *a, int na, const int64_t *sa
         mb = 2;
     }
     int64_t n = A[ma - 2], k = A[ma - 1], m = B[mb - 1];
-    int nbat;
+    int nbat = 0;
     int64_t bat[KILN_MAX_DIMS];
     cr_assert(tu_broadcast(ma - 2, A, mb - 2, B, &nbat, bat), "test batch shapes do not broadcast");
     int64_t nb_total = tu_numel(nbat, bat), idx[KILN_MAX_DIMS];
@@ -45,9 +45,12 @@ static void ref_matmul(kiln_dtype ct, const double *a, int na, const int64_t *sa
             }
     }
     *no = 0;
-    for (int d = 0; d < nbat; d++) od[(*no)++] = bat[d];
-    if (na != 1) od[(*no)++] = n;
-    if (nb != 1) od[(*no)++] = m;
+    for (int d = 0; d < nbat; d++)
+        od[(*no)++] = bat[d];
+    if (na != 1)
+        od[(*no)++] = n;
+    if (nb != 1)
+        od[(*no)++] = m;
 }
 
 static void check_matmul(kiln_ctx *ctx, tu_rng *r, kiln_dtype da, int na, const int64_t *sa,
@@ -58,7 +61,7 @@ static void check_matmul(kiln_ctx *ctx, tu_rng *r, kiln_dtype da, int na, const 
     kiln_tensor *a = tu_rand_tensor(ctx, r, da, na, sa, lo, hi, va);
     kiln_tensor *b = tu_rand_tensor(ctx, r, db, nb, sb, lo, hi, vb);
     kiln_dtype ct = tu_promote(da, db);
-    int no;
+    int no = 0;
     int64_t od[KILN_MAX_DIMS];
     /* the largest result here is 2*5*64*80 */
     double *want = malloc(200000 * sizeof(double));
@@ -82,7 +85,8 @@ TU_TEST(matmul, vector_operands) {
     check_matmul(ctx, &r, KILN_F32, TU_S(2, 3, 4), KILN_F32, TU_S(4), -2, 2);
     check_matmul(ctx, &r, KILN_F32, TU_S(1), KILN_F32, TU_S(1), -2, 2);
 
-    kiln_tensor *dot = kiln_matmul(kiln_arange(ctx, KILN_F32, 1, 4, 1), kiln_arange(ctx, KILN_F32, 4, 7, 1));
+    kiln_tensor *dot =
+        kiln_matmul(kiln_arange(ctx, KILN_F32, 1, 4, 1), kiln_arange(ctx, KILN_F32, 4, 7, 1));
     TU_ASSERT_SCALAR_SHAPE(dot);
     cr_assert_eq(TU_ITEM(dot), 1 * 4 + 2 * 5 + 3 * 6);
     /* [2] @ [2,3] and [3,2] @ [2] by hand */
@@ -169,17 +173,24 @@ TU_TEST(matmul, empty) {
     TU_ASSERT_SHAPE(ci, 2, 3, 5);
     double zi[30] = {0};
     TU_EXPECT_EXACT(ci, KILN_I32, zi, 30);
-    kiln_tensor *d = kiln_matmul(kiln_zeros(ctx, KILN_F64, TU_S(0)), kiln_zeros(ctx, KILN_F64, TU_S(0)));
+    kiln_tensor *d =
+        kiln_matmul(kiln_zeros(ctx, KILN_F64, TU_S(0)), kiln_zeros(ctx, KILN_F64, TU_S(0)));
     TU_ASSERT_SCALAR_SHAPE(d);
     cr_assert_eq(TU_ITEM(d), 0);
     /* n = 0 and m = 0, and an empty batch */
-    TU_ASSERT_SHAPE(kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(0, 4)), kiln_ones(ctx, KILN_F32, TU_S(4, 5))), 0, 5);
-    TU_ASSERT_SHAPE(kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(2, 4)), kiln_ones(ctx, KILN_F32, TU_S(4, 0))), 2, 0);
-    kiln_tensor *eb = kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(0, 2, 4)), kiln_ones(ctx, KILN_F32, TU_S(4, 3)));
+    TU_ASSERT_SHAPE(
+        kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(0, 4)), kiln_ones(ctx, KILN_F32, TU_S(4, 5))), 0,
+        5);
+    TU_ASSERT_SHAPE(
+        kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(2, 4)), kiln_ones(ctx, KILN_F32, TU_S(4, 0))), 2,
+        0);
+    kiln_tensor *eb =
+        kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(0, 2, 4)), kiln_ones(ctx, KILN_F32, TU_S(4, 3)));
     TU_ASSERT_SHAPE(eb, 0, 2, 3);
     cr_assert_eq(kiln_realize(eb), KILN_OK);
     /* k = 0 of ones is still zeros (nothing is summed) */
-    kiln_tensor *o = kiln_matmul(kiln_ones(ctx, KILN_F64, TU_S(2, 0)), kiln_ones(ctx, KILN_F64, TU_S(0, 2)));
+    kiln_tensor *o =
+        kiln_matmul(kiln_ones(ctx, KILN_F64, TU_S(2, 0)), kiln_ones(ctx, KILN_F64, TU_S(0, 2)));
     TU_EXPECT_VALS(o, KILN_F64, 0, 0, 0, 0);
 }
 
@@ -195,13 +206,14 @@ TU_TEST(matmul, non_contiguous_operands) {
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 6; j++) {
             double s = 0;
-            for (int p = 0; p < 5; p++) s += a[p * 4 + i] * b[j * 5 + p];
+            for (int p = 0; p < 5; p++)
+                s += a[p * 4 + i] * b[j * 5 + p];
             want[i * 6 + j] = s;
         }
     TU_EXPECT(c, KILN_F64, want, 24);
 
     /* strided and reversed rows: a[::-2] [3,4] @ a[1:5]^T... as [4,3] from b */
-    kiln_tensor *as = kiln_slice(ta, 0, KILN_END, KILN_BEGIN_REV, -2); /* rows 4, 2, 0 */
+    kiln_tensor *as = kiln_slice(ta, 0, KILN_END, KILN_BEGIN_REV, -2);         /* rows 4, 2, 0 */
     kiln_tensor *bs = kiln_slice(kiln_transpose(tb, 0, 1), 0, 1, KILN_END, 1); /* [4,6] */
     kiln_tensor *d = kiln_matmul(as, bs);
     TU_ASSERT_SHAPE(d, 3, 6);
@@ -209,14 +221,16 @@ TU_TEST(matmul, non_contiguous_operands) {
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < 6; j++) {
             double s = 0;
-            for (int p = 0; p < 4; p++) s += a[(4 - 2 * i) * 4 + p] * b[j * 5 + 1 + p];
+            for (int p = 0; p < 4; p++)
+                s += a[(4 - 2 * i) * 4 + p] * b[j * 5 + 1 + p];
             wd[i * 6 + j] = s;
         }
     TU_EXPECT(d, KILN_F64, wd, 18);
 
     /* an expanded (stride 0) batch operand and a flipped one */
     kiln_tensor *ae = kiln_expand(kiln_unsqueeze(ta, 0), TU_S(3, 5, 4));
-    kiln_tensor *bf = kiln_flip(kiln_reshape(kiln_arange(ctx, KILN_F64, 0, 24, 1), TU_S(3, 4, 2)), TU_AXES(0, 2));
+    kiln_tensor *bf =
+        kiln_flip(kiln_reshape(kiln_arange(ctx, KILN_F64, 0, 24, 1), TU_S(3, 4, 2)), TU_AXES(0, 2));
     kiln_tensor *e = kiln_matmul(ae, bf);
     TU_ASSERT_SHAPE(e, 3, 5, 2);
     double we[30];
@@ -224,14 +238,15 @@ TU_TEST(matmul, non_contiguous_operands) {
         for (int i = 0; i < 5; i++)
             for (int j = 0; j < 2; j++) {
                 double s = 0;
-                for (int p = 0; p < 4; p++) s += a[i * 4 + p] * (double)((2 - q) * 8 + p * 2 + (1 - j));
+                for (int p = 0; p < 4; p++)
+                    s += a[i * 4 + p] * (double)((2 - q) * 8 + p * 2 + (1 - j));
                 we[(q * 5 + i) * 2 + j] = s;
             }
     TU_EXPECT(e, KILN_F64, we, 30);
 
     /* a padded operand */
     const int64_t pads[4] = {1, 0, 0, 1};
-    kiln_tensor *ap = kiln_pad(ta, pads, 1); /* [6,5] */
+    kiln_tensor *ap = kiln_pad(ta, pads, 1);                    /* [6,5] */
     kiln_tensor *f = kiln_matmul(ap, kiln_transpose(tb, 0, 1)); /* [6,5] @ [5,6] */
     TU_ASSERT_SHAPE(f, 6, 6);
     double wf[36];
@@ -258,7 +273,8 @@ TU_TEST(matmul, epilogue) {
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++) {
             double s = bias[j];
-            for (int p = 0; p < 8; p++) s += x[i * 8 + p] * w[p * 3 + j];
+            for (int p = 0; p < 8; p++)
+                s += x[i * 8 + p] * w[p * 3 + j];
             want[i * 3 + j] = s > 0 ? s : 0;
         }
     TU_EXPECT(y, KILN_F32, want, 12);
@@ -269,16 +285,19 @@ TU_TEST(matmul, epilogue) {
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++) {
             xw[i * 3 + j] = 0;
-            for (int p = 0; p < 8; p++) xw[i * 3 + j] += x[i * 8 + p] * w[p * 3 + j];
+            for (int p = 0; p < 8; p++)
+                xw[i * 3 + j] += x[i * 8 + p] * w[p * 3 + j];
         }
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 8; j++) {
             wz[i * 8 + j] = 0;
-            for (int p = 0; p < 3; p++) wz[i * 8 + j] += xw[i * 3 + p] * w[j * 3 + p];
+            for (int p = 0; p < 3; p++)
+                wz[i * 8 + j] += xw[i * 3 + p] * w[j * 3 + p];
         }
     TU_EXPECT(z, KILN_F32, wz, 32);
     double s = 0;
-    for (int i = 0; i < 12; i++) s += xw[i];
+    for (int i = 0; i < 12; i++)
+        s += xw[i];
     TU_EXPECT(kiln_sum(kiln_matmul(tx, tw), 0, NULL, false), KILN_F32, &s, 1);
 }
 
@@ -286,17 +305,21 @@ TU_TEST(matmul, errors) {
     kiln_tensor *a = kiln_ones(ctx, KILN_F32, TU_S(3, 4));
     kiln_tensor *b = kiln_ones(ctx, KILN_F32, TU_S(5, 6));
     TU_ASSERT_ERROR(kiln_matmul(a, b), KILN_ERR_SHAPE, "kiln_matmul", "[3,4]", "[5,6]");
-    TU_ASSERT_ERROR(kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(2, 3, 4)), kiln_ones(ctx, KILN_F32, TU_S(3, 4, 5))),
+    TU_ASSERT_ERROR(kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(2, 3, 4)),
+                                kiln_ones(ctx, KILN_F32, TU_S(3, 4, 5))),
                     KILN_ERR_SHAPE, "kiln_matmul", "[2,3,4]", "[3,4,5]");
-    TU_ASSERT_ERROR(kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(3)), kiln_ones(ctx, KILN_F32, TU_S(4))),
-                    KILN_ERR_SHAPE, "kiln_matmul", "[3]", "[4]");
-    TU_ASSERT_ERROR(kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(4)), kiln_ones(ctx, KILN_F32, TU_S(3, 4))),
-                    KILN_ERR_SHAPE, "kiln_matmul");
+    TU_ASSERT_ERROR(
+        kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(3)), kiln_ones(ctx, KILN_F32, TU_S(4))),
+        KILN_ERR_SHAPE, "kiln_matmul", "[3]", "[4]");
+    TU_ASSERT_ERROR(
+        kiln_matmul(kiln_ones(ctx, KILN_F32, TU_S(4)), kiln_ones(ctx, KILN_F32, TU_S(3, 4))),
+        KILN_ERR_SHAPE, "kiln_matmul");
     kiln_tensor *s = kiln_scalar(ctx, KILN_F32, 2);
     TU_ASSERT_ERROR2(kiln_matmul(s, a), KILN_ERR_SHAPE, KILN_ERR_ARG);
     TU_ASSERT_ERROR2(kiln_matmul(a, s), KILN_ERR_SHAPE, KILN_ERR_ARG);
     kiln_tensor *bb = kiln_ones(ctx, KILN_BOOL, TU_S(4, 2));
     TU_ASSERT_ERROR(kiln_matmul(a, bb), KILN_ERR_DTYPE, "kiln_matmul");
-    TU_ASSERT_ERROR(kiln_matmul(kiln_ones(ctx, KILN_BOOL, TU_S(2, 3)), kiln_ones(ctx, KILN_BOOL, TU_S(3, 2))),
-                    KILN_ERR_DTYPE, "kiln_matmul");
+    TU_ASSERT_ERROR(
+        kiln_matmul(kiln_ones(ctx, KILN_BOOL, TU_S(2, 3)), kiln_ones(ctx, KILN_BOOL, TU_S(3, 2))),
+        KILN_ERR_DTYPE, "kiln_matmul");
 }

@@ -9,24 +9,30 @@ static const struct {
     const char *name;
     kiln_tensor *(*fn)(kiln_tensor *, int, const int *, bool);
 } rops[NROPS] = {
-    {"sum", kiln_sum},     {"mean", kiln_mean},     {"max", kiln_max},
-    {"min", kiln_min},     {"argmax", kiln_argmax}, {"argmin", kiln_argmin},
+    {"sum", kiln_sum}, {"mean", kiln_mean},     {"max", kiln_max},
+    {"min", kiln_min}, {"argmax", kiln_argmax}, {"argmin", kiln_argmin},
 };
 
 static kiln_dtype result_dtype(rop o, kiln_dtype dt) {
     switch (o) {
-    case R_SUM: return tu_is_float(dt) ? dt : KILN_I64;
-    case R_MEAN: return tu_is_float(dt) ? dt : KILN_F32;
+    case R_SUM:
+        return tu_is_float(dt) ? dt : KILN_I64;
+    case R_MEAN:
+        return tu_is_float(dt) ? dt : KILN_F32;
     case R_MAX:
-    case R_MIN: return dt;
-    default: return KILN_I64;
+    case R_MIN:
+        return dt;
+    default:
+        return KILN_I64;
     }
 }
 
 /* Whether v beats the best so far for o (NaN beats everything, first wins). */
 static bool better(rop o, double v, double best) {
-    if (isnan(best)) return false;
-    if (isnan(v)) return true;
+    if (isnan(best))
+        return false;
+    if (isnan(v))
+        return true;
     return (o == R_MAX || o == R_ARGMAX) ? v > best : v < best;
 }
 
@@ -52,7 +58,8 @@ static int64_t ref_reduce(rop o, const double *in, int ndim, const int64_t *dims
         int64_t besti = -1;
         for (int64_t j = 0; j < nred; j++) {
             tu_unravel(j, nr, rdims, ri);
-            for (int d = 0, a = 0, b = 0; d < ndim; d++) full[d] = (mask & (1u << d)) ? ri[b++] : oi[a++];
+            for (int d = 0, a = 0, b = 0; d < ndim; d++)
+                full[d] = (mask & (1u << d)) ? ri[b++] : oi[a++];
             double v = in[tu_ravel(ndim, dims, full)];
             acc += v;
             if (besti < 0 || better(o, v, best)) {
@@ -61,20 +68,29 @@ static int64_t ref_reduce(rop o, const double *in, int ndim, const int64_t *dims
             }
         }
         switch (o) {
-        case R_SUM: out[i] = (double)acc; break;
-        case R_MEAN: out[i] = nred ? (double)(acc / nred) : NAN; break;
+        case R_SUM:
+            out[i] = (double)acc;
+            break;
+        case R_MEAN:
+            out[i] = nred ? (double)(acc / nred) : NAN;
+            break;
         case R_MAX:
-        case R_MIN: out[i] = best; break;
-        default: out[i] = (double)besti;
+        case R_MIN:
+            out[i] = best;
+            break;
+        default:
+            out[i] = (double)besti;
         }
     }
     return nout;
 }
 
 static uint32_t axes_mask(int ndim, int naxes, const int *axes) {
-    if (!axes) return ndim >= 32 ? ~0u : (1u << ndim) - 1;
+    if (!axes)
+        return ndim >= 32 ? ~0u : (1u << ndim) - 1;
     uint32_t m = 0;
-    for (int i = 0; i < naxes; i++) m |= 1u << (axes[i] < 0 ? axes[i] + ndim : axes[i]);
+    for (int i = 0; i < naxes; i++)
+        m |= 1u << (axes[i] < 0 ? axes[i] + ndim : axes[i]);
     return m;
 }
 
@@ -120,8 +136,8 @@ TU_TEST(reduce, axes_and_keepdim_every_op) {
         int axes[3];
         bool null;
     } sets[] = {
-        {0, {0}, true},   {1, {0}, false},     {1, {1}, false},      {1, {2}, false},
-        {2, {0, 2}, false}, {1, {-1}, false},  {2, {-3, -1}, false}, {2, {1, 0}, false},
+        {0, {0}, true},        {1, {0}, false},     {1, {1}, false},      {1, {2}, false},
+        {2, {0, 2}, false},    {1, {-1}, false},    {2, {-3, -1}, false}, {2, {1, 0}, false},
         {3, {2, 0, 1}, false}, {2, {-2, 2}, false},
     };
     int nf;
@@ -143,7 +159,8 @@ TU_TEST(reduce, null_axes) {
     TU_RNG(r);
     kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(2, 3), -1, 1, in);
     double s = 0;
-    for (int i = 0; i < 6; i++) s += in[i];
+    for (int i = 0; i < 6; i++)
+        s += in[i];
     kiln_tensor *a = kiln_sum(x, 0, NULL, false);
     TU_ASSERT_SCALAR_SHAPE(a);
     TU_EXPECT(a, KILN_F64, &s, 1);
@@ -286,7 +303,8 @@ TU_TEST(reduce, empty) {
     kiln_tensor *am = kiln_argmax(e, TU_AXES(0), false);
     cr_assert(am != NULL);
     kiln_status st = kiln_error(am);
-    if (st == KILN_OK) st = kiln_realize(am);
+    if (st == KILN_OK)
+        st = kiln_realize(am);
     cr_assert(st != KILN_OK, "[%s] argmax over an empty axis succeeded", tu_exec_name());
 }
 
@@ -314,9 +332,9 @@ TU_TEST(reduce, nan_propagates) {
     for (int k = 0; k < nf; k++) {
         kiln_dtype dt = fl[k];
         /* rows: NaN in the middle, NaN first, none, NaN and inf */
-        kiln_tensor *x = tu_tensor(ctx, dt, TU_S(4, 3),
-                                   (double[]){1, NAN, 3, NAN, 5, -1, 2, 8, -4, -INFINITY, NAN,
-                                              INFINITY});
+        kiln_tensor *x =
+            tu_tensor(ctx, dt, TU_S(4, 3),
+                      (double[]){1, NAN, 3, NAN, 5, -1, 2, 8, -4, -INFINITY, NAN, INFINITY});
         TU_EXPECT_VALS(kiln_max(x, TU_AXES(1), false), dt, NAN, NAN, 8, NAN);
         TU_EXPECT_VALS(kiln_min(x, TU_AXES(1), false), dt, NAN, NAN, -4, NAN);
         TU_EXPECT_VALS(kiln_sum(x, TU_AXES(1), false), dt, NAN, NAN, 6, NAN);
@@ -391,19 +409,22 @@ TU_TEST(reduce, views_and_fusion) {
     double w[8];
     for (int i = 0; i < 6; i++) {
         w[i] = 0;
-        for (int j = 0; j < 8; j++) w[i] += in[i * 8 + j];
+        for (int j = 0; j < 8; j++)
+            w[i] += in[i * 8 + j];
     }
     TU_EXPECT(t, KILN_F64, w, 6);
 
     /* a reduction of a broadcast: expand [8] to [5,8] then sum axis 0 */
     kiln_tensor *row = kiln_reshape(kiln_slice(x, 0, 2, 3, 1), TU_S(8));
     kiln_tensor *e = kiln_sum(kiln_expand(row, TU_S(5, 8)), TU_AXES(0), false);
-    for (int j = 0; j < 8; j++) w[j] = 5 * in[2 * 8 + j];
+    for (int j = 0; j < 8; j++)
+        w[j] = 5 * in[2 * 8 + j];
     TU_EXPECT(e, KILN_F64, w, 8);
 
     /* sliced with a negative step, then max over the sliced axis */
     kiln_tensor *m = kiln_max(kiln_slice(x, 1, -2, 0, -3), TU_AXES(1), false);
-    for (int i = 0; i < 6; i++) w[i] = fmax(in[i * 8 + 6], in[i * 8 + 3]);
+    for (int i = 0; i < 6; i++)
+        w[i] = fmax(in[i * 8 + 6], in[i * 8 + 3]);
     TU_EXPECT_EXACT(m, KILN_F64, w, 6);
 
     /* softmax along rows: elementwise before and after a reduction */
@@ -414,9 +435,12 @@ TU_TEST(reduce, views_and_fusion) {
     double want[48];
     for (int i = 0; i < 6; i++) {
         double mxv = -INFINITY, s = 0;
-        for (int j = 0; j < 8; j++) mxv = fmax(mxv, in[i * 8 + j]);
-        for (int j = 0; j < 8; j++) s += exp(in[i * 8 + j] - mxv);
-        for (int j = 0; j < 8; j++) want[i * 8 + j] = exp(in[i * 8 + j] - mxv) / s;
+        for (int j = 0; j < 8; j++)
+            mxv = fmax(mxv, in[i * 8 + j]);
+        for (int j = 0; j < 8; j++)
+            s += exp(in[i * 8 + j] - mxv);
+        for (int j = 0; j < 8; j++)
+            want[i * 8 + j] = exp(in[i * 8 + j] - mxv) / s;
     }
     TU_EXPECT(sm, KILN_F64, want, 48);
 
@@ -426,8 +450,110 @@ TU_TEST(reduce, views_and_fusion) {
     kiln_tensor *rms = kiln_sqrt(kiln_mean(kiln_mul(xf, xf), TU_AXES(1), false));
     for (int i = 0; i < 6; i++) {
         double s = 0;
-        for (int j = 0; j < 8; j++) s += inf32[i * 8 + j] * inf32[i * 8 + j];
+        for (int j = 0; j < 8; j++)
+            s += inf32[i * 8 + j] * inf32[i * 8 + j];
         w[i] = sqrt(s / 8);
     }
     TU_EXPECT(rms, KILN_F32, w, 6);
+}
+
+TU_TEST(reduce, layer_norm_chain) {
+    TU_RNG(r);
+    enum { R = 37, C = 129 };
+    double *in = malloc(R * C * sizeof(double)), *want = malloc(R * C * sizeof(double));
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(R, C), -3, 3, in);
+    /* (x - mean) / sqrt(var + eps): a reduction, a broadcast back, another
+     * reduction of the result, and elementwise work after both */
+    kiln_tensor *mu = kiln_mean(x, TU_AXES(-1), true);
+    kiln_tensor *xc = kiln_sub(x, mu);
+    kiln_tensor *var = kiln_mean(kiln_mul(xc, xc), TU_AXES(1), true);
+    kiln_tensor *y = kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(var, 1e-5)));
+    TU_ASSERT_SHAPE(y, R, C);
+    for (int i = 0; i < R; i++) {
+        double m = 0, v = 0;
+        for (int j = 0; j < C; j++)
+            m += in[i * C + j];
+        m /= C;
+        for (int j = 0; j < C; j++)
+            v += (in[i * C + j] - m) * (in[i * C + j] - m);
+        v /= C;
+        for (int j = 0; j < C; j++)
+            want[i * C + j] = (in[i * C + j] - m) / sqrt(v + 1e-5);
+    }
+    TU_EXPECT(y, KILN_F32, want, R * C);
+    /* and each row of the result has a mean square near one */
+    double s[R];
+    TU_READ(kiln_mean(kiln_mul(y, y), TU_AXES(1), false), s, R);
+    for (int i = 0; i < R; i++)
+        cr_assert(fabs(s[i] - 1) < 1e-3, "[%s] row %d variance %g", tu_exec_name(), i, s[i]);
+    free(in);
+    free(want);
+}
+
+TU_TEST(reduce, eight_dims) {
+    TU_RNG(r);
+    const int64_t dims[8] = {2, 1, 3, 2, 1, 2, 3, 2};
+    double in[144];
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F64, 8, dims, -2, 2, in);
+    check_reduce(ctx, R_SUM, x, in, KILN_F64, 8, dims, TU_AXES(0, 3, 7), false);
+    check_reduce(ctx, R_MAX, x, in, KILN_F64, 8, dims, TU_AXES(-1, -8, 2), true);
+    check_reduce(ctx, R_ARGMIN, x, in, KILN_F64, 8, dims, TU_AXES(6, 2, 5), false);
+    check_reduce(ctx, R_MEAN, x, in, KILN_F64, 8, dims, 0, NULL, true);
+}
+
+TU_TEST(reduce, outer_axes_of_large_views) {
+    TU_RNG(r);
+    enum { A = 33, B = 65, C = 17 };
+    double *in = malloc(A * B * C * sizeof(double));
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(A, B, C), -1, 1, in);
+    const int64_t d3[3] = {A, B, C};
+    check_reduce(ctx, R_SUM, x, in, KILN_F32, 3, d3, TU_AXES(0), false);
+    check_reduce(ctx, R_MAX, x, in, KILN_F32, 3, d3, TU_AXES(1), false);
+    check_reduce(ctx, R_ARGMAX, x, in, KILN_F32, 3, d3, TU_AXES(0, 2), true);
+    /* the same through a permuted view: the reduced axis is now the last */
+    kiln_tensor *p = kiln_permute(x, (const int[]){2, 0, 1});
+    double *pin = malloc(A * B * C * sizeof(double));
+    for (int k = 0; k < C; k++)
+        for (int i = 0; i < A; i++)
+            for (int j = 0; j < B; j++)
+                pin[(k * A + i) * B + j] = in[(i * B + j) * C + k];
+    const int64_t pd[3] = {C, A, B};
+    check_reduce(ctx, R_SUM, p, pin, KILN_F32, 3, pd, TU_AXES(2), false);
+    check_reduce(ctx, R_MIN, p, pin, KILN_F32, 3, pd, TU_AXES(0, 1), false);
+    free(in);
+    free(pin);
+}
+
+TU_TEST(reduce, large_ties_and_late_nan) {
+    TU_RNG(r);
+    enum { N = 200003 };
+    double *in = malloc(N * sizeof(double)), *fin = malloc(N * sizeof(double));
+    /* few distinct values: the first of many equal extremes must win, across
+     * however the work is split */
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_I32, TU_S(N), 0, 3, in);
+    check_reduce(ctx, R_ARGMAX, x, in, KILN_I32, 1, TU_DIMS(N), 0, NULL, false);
+    check_reduce(ctx, R_ARGMIN, x, in, KILN_I32, 1, TU_DIMS(N), 0, NULL, false);
+    check_reduce(ctx, R_SUM, x, in, KILN_I32, 1, TU_DIMS(N), 0, NULL, false);
+    /* many rows: the reduced axis is the outer one */
+    kiln_tensor *w = kiln_reshape(kiln_slice(x, 0, 0, 200000, 1), TU_S(50000, 4));
+    const int64_t dw[2] = {50000, 4};
+    check_reduce(ctx, R_ARGMAX, w, in, KILN_I32, 2, dw, TU_AXES(0), false);
+    check_reduce(ctx, R_SUM, w, in, KILN_I32, 2, dw, TU_AXES(0), false);
+    check_reduce(ctx, R_MIN, w, in, KILN_I32, 2, dw, TU_AXES(0), true);
+
+    /* a NaN near the end, and one near the start, of a long f32 row */
+    tu_fill(&r, KILN_F32, fin, N, -1, 1);
+    fin[N - 2] = NAN;
+    kiln_tensor *y = tu_tensor(ctx, KILN_F32, TU_S(N), fin);
+    TU_EXPECT_VALS(kiln_max(y, 0, NULL, false), KILN_F32, NAN);
+    TU_EXPECT_VALS(kiln_min(y, 0, NULL, false), KILN_F32, NAN);
+    TU_EXPECT_VALS(kiln_argmax(y, 0, NULL, false), KILN_I64, N - 2);
+    TU_EXPECT_VALS(kiln_argmin(y, 0, NULL, false), KILN_I64, N - 2);
+    TU_EXPECT_VALS(kiln_sum(y, 0, NULL, false), KILN_F32, NAN);
+    fin[7] = NAN;
+    kiln_tensor *z = tu_tensor(ctx, KILN_F32, TU_S(N), fin);
+    TU_EXPECT_VALS(kiln_argmax(z, 0, NULL, false), KILN_I64, 7);
+    TU_EXPECT_VALS(kiln_argmin(kiln_reshape(z, TU_S(N, 1)), TU_AXES(0), false), KILN_I64, 7);
+    free(in);
+    free(fin);
 }

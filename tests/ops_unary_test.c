@@ -9,9 +9,9 @@ typedef struct unary_case {
     const char *name;
     unary_fn fn;
     double (*ref)(double);
-    double lo, hi;      /* input range for floats */
-    double ilo, ihi;    /* input range for integers */
-    bool keeps_dtype;   /* neg, abs, relu */
+    double lo, hi;    /* input range for floats */
+    double ilo, ihi;  /* input range for integers */
+    bool keeps_dtype; /* neg, abs, relu */
 } unary_case;
 
 static double ref_neg(double x) { return -x; }
@@ -52,11 +52,13 @@ TU_TEST(unary, every_op_every_float_dtype) {
             kiln_dtype dt = fl[k];
             tu_fill(&r, dt, in, N, cases[c].lo, cases[c].hi);
             if (cases[c].fn == kiln_recip)
-                for (int i = 0; i < N; i += 2) in[i] = -in[i];
+                for (int i = 0; i < N; i += 2)
+                    in[i] = -in[i];
             kiln_tensor *x = tu_tensor(ctx, dt, TU_S(4, 37), in);
             kiln_tensor *y = cases[c].fn(x);
             TU_ASSERT_SHAPE(y, 4, 37);
-            for (int i = 0; i < N; i++) want[i] = cases[c].ref(in[i]);
+            for (int i = 0; i < N; i++)
+                want[i] = cases[c].ref(in[i]);
             cr_assert(kiln_dtype_of(y) == dt, "[%s] kiln_%s of %s gave %s", tu_exec_name(),
                       cases[c].name, tu_dt_name(dt), tu_dt_name(kiln_dtype_of(y)));
             TU_EXPECT(y, dt, want, N);
@@ -72,12 +74,15 @@ TU_TEST(unary, integer_and_bool_inputs) {
     for (int c = 0; c < NCASES; c++) {
         for (int k = 0; k < 4; k++) {
             kiln_dtype dt = ints[k];
-            if (cases[c].fn == kiln_neg && dt == KILN_BOOL) continue;
-            if (cases[c].fn == kiln_neg && dt == KILN_U8) continue;
+            if (cases[c].fn == kiln_neg && dt == KILN_BOOL)
+                continue;
+            if (cases[c].fn == kiln_neg && dt == KILN_U8)
+                continue;
             double lo = cases[c].ilo, hi = cases[c].ihi;
-            if (dt == KILN_U8 && lo < 0) lo = 0;
-            if (dt == KILN_BOOL && (cases[c].fn == kiln_log || cases[c].fn == kiln_rsqrt ||
-                                    cases[c].fn == kiln_recip))
+            if (dt == KILN_U8 && lo < 0)
+                lo = 0;
+            if (dt == KILN_BOOL &&
+                (cases[c].fn == kiln_log || cases[c].fn == kiln_rsqrt || cases[c].fn == kiln_recip))
                 continue; /* 0 is outside their domain */
             tu_fill(&r, dt, in, N, lo, hi);
             kiln_tensor *x = tu_tensor(ctx, dt, TU_S(3, 11), in);
@@ -87,7 +92,8 @@ TU_TEST(unary, integer_and_bool_inputs) {
             cr_assert(kiln_dtype_of(y) == out, "[%s] kiln_%s of %s gave %s, expected %s",
                       tu_exec_name(), cases[c].name, tu_dt_name(dt), tu_dt_name(kiln_dtype_of(y)),
                       tu_dt_name(out));
-            for (int i = 0; i < N; i++) want[i] = cases[c].ref(in[i]);
+            for (int i = 0; i < N; i++)
+                want[i] = cases[c].ref(in[i]);
             TU_EXPECT(y, out, want, N);
         }
     }
@@ -97,8 +103,8 @@ TU_TEST(unary, integer_wrapping) {
     /* neg and abs wrap to the width, as NumPy does */
     TU_EXPECT_VALS(kiln_neg(tu_tensor(ctx, KILN_U8, TU_S(4), (double[]){0, 1, 200, 255})), KILN_U8,
                    0, 255, 56, 1);
-    TU_EXPECT_VALS(kiln_abs(tu_tensor(ctx, KILN_U8, TU_S(3), (double[]){0, 200, 255})), KILN_U8,
-                   0, 200, 255);
+    TU_EXPECT_VALS(kiln_abs(tu_tensor(ctx, KILN_U8, TU_S(3), (double[]){0, 200, 255})), KILN_U8, 0,
+                   200, 255);
     TU_EXPECT_VALS(
         kiln_neg(tu_tensor(ctx, KILN_I32, TU_S(3), (double[]){-2147483648.0, 2147483647.0, -5})),
         KILN_I32, -2147483648.0, -2147483647.0, 5);
@@ -126,8 +132,8 @@ TU_TEST(unary, special_values) {
     const kiln_dtype *fl = tu_float_dtypes(&nf);
     for (int k = 0; k < nf; k++) {
         kiln_dtype dt = fl[k];
-        kiln_tensor *x = tu_tensor(ctx, dt, TU_S(6),
-                                   (double[]){0.0, -0.0, -1.0, INFINITY, -INFINITY, NAN});
+        kiln_tensor *x =
+            tu_tensor(ctx, dt, TU_S(6), (double[]){0.0, -0.0, -1.0, INFINITY, -INFINITY, NAN});
         TU_EXPECT_VALS(kiln_sqrt(x), dt, 0, 0, NAN, INFINITY, NAN, NAN);
         TU_EXPECT_VALS(kiln_log(x), dt, -INFINITY, -INFINITY, NAN, INFINITY, NAN, NAN);
         TU_EXPECT_VALS(kiln_recip(x), dt, INFINITY, -INFINITY, -1, 0, 0, NAN);
@@ -169,7 +175,8 @@ TU_TEST(unary, gelu_is_exact_erf_form) {
     /* At these points the tanh approximation differs from the erf form by
      * more than f64 tolerance. */
     double in[5] = {-3, -1.5, 0.5, 1.0, 2.5}, want[5];
-    for (int i = 0; i < 5; i++) want[i] = ref_gelu(in[i]);
+    for (int i = 0; i < 5; i++)
+        want[i] = ref_gelu(in[i]);
     TU_EXPECT(kiln_gelu(tu_tensor(ctx, KILN_F64, TU_S(5), in)), KILN_F64, want, 5);
 }
 
@@ -198,7 +205,8 @@ TU_TEST(unary, on_views) {
     TU_ASSERT_SHAPE(y, 6, 5);
     double want[30];
     for (int j = 0; j < 6; j++)
-        for (int i = 0; i < 5; i++) want[j * 5 + i] = exp(in[i * 6 + j]);
+        for (int i = 0; i < 5; i++)
+            want[j * 5 + i] = exp(in[i * 6 + j]);
     TU_EXPECT(y, KILN_F32, want, 30);
 
     /* sliced with a step and reversed: column 5, 3, 1 of every row */
@@ -206,7 +214,8 @@ TU_TEST(unary, on_views) {
     TU_ASSERT_SHAPE(z, 5, 3);
     double wz[15];
     for (int i = 0; i < 5; i++)
-        for (int j = 0; j < 3; j++) wz[i * 3 + j] = tanh(in[i * 6 + 5 - 2 * j]);
+        for (int j = 0; j < 3; j++)
+            wz[i * 3 + j] = tanh(in[i * 6 + 5 - 2 * j]);
     TU_EXPECT(z, KILN_F32, wz, 15);
 
     /* broadcast row */
@@ -215,7 +224,8 @@ TU_TEST(unary, on_views) {
     TU_ASSERT_SHAPE(w, 4, 6);
     double ww[24];
     for (int i = 0; i < 4; i++)
-        for (int j = 0; j < 6; j++) ww[i * 6 + j] = fabs(in[2 * 6 + j]);
+        for (int j = 0; j < 6; j++)
+            ww[i * 6 + j] = fabs(in[2 * 6 + j]);
     TU_EXPECT(w, KILN_F32, ww, 24);
 }
 

@@ -12,7 +12,8 @@ typedef struct ht {
 
 static ht ht_make(int ndim, const int64_t *dims) {
     ht h = {ndim, {0}, NULL};
-    for (int d = 0; d < ndim; d++) h.dims[d] = dims[d];
+    for (int d = 0; d < ndim; d++)
+        h.dims[d] = dims[d];
     int64_t n = tu_numel(ndim, dims);
     h.v = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
     return h;
@@ -38,7 +39,7 @@ static void ht_set(ht *h, ht r) {
 }
 
 static ht ht_reshape(const ht *a, int ndim, const int64_t *dims) {
-    int64_t d[KILN_MAX_DIMS], known = 1;
+    int64_t d[KILN_MAX_DIMS] = {0}, known = 1;
     int infer = -1;
     for (int i = 0; i < ndim; i++) {
         d[i] = dims[i];
@@ -47,12 +48,13 @@ static ht ht_reshape(const ht *a, int ndim, const int64_t *dims) {
         else
             known *= d[i];
     }
-    if (infer >= 0) d[infer] = ht_numel(a) / known;
+    if (infer >= 0)
+        d[infer] = ht_numel(a) / known;
     return ht_from(ndim, d, a->v);
 }
 
 static ht ht_permute(const ht *a, const int *perm) {
-    int64_t d[KILN_MAX_DIMS], oi[KILN_MAX_DIMS], si[KILN_MAX_DIMS];
+    int64_t d[KILN_MAX_DIMS] = {0}, oi[KILN_MAX_DIMS], si[KILN_MAX_DIMS];
     int p[KILN_MAX_DIMS];
     for (int i = 0; i < a->ndim; i++) {
         p[i] = perm[i] < 0 ? perm[i] + a->ndim : perm[i];
@@ -61,7 +63,8 @@ static ht ht_permute(const ht *a, const int *perm) {
     ht r = ht_make(a->ndim, d);
     for (int64_t i = 0; i < ht_numel(&r); i++) {
         tu_unravel(i, r.ndim, r.dims, oi);
-        for (int k = 0; k < a->ndim; k++) si[p[k]] = oi[k];
+        for (int k = 0; k < a->ndim; k++)
+            si[p[k]] = oi[k];
         r.v[i] = a->v[tu_ravel(a->ndim, a->dims, si)];
     }
     return r;
@@ -69,16 +72,19 @@ static ht ht_permute(const ht *a, const int *perm) {
 
 static ht ht_transpose(const ht *a, int x, int y) {
     int perm[KILN_MAX_DIMS];
-    for (int i = 0; i < a->ndim; i++) perm[i] = i;
-    if (x < 0) x += a->ndim;
-    if (y < 0) y += a->ndim;
+    for (int i = 0; i < a->ndim; i++)
+        perm[i] = i;
+    if (x < 0)
+        x += a->ndim;
+    if (y < 0)
+        y += a->ndim;
     perm[x] = y;
     perm[y] = x;
     return ht_permute(a, perm);
 }
 
 static ht ht_expand(const ht *a, int ndim, const int64_t *dims) {
-    int64_t d[KILN_MAX_DIMS], oi[KILN_MAX_DIMS];
+    int64_t d[KILN_MAX_DIMS] = {0}, oi[KILN_MAX_DIMS];
     for (int i = 0; i < ndim; i++) {
         int ai = i - (ndim - a->ndim);
         d[i] = dims[i] == -1 ? a->dims[ai] : dims[i];
@@ -96,14 +102,20 @@ static ht ht_expand(const ht *a, int ndim, const int64_t *dims) {
 static int64_t py_slice(int64_t n, int64_t start, int64_t stop, int64_t step, int64_t *first) {
     int64_t len;
     if (step > 0) {
-        if (start < 0) start = start + n < 0 ? 0 : start + n;
-        if (start > n) start = n;
-        if (stop < 0) stop = stop + n < 0 ? 0 : stop + n;
-        if (stop > n) stop = n;
+        if (start < 0)
+            start = start + n < 0 ? 0 : start + n;
+        if (start > n)
+            start = n;
+        if (stop < 0)
+            stop = stop + n < 0 ? 0 : stop + n;
+        if (stop > n)
+            stop = n;
         len = stop > start ? (stop - start - 1) / step + 1 : 0;
     } else {
-        if (start < 0) start = start + n < 0 ? -1 : start + n;
-        if (start >= n) start = n - 1;
+        if (start < 0)
+            start = start + n < 0 ? -1 : start + n;
+        if (start >= n)
+            start = n - 1;
         if (stop == KILN_END)
             stop = -1;
         else if (stop < 0)
@@ -117,9 +129,10 @@ static int64_t py_slice(int64_t n, int64_t start, int64_t stop, int64_t step, in
 }
 
 static ht ht_slice(const ht *a, int axis, int64_t start, int64_t stop, int64_t step) {
-    if (axis < 0) axis += a->ndim;
+    if (axis < 0)
+        axis += a->ndim;
     int64_t first, len = py_slice(a->dims[axis], start, stop, step, &first);
-    int64_t d[KILN_MAX_DIMS], oi[KILN_MAX_DIMS];
+    int64_t d[KILN_MAX_DIMS] = {0}, oi[KILN_MAX_DIMS];
     memcpy(d, a->dims, sizeof d);
     d[axis] = len;
     ht r = ht_make(a->ndim, d);
@@ -132,8 +145,9 @@ static ht ht_slice(const ht *a, int axis, int64_t start, int64_t stop, int64_t s
 }
 
 static ht ht_pad(const ht *a, const int64_t *pads, double value) {
-    int64_t d[KILN_MAX_DIMS], oi[KILN_MAX_DIMS];
-    for (int i = 0; i < a->ndim; i++) d[i] = a->dims[i] + pads[2 * i] + pads[2 * i + 1];
+    int64_t d[KILN_MAX_DIMS] = {0}, oi[KILN_MAX_DIMS];
+    for (int i = 0; i < a->ndim; i++)
+        d[i] = a->dims[i] + pads[2 * i] + pads[2 * i + 1];
     ht r = ht_make(a->ndim, d);
     for (int64_t i = 0; i < ht_numel(&r); i++) {
         tu_unravel(i, r.ndim, d, oi);
@@ -153,34 +167,38 @@ static ht ht_flip(const ht *a, uint32_t mask) {
     for (int64_t i = 0; i < ht_numel(&r); i++) {
         tu_unravel(i, r.ndim, r.dims, oi);
         for (int k = 0; k < a->ndim; k++)
-            if (mask & (1u << k)) oi[k] = a->dims[k] - 1 - oi[k];
+            if (mask & (1u << k))
+                oi[k] = a->dims[k] - 1 - oi[k];
         r.v[i] = a->v[tu_ravel(a->ndim, a->dims, oi)];
     }
     return r;
 }
 
 static ht ht_cat(int n, const ht *hs, int axis) {
-    int64_t d[KILN_MAX_DIMS], oi[KILN_MAX_DIMS];
+    int64_t d[KILN_MAX_DIMS] = {0}, oi[KILN_MAX_DIMS];
     memcpy(d, hs[0].dims, sizeof d);
     int nd = hs[0].ndim;
-    if (axis < 0) axis += nd;
+    if (axis < 0)
+        axis += nd;
     d[axis] = 0;
-    for (int i = 0; i < n; i++) d[axis] += hs[i].dims[axis];
+    for (int i = 0; i < n; i++)
+        d[axis] += hs[i].dims[axis];
     ht r = ht_make(nd, d);
     for (int64_t i = 0; i < ht_numel(&r); i++) {
         tu_unravel(i, nd, d, oi);
         int k = 0;
-        while (oi[axis] >= hs[k].dims[axis]) oi[axis] -= hs[k++].dims[axis];
+        while (oi[axis] >= hs[k].dims[axis])
+            oi[axis] -= hs[k++].dims[axis];
         r.v[i] = hs[k].v[tu_ravel(nd, hs[k].dims, oi)];
     }
     return r;
 }
 
 /* t must hold exactly h's shape and values (in dtype dt). */
-#define EXPECT_HT(t, dt, h)                                                  \
-    do {                                                                     \
-        TU_ASSERT_SHAPE_N((t), (h).ndim, (h).dims);                          \
-        TU_EXPECT_EXACT((t), (dt), (h).v, ht_numel(&(h)));                   \
+#define EXPECT_HT(t, dt, h)                                                                        \
+    do {                                                                                           \
+        TU_ASSERT_SHAPE_N((t), (h).ndim, (h).dims);                                                \
+        TU_EXPECT_EXACT((t), (dt), (h).v, ht_numel(&(h)));                                         \
     } while (0)
 
 static ht ht_random(tu_rng *r, kiln_dtype dt, int ndim, const int64_t *dims) {
@@ -198,8 +216,12 @@ TU_TEST(view, reshape) {
         int64_t d[4];
         int64_t want[4];
     } cases[] = {
-        {2, {4, 6}, {4, 6}},       {2, {-1, 4}, {6, 4}},    {3, {2, -1, 2}, {2, 6, 2}},
-        {1, {24}, {24}},           {1, {-1}, {24}},         {4, {1, 24, 1, 1}, {1, 24, 1, 1}},
+        {2, {4, 6}, {4, 6}},
+        {2, {-1, 4}, {6, 4}},
+        {3, {2, -1, 2}, {2, 6, 2}},
+        {1, {24}, {24}},
+        {1, {-1}, {24}},
+        {4, {1, 24, 1, 1}, {1, 24, 1, 1}},
         {4, {2, 2, 3, -1}, {2, 2, 3, 2}},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
@@ -228,8 +250,8 @@ TU_TEST(view, permute_and_transpose) {
     TU_RNG(r);
     ht a = ht_random(&r, KILN_F64, 3, TU_DIMS(2, 3, 4));
     kiln_tensor *t = tu_tensor(ctx, KILN_F64, 3, a.dims, a.v);
-    const int perms[][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2}, {1, 2, 0}, {2, 0, 1}, {2, 1, 0},
-                            {-1, 0, 1}, {-2, -1, -3}};
+    const int perms[][3] = {{0, 1, 2}, {0, 2, 1}, {1, 0, 2},  {1, 2, 0},
+                            {2, 0, 1}, {2, 1, 0}, {-1, 0, 1}, {-2, -1, -3}};
     for (size_t k = 0; k < sizeof perms / sizeof perms[0]; k++) {
         ht w = ht_permute(&a, perms[k]);
         EXPECT_HT(kiln_permute(t, perms[k]), KILN_F64, w);
@@ -248,7 +270,8 @@ TU_TEST(view, permute_and_transpose) {
     /* 0-d: the empty permutation */
     kiln_tensor *s = kiln_scalar(ctx, KILN_F32, 3);
     kiln_tensor *ps = kiln_permute(s, NULL);
-    if (kiln_error(ps) == KILN_OK) cr_assert_eq(TU_ITEM(ps), 3);
+    if (kiln_error(ps) == KILN_OK)
+        cr_assert_eq(TU_ITEM(ps), 3);
     ht_free(&a);
 }
 
@@ -287,15 +310,32 @@ TU_TEST(view, slice_python_rules) {
     ht a = ht_random(&r, KILN_F32, 3, TU_DIMS(3, 10, 2));
     kiln_tensor *t = tu_tensor(ctx, KILN_F32, 3, a.dims, a.v);
     const int64_t cases[][3] = {
-        {0, KILN_END, 1},         {1, 4, 2},           {-3, KILN_END, 1},
-        {-100, 100, 1},           {5, 2, 1},           {KILN_END, KILN_END, 1},
-        {-1, KILN_BEGIN_REV, -1}, {KILN_END, KILN_BEGIN_REV, -2}, {4, 1, -1},
-        {-2, -100, -3},           {2, KILN_END, -1},   {0, 0, 1},
-        {100, KILN_END, 1},       {3, 3, -1},          {-100, KILN_END, -1},
-        {0, KILN_END, 3},         {9, 0, -4},          {1, -1, 1},
-        {0, KILN_END, INT64_MAX}, {KILN_END, KILN_BEGIN_REV, -INT64_MAX},
-        {KILN_BEGIN_REV, KILN_END, 2}, {-11, -10, 1},  {10, 9, -1},
-        {8, KILN_BEGIN_REV, 1},   {3, -8, 1},          {-7, 2, 1},
+        {0, KILN_END, 1},
+        {1, 4, 2},
+        {-3, KILN_END, 1},
+        {-100, 100, 1},
+        {5, 2, 1},
+        {KILN_END, KILN_END, 1},
+        {-1, KILN_BEGIN_REV, -1},
+        {KILN_END, KILN_BEGIN_REV, -2},
+        {4, 1, -1},
+        {-2, -100, -3},
+        {2, KILN_END, -1},
+        {0, 0, 1},
+        {100, KILN_END, 1},
+        {3, 3, -1},
+        {-100, KILN_END, -1},
+        {0, KILN_END, 3},
+        {9, 0, -4},
+        {1, -1, 1},
+        {0, KILN_END, INT64_MAX},
+        {KILN_END, KILN_BEGIN_REV, -INT64_MAX},
+        {KILN_BEGIN_REV, KILN_END, 2},
+        {-11, -10, 1},
+        {10, 9, -1},
+        {8, KILN_BEGIN_REV, 1},
+        {3, -8, 1},
+        {-7, 2, 1},
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         for (int axis = -1; axis <= 1; axis += 2) {
@@ -333,7 +373,8 @@ TU_TEST(view, pad) {
         ht_free(&w);
         /* the pad value converts as kiln_full does */
         ht w2 = ht_pad(&a, pads, tu_round(dt, -2.75));
-        if (dt != KILN_U8) EXPECT_HT(kiln_pad(t, pads, -2.75), dt, w2);
+        if (dt != KILN_U8)
+            EXPECT_HT(kiln_pad(t, pads, -2.75), dt, w2);
         ht_free(&w2);
         ht_free(&a);
     }
@@ -367,7 +408,8 @@ TU_TEST(view, flip) {
         int n;
         int axes[3];
         uint32_t mask;
-    } cases[] = {{1, {0}, 1}, {1, {1}, 2}, {1, {-1}, 4}, {2, {0, -1}, 5}, {3, {2, 1, 0}, 7}, {0, {0}, 0}};
+    } cases[] = {{1, {0}, 1},     {1, {1}, 2},       {1, {-1}, 4},
+                 {2, {0, -1}, 5}, {3, {2, 1, 0}, 7}, {0, {0}, 0}};
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
         ht w = ht_flip(&a, cases[k].mask);
         EXPECT_HT(kiln_flip(t, cases[k].n, cases[k].axes), KILN_BF16, w);
@@ -417,7 +459,8 @@ TU_TEST(view, cat) {
     ht p[3] = {ht_random(&r, KILN_F32, 2, TU_DIMS(2, 3)), ht_random(&r, KILN_F32, 2, TU_DIMS(2, 1)),
                ht_random(&r, KILN_F32, 2, TU_DIMS(2, 4))};
     kiln_tensor *t[3];
-    for (int i = 0; i < 3; i++) t[i] = tu_tensor(ctx, KILN_F32, 2, p[i].dims, p[i].v);
+    for (int i = 0; i < 3; i++)
+        t[i] = tu_tensor(ctx, KILN_F32, 2, p[i].dims, p[i].v);
     ht w = ht_cat(3, p, 1);
     EXPECT_HT(kiln_cat(3, t, 1), KILN_F32, w);
     EXPECT_HT(kiln_cat(3, t, -1), KILN_F32, w);
@@ -450,7 +493,8 @@ TU_TEST(view, cat) {
     TU_EXPECT_VALS(kiln_cat(2, mix2, 0), KILN_U8, 1, 0, 200);
     kiln_tensor *mix3[2] = {tu_tensor(ctx, KILN_F16, TU_S(1), (double[]){0.1}),
                             tu_tensor(ctx, KILN_BF16, TU_S(1), (double[]){0.1})};
-    TU_EXPECT_VALS(kiln_cat(2, mix3, 0), KILN_F32, tu_round(KILN_F16, 0.1), tu_round(KILN_BF16, 0.1));
+    TU_EXPECT_VALS(kiln_cat(2, mix3, 0), KILN_F32, tu_round(KILN_F16, 0.1),
+                   tu_round(KILN_BF16, 0.1));
     /* i64 beyond 2^53 */
     const int64_t big[2] = {(1ll << 60) + 1, -(1ll << 60) - 3};
     kiln_tensor *bt[2] = {tu_tensor_i64(ctx, KILN_I64, TU_S(1), big),
@@ -458,10 +502,12 @@ TU_TEST(view, cat) {
     TU_EXPECT_I64(kiln_cat(2, bt, 0), KILN_I64, big, 2);
 
     /* errors */
-    kiln_tensor *bad[2] = {kiln_zeros(ctx, KILN_F32, TU_S(2, 3)), kiln_zeros(ctx, KILN_F32, TU_S(3, 3))};
+    kiln_tensor *bad[2] = {kiln_zeros(ctx, KILN_F32, TU_S(2, 3)),
+                           kiln_zeros(ctx, KILN_F32, TU_S(3, 3))};
     TU_ASSERT_ERROR(kiln_cat(2, bad, 1), KILN_ERR_SHAPE, "kiln_cat", "[2,3]", "[3,3]");
     TU_ASSERT_ERROR(kiln_cat(2, bad, 2), KILN_ERR_ARG, "kiln_cat");
-    kiln_tensor *rank[2] = {kiln_zeros(ctx, KILN_F32, TU_S(2, 3)), kiln_zeros(ctx, KILN_F32, TU_S(3))};
+    kiln_tensor *rank[2] = {kiln_zeros(ctx, KILN_F32, TU_S(2, 3)),
+                            kiln_zeros(ctx, KILN_F32, TU_S(3))};
     TU_ASSERT_ERROR(kiln_cat(2, rank, 0), KILN_ERR_SHAPE, "kiln_cat");
     kiln_tensor *scal[2] = {kiln_scalar(ctx, KILN_F32, 1), kiln_scalar(ctx, KILN_F32, 2)};
     TU_ASSERT_ERROR2(kiln_cat(2, scal, 0), KILN_ERR_ARG, KILN_ERR_SHAPE);
@@ -473,10 +519,11 @@ TU_TEST(view, reshape_after_transpose_after_slice) {
     TU_RNG(r);
     ht a = ht_random(&r, KILN_F32, 2, TU_DIMS(4, 6));
     kiln_tensor *t = tu_tensor(ctx, KILN_F32, 2, a.dims, a.v);
-    ht s = ht_slice(&a, 0, 1, KILN_END, 2);   /* [2,6] rows 1, 3 */
-    ht tr = ht_transpose(&s, 0, 1);           /* [6,2] */
+    ht s = ht_slice(&a, 0, 1, KILN_END, 2);    /* [2,6] rows 1, 3 */
+    ht tr = ht_transpose(&s, 0, 1);            /* [6,2] */
     ht re = ht_reshape(&tr, 2, TU_DIMS(3, 4)); /* [3,4] */
-    kiln_tensor *y = kiln_reshape(kiln_transpose(kiln_slice(t, 0, 1, KILN_END, 2), 0, 1), TU_S(3, 4));
+    kiln_tensor *y =
+        kiln_reshape(kiln_transpose(kiln_slice(t, 0, 1, KILN_END, 2), 0, 1), TU_S(3, 4));
     EXPECT_HT(y, KILN_F32, re);
     /* hand check of one element: y[1][2] is flat 6 of the [6,2] transpose,
      * i.e. transpose[3][0] = slice[0][3] = a[1][3] */
@@ -506,11 +553,11 @@ TU_TEST(view, deep_chains) {
     kiln_tensor *t = tu_tensor(ctx, KILN_F64, 3, a.dims, a.v);
 
     /* slice with a negative step, permute, slice again, flatten, expand */
-    ht h = ht_slice(&a, 2, -1, KILN_BEGIN_REV, -2); /* [4,5,3] */
-    ht_set(&h, ht_permute(&h, (const int[]){2, 0, 1}));  /* [3,4,5] */
-    ht_set(&h, ht_slice(&h, 2, 1, 4, 1));          /* [3,4,3] */
-    ht_set(&h, ht_reshape(&h, 1, TU_DIMS(-1)));    /* [36] */
-    ht_set(&h, ht_expand(&h, 2, TU_DIMS(2, 36)));  /* [2,36] */
+    ht h = ht_slice(&a, 2, -1, KILN_BEGIN_REV, -2);     /* [4,5,3] */
+    ht_set(&h, ht_permute(&h, (const int[]){2, 0, 1})); /* [3,4,5] */
+    ht_set(&h, ht_slice(&h, 2, 1, 4, 1));               /* [3,4,3] */
+    ht_set(&h, ht_reshape(&h, 1, TU_DIMS(-1)));         /* [36] */
+    ht_set(&h, ht_expand(&h, 2, TU_DIMS(2, 36)));       /* [2,36] */
     kiln_tensor *y = kiln_slice(t, 2, -1, KILN_BEGIN_REV, -2);
     y = kiln_permute(y, (const int[]){2, 0, 1});
     y = kiln_slice(y, 2, 1, 4, 1);
@@ -521,11 +568,11 @@ TU_TEST(view, deep_chains) {
 
     /* pad, slice into the padding, flip, reshape, transpose */
     const int64_t pads[6] = {0, 1, 2, 0, 1, 1};
-    h = ht_pad(&a, pads, 0.25);                    /* [5,7,8] */
-    ht_set(&h, ht_slice(&h, 1, 0, 3, 1));          /* [5,3,8] mostly padding */
+    h = ht_pad(&a, pads, 0.25);           /* [5,7,8] */
+    ht_set(&h, ht_slice(&h, 1, 0, 3, 1)); /* [5,3,8] mostly padding */
     ht_set(&h, ht_flip(&h, 1 | 4));
     ht_set(&h, ht_reshape(&h, 2, TU_DIMS(15, 8)));
-    ht_set(&h, ht_transpose(&h, 0, 1));            /* [8,15] */
+    ht_set(&h, ht_transpose(&h, 0, 1)); /* [8,15] */
     y = kiln_pad(t, pads, 0.25);
     y = kiln_slice(y, 1, 0, 3, 1);
     y = kiln_flip(y, TU_AXES(0, 2));
@@ -533,16 +580,17 @@ TU_TEST(view, deep_chains) {
     y = kiln_transpose(y, 0, 1);
     EXPECT_HT(y, KILN_F64, h);
     /* and compute on it */
-    for (int64_t i = 0; i < ht_numel(&h); i++) h.v[i] = h.v[i] * 2 + 1;
+    for (int64_t i = 0; i < ht_numel(&h); i++)
+        h.v[i] = h.v[i] * 2 + 1;
     EXPECT_HT(kiln_add_scalar(kiln_mul_scalar(y, 2), 1), KILN_F64, h);
     ht_free(&h);
 
     /* unsqueeze, expand a size-1 axis, transpose, reshape across it */
     h = ht_reshape(&a, 4, TU_DIMS(4, 1, 5, 6));
     ht_set(&h, ht_expand(&h, 4, TU_DIMS(4, 2, 5, 6)));
-    ht_set(&h, ht_transpose(&h, 1, 3));            /* [4,6,5,2] */
+    ht_set(&h, ht_transpose(&h, 1, 3)); /* [4,6,5,2] */
     ht_set(&h, ht_reshape(&h, 3, TU_DIMS(24, 5, 2)));
-    ht_set(&h, ht_slice(&h, 0, 3, 20, 5));         /* [4,5,2] */
+    ht_set(&h, ht_slice(&h, 0, 3, 20, 5)); /* [4,5,2] */
     y = kiln_unsqueeze(t, 1);
     y = kiln_expand(y, TU_S(4, 2, 5, 6));
     y = kiln_transpose(y, 1, 3);
@@ -563,7 +611,8 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
         int op = (int)tu_int(r, 0, 8);
         if (op == 0 && nd >= 2) { /* permute */
             int perm[KILN_MAX_DIMS];
-            for (int i = 0; i < nd; i++) perm[i] = i;
+            for (int i = 0; i < nd; i++)
+                perm[i] = i;
             for (int i = nd - 1; i > 0; i--) {
                 int j = (int)tu_int(r, 0, i), x = perm[i];
                 perm[i] = perm[j];
@@ -579,7 +628,8 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
             int64_t sz = h->dims[axis];
             int64_t step = tu_int(r, 1, 3) * (tu_int(r, 0, 1) ? 1 : -1);
             int64_t start = tu_int(r, -sz - 2, sz + 2), stop = tu_int(r, -sz - 2, sz + 2);
-            if (tu_int(r, 0, 3) == 0) stop = step > 0 ? KILN_END : KILN_BEGIN_REV;
+            if (tu_int(r, 0, 3) == 0)
+                stop = step > 0 ? KILN_END : KILN_BEGIN_REV;
             ht_set(h, ht_slice(h, axis, start, stop, step));
             *t = kiln_slice(*t, axis, start, stop, step);
             snprintf(log + len, cap - len, " slice(%d,%lld,%lld,%lld)", axis, (long long)start,
@@ -594,7 +644,8 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
                     axes[na++] = i;
                     mask |= 1u << i;
                 }
-            if (!na) continue;
+            if (!na)
+                continue;
             ht_set(h, ht_flip(h, mask));
             *t = kiln_flip(*t, na, axes);
             snprintf(log + len, cap - len, " flip");
@@ -602,7 +653,8 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
         }
         if (op == 3 && n * 8 < 3000) { /* pad */
             int64_t pads[2 * KILN_MAX_DIMS];
-            for (int i = 0; i < 2 * nd; i++) pads[i] = tu_int(r, 0, 2);
+            for (int i = 0; i < 2 * nd; i++)
+                pads[i] = tu_int(r, 0, 2);
             /* u8 has no negative values to pad with */
             double value = (double)tu_int(r, dt == KILN_U8 ? 0 : -9, 9) + 0.5;
             ht_set(h, ht_pad(h, pads, value));
@@ -612,8 +664,9 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
         }
         if (op == 4 && nd < KILN_MAX_DIMS && n * 3 < 3000) { /* unsqueeze + expand */
             int axis = (int)tu_int(r, 0, nd);
-            int64_t d[KILN_MAX_DIMS];
-            for (int i = 0, k = 0; i <= nd; i++) d[i] = i == axis ? 1 : h->dims[k++];
+            int64_t d[KILN_MAX_DIMS] = {0};
+            for (int i = 0, k = 0; i <= nd; i++)
+                d[i] = i == axis ? 1 : h->dims[k++];
             ht_set(h, ht_reshape(h, nd + 1, d));
             *t = kiln_unsqueeze(*t, axis);
             d[axis] = tu_int(r, 1, 3);
@@ -624,9 +677,10 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
         }
         if (op == 5 && nd >= 2) { /* merge two neighbours */
             int axis = (int)tu_int(r, 0, nd - 2);
-            int64_t d[KILN_MAX_DIMS];
+            int64_t d[KILN_MAX_DIMS] = {0};
             for (int i = 0, k = 0; i < nd; i++) {
-                if (i == axis + 1) continue;
+                if (i == axis + 1)
+                    continue;
                 d[k++] = i == axis ? h->dims[i] * h->dims[i + 1] : h->dims[i];
             }
             ht_set(h, ht_reshape(h, nd - 1, d));
@@ -637,8 +691,9 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
         if (op == 6 && nd >= 1 && nd < KILN_MAX_DIMS) { /* split a dimension */
             int axis = (int)tu_int(r, 0, nd - 1);
             int64_t sz = h->dims[axis], f = sz % 2 == 0 ? 2 : sz % 3 == 0 ? 3 : 1;
-            if (f == 1 || sz == 0) continue;
-            int64_t d[KILN_MAX_DIMS];
+            if (f == 1 || sz == 0)
+                continue;
+            int64_t d[KILN_MAX_DIMS] = {0};
             for (int i = 0, k = 0; i < nd; i++) {
                 if (i == axis) {
                     d[k++] = sz / f;
@@ -653,10 +708,11 @@ static void random_view_step(tu_rng *r, kiln_dtype dt, ht *h, kiln_tensor **t, c
             return;
         }
         if (op == 7 && nd >= 1) { /* squeeze every size-1 axis */
-            int64_t d[KILN_MAX_DIMS];
+            int64_t d[KILN_MAX_DIMS] = {0};
             int k = 0;
             for (int i = 0; i < nd; i++)
-                if (h->dims[i] != 1) d[k++] = h->dims[i];
+                if (h->dims[i] != 1)
+                    d[k++] = h->dims[i];
             ht_set(h, ht_reshape(h, k, d));
             *t = kiln_squeeze(*t, 0, NULL);
             snprintf(log + len, cap - len, " squeeze");
@@ -680,18 +736,21 @@ TU_TEST(view, random_chains) {
         kiln_dtype dt = all[chain % ndt];
         int nd = (int)tu_int(&r, 1, 4);
         int64_t dims[4];
-        for (int i = 0; i < nd; i++) dims[i] = tu_int(&r, 1, 5);
+        for (int i = 0; i < nd; i++)
+            dims[i] = tu_int(&r, 1, 5);
         ht h = ht_random(&r, dt, nd, dims);
         kiln_tensor *t = tu_tensor(ctx, dt, nd, dims, h.v);
         char log[2048] = "";
         int steps = (int)tu_int(&r, 3, 7);
-        for (int s = 0; s < steps; s++) random_view_step(&r, dt, &h, &t, log, sizeof log);
+        for (int s = 0; s < steps; s++)
+            random_view_step(&r, dt, &h, &t, log, sizeof log);
         cr_assert(t && kiln_error(t) == KILN_OK, "[%s] chain %d (%s):%s: %s", tu_exec_name(), chain,
                   tu_dt_name(dt), log, kiln_error_message(t));
         int64_t n = ht_numel(&h);
         double *got = malloc((size_t)(n + 1) * sizeof(double));
         TU_ASSERT_SHAPE_N(t, h.ndim, h.dims);
-        for (int64_t i = 0; i < n; i++) h.v[i] = tu_round(dt, h.v[i]);
+        for (int64_t i = 0; i < n; i++)
+            h.v[i] = tu_round(dt, h.v[i]);
         TU_READ(t, got, n);
         for (int64_t i = 0; i < n; i++)
             cr_assert(tu_same_value(got[i], h.v[i]),
@@ -707,8 +766,9 @@ TU_TEST(view, random_chains) {
             double gs;
             TU_READ(kiln_sum(t, 0, NULL, false), &gs, 1);
             double tol = dt == KILN_F64 ? 1e-12 : dt == KILN_F32 ? 1e-5 : 0;
-            cr_assert(fabs(gs - s) <= tol * scale, "[%s] chain %d (%s):%s: sum %.17g, expected %.17g",
-                      tu_exec_name(), chain, tu_dt_name(dt), log, gs, s);
+            cr_assert(fabs(gs - s) <= tol * scale,
+                      "[%s] chain %d (%s):%s: sum %.17g, expected %.17g", tu_exec_name(), chain,
+                      tu_dt_name(dt), log, gs, s);
         }
         free(got);
         ht_free(&h);
@@ -736,7 +796,8 @@ TU_TEST(view, i64_values_survive_views_exactly) {
     y = kiln_pad(y, pads, -1);
     int64_t n = ht_numel(&h);
     int64_t want[128];
-    for (int64_t i = 0; i < n; i++) want[i] = h.v[i] < 0 ? -1 : (1ll << 60) + (int64_t)h.v[i];
+    for (int64_t i = 0; i < n; i++)
+        want[i] = h.v[i] < 0 ? -1 : (1ll << 60) + (int64_t)h.v[i];
     TU_ASSERT_SHAPE_N(y, h.ndim, h.dims);
     TU_EXPECT_I64(y, KILN_I64, want, n);
     ht_free(&h);
@@ -755,4 +816,25 @@ TU_TEST(view, views_keep_dtype) {
         TU_ASSERT_DTYPE(kiln_unsqueeze(t, 0), all[k]);
         TU_ASSERT_DTYPE(kiln_squeeze(t, 0, NULL), all[k]);
     }
+}
+
+TU_TEST(view, eight_dims) {
+    TU_RNG(r);
+    ht a = ht_random(&r, KILN_I32, 8, TU_DIMS(2, 1, 3, 1, 2, 2, 1, 3));
+    kiln_tensor *t = tu_tensor(ctx, KILN_I32, 8, a.dims, a.v);
+    const int perm[8] = {7, 0, 6, 1, 5, 2, 4, 3};
+    ht h = ht_permute(&a, perm);
+    kiln_tensor *y = kiln_permute(t, perm);
+    EXPECT_HT(y, KILN_I32, h);
+    ht_set(&h, ht_flip(&h, 0xA5));
+    y = kiln_flip(y, TU_AXES(0, 2, 5, 7));
+    EXPECT_HT(y, KILN_I32, h);
+    ht_set(&h, ht_slice(&h, 0, KILN_END, KILN_BEGIN_REV, -2));
+    y = kiln_slice(y, 0, KILN_END, KILN_BEGIN_REV, -2);
+    EXPECT_HT(y, KILN_I32, h);
+    ht_set(&h, ht_expand(&h, 8, TU_DIMS(-1, 2, -1, 4, -1, -1, -1, -1)));
+    y = kiln_expand(y, TU_S(-1, 2, -1, 4, -1, -1, -1, -1));
+    EXPECT_HT(y, KILN_I32, h);
+    ht_free(&h);
+    ht_free(&a);
 }

@@ -12,7 +12,8 @@ static unsigned char first_bytes[2][4][NREF * 8];
 static bool have_first[2][4];
 
 static void compare_with_first(kiln_ctx *ctx, int op, int k, kiln_dtype dt, uint64_t seed) {
-    kiln_tensor *t = op ? kiln_randn(ctx, dt, TU_S(NREF), seed) : kiln_rand(ctx, dt, TU_S(NREF), seed);
+    kiln_tensor *t =
+        op ? kiln_randn(ctx, dt, TU_S(NREF), seed) : kiln_rand(ctx, dt, TU_S(NREF), seed);
     TU_ASSERT_SHAPE(t, NREF);
     TU_ASSERT_DTYPE(t, dt);
     unsigned char buf[NREF * 8];
@@ -33,7 +34,8 @@ TU_TEST(rand, same_seed_same_numbers_everywhere) {
     int nf;
     const kiln_dtype *fl = tu_float_dtypes(&nf);
     for (int op = 0; op < 2; op++)
-        for (int k = 0; k < nf; k++) compare_with_first(ctx, op, k, fl[k], 0x5eed + (uint64_t)k);
+        for (int k = 0; k < nf; k++)
+            compare_with_first(ctx, op, k, fl[k], 0x5eed + (uint64_t)k);
 }
 
 TU_TEST(rand, repeatable_and_seed_dependent) {
@@ -60,8 +62,8 @@ TU_TEST(rand, repeatable_and_seed_dependent) {
         distinct += i > 0 && va[i] != va[i - 1];
     }
     cr_assert(same_c < 4 && same_d < 4 && same_ef < 4,
-              "[%s] different seeds give the same numbers (%d, %d, %d of 64)", tu_exec_name(), same_c,
-              same_d, same_ef);
+              "[%s] different seeds give the same numbers (%d, %d, %d of 64)", tu_exec_name(),
+              same_c, same_d, same_ef);
     cr_assert(distinct > 60, "[%s] rand repeats itself", tu_exec_name());
 }
 
@@ -82,18 +84,22 @@ TU_TEST(rand, element_depends_only_on_seed_and_index) {
             cr_assert_eq(other[i], flat[i], "[%s] %s [2,30] element %d", tu_exec_name(),
                          op ? "randn" : "rand", i);
         }
-        for (int i = 0; i < 3; i++) cr_assert_eq(tiny[i], flat[i]);
-        cr_assert_eq(s0, flat[0], "[%s] 0-d %s is not element 0", tu_exec_name(), op ? "randn" : "rand");
+        for (int i = 0; i < 3; i++)
+            cr_assert_eq(tiny[i], flat[i]);
+        cr_assert_eq(s0, flat[0], "[%s] 0-d %s is not element 0", tu_exec_name(),
+                     op ? "randn" : "rand");
         /* the first 60 of a longer tensor, read through a view */
         kiln_tensor *big = fn(ctx, KILN_F32, TU_S(1000), seed);
         double pre[60];
         TU_READ(kiln_slice(big, 0, 0, 60, 1), pre, 60);
-        for (int i = 0; i < 60; i++) cr_assert_eq(pre[i], flat[i]);
+        for (int i = 0; i < 60; i++)
+            cr_assert_eq(pre[i], flat[i]);
         /* and element i of a reversed view is element 999 - i */
         double all[1000], rev[1000];
         TU_READ(big, all, 1000);
         TU_READ(kiln_flip(big, 0, NULL), rev, 1000);
-        for (int i = 0; i < 1000; i++) cr_assert_eq(rev[i], all[999 - i]);
+        for (int i = 0; i < 1000; i++)
+            cr_assert_eq(rev[i], all[999 - i]);
     }
 }
 
@@ -117,7 +123,8 @@ TU_TEST(rand, uniform_in_unit_interval_every_float_dtype) {
             bins[(int)(v[i] * 10)]++;
         }
         double mean = sum / N, var = sq / N - mean * mean;
-        cr_assert(fabs(mean - 0.5) < 0.005, "[%s] %s rand mean %g", tu_exec_name(), tu_dt_name(fl[k]), mean);
+        cr_assert(fabs(mean - 0.5) < 0.005, "[%s] %s rand mean %g", tu_exec_name(),
+                  tu_dt_name(fl[k]), mean);
         cr_assert(fabs(var - 1.0 / 12) < 0.003, "[%s] %s rand variance %g", tu_exec_name(),
                   tu_dt_name(fl[k]), var);
         cr_assert(lo < 0.001 && hi > 0.99, "[%s] %s rand range [%g, %g]", tu_exec_name(),
@@ -159,9 +166,12 @@ TU_TEST(rand, normal_moments) {
         double skew = m3 / pow(m2, 1.5), kurt = m4 / (m2 * m2);
         /* standard errors at N = 2^17: mean 0.003, variance 0.004, skew 0.007, kurtosis 0.014 */
         cr_assert(fabs(m1) < 0.015, "[%s] %s randn mean %g", tu_exec_name(), tu_dt_name(fl[k]), m1);
-        cr_assert(fabs(m2 - 1) < 0.03, "[%s] %s randn variance %g", tu_exec_name(), tu_dt_name(fl[k]), m2);
-        cr_assert(fabs(skew) < 0.05, "[%s] %s randn skewness %g", tu_exec_name(), tu_dt_name(fl[k]), skew);
-        cr_assert(fabs(kurt - 3) < 0.1, "[%s] %s randn kurtosis %g", tu_exec_name(), tu_dt_name(fl[k]), kurt);
+        cr_assert(fabs(m2 - 1) < 0.03, "[%s] %s randn variance %g", tu_exec_name(),
+                  tu_dt_name(fl[k]), m2);
+        cr_assert(fabs(skew) < 0.05, "[%s] %s randn skewness %g", tu_exec_name(), tu_dt_name(fl[k]),
+                  skew);
+        cr_assert(fabs(kurt - 3) < 0.1, "[%s] %s randn kurtosis %g", tu_exec_name(),
+                  tu_dt_name(fl[k]), kurt);
         cr_assert(fabs((double)within1 / N - 0.6827) < 0.01, "[%s] %s randn P(|x|<1) = %g",
                   tu_exec_name(), tu_dt_name(fl[k]), (double)within1 / N);
         cr_assert(fabs((double)within2 / N - 0.9545) < 0.005, "[%s] %s randn P(|x|<2) = %g",
@@ -175,15 +185,19 @@ TU_TEST(rand, neighbours_are_independent) {
     enum { N = 1 << 16 };
     double *v = malloc(N * sizeof(double));
     for (int op = 0; op < 2; op++) {
-        kiln_tensor *t = op ? kiln_randn(ctx, KILN_F64, TU_S(N), 5) : kiln_rand(ctx, KILN_F64, TU_S(N), 5);
+        kiln_tensor *t =
+            op ? kiln_randn(ctx, KILN_F64, TU_S(N), 5) : kiln_rand(ctx, KILN_F64, TU_S(N), 5);
         TU_READ(t, v, N);
         double m = 0;
-        for (int i = 0; i < N; i++) m += v[i];
+        for (int i = 0; i < N; i++)
+            m += v[i];
         m /= N;
         for (int lag = 1; lag <= 4; lag++) {
             double c = 0, s = 0;
-            for (int i = 0; i + lag < N; i++) c += (v[i] - m) * (v[i + lag] - m);
-            for (int i = 0; i < N; i++) s += (v[i] - m) * (v[i] - m);
+            for (int i = 0; i + lag < N; i++)
+                c += (v[i] - m) * (v[i + lag] - m);
+            for (int i = 0; i < N; i++)
+                s += (v[i] - m) * (v[i] - m);
             cr_assert(fabs(c / s) < 0.02, "[%s] %s lag-%d correlation %g", tu_exec_name(),
                       op ? "randn" : "rand", lag, c / s);
         }
@@ -194,16 +208,19 @@ TU_TEST(rand, neighbours_are_independent) {
 TU_TEST(rand, used_in_computation) {
     /* a rand fused into a kernel gives the same numbers as rand alone */
     kiln_tensor *r = kiln_rand(ctx, KILN_F64, TU_S(8, 16), 42);
-    kiln_tensor *y = kiln_add_scalar(kiln_mul_scalar(kiln_rand(ctx, KILN_F64, TU_S(8, 16), 42), 2), 1);
+    kiln_tensor *y =
+        kiln_add_scalar(kiln_mul_scalar(kiln_rand(ctx, KILN_F64, TU_S(8, 16), 42), 2), 1);
     kiln_tensor *s = kiln_sum(kiln_randn(ctx, KILN_F32, TU_S(8, 16), 43), TU_AXES(1), false);
     double vr[128], vy[128], vn[128], vs[8];
     TU_READ(r, vr, 128);
     TU_READ(y, vy, 128);
-    for (int i = 0; i < 128; i++) cr_assert_eq(vy[i], vr[i] * 2 + 1);
+    for (int i = 0; i < 128; i++)
+        cr_assert_eq(vy[i], vr[i] * 2 + 1);
     TU_READ(kiln_randn(ctx, KILN_F32, TU_S(8, 16), 43), vn, 128);
     for (int i = 0; i < 8; i++) {
         vs[i] = 0;
-        for (int j = 0; j < 16; j++) vs[i] += vn[i * 16 + j];
+        for (int j = 0; j < 16; j++)
+            vs[i] += vn[i * 16 + j];
     }
     TU_EXPECT(s, KILN_F32, vs, 8);
     /* empty */

@@ -6,11 +6,11 @@
 
 #define LIVE() kiln_ctx_live_nodes(ctx)
 
-#define ASSERT_LIVE(want)                                                                  \
-    do {                                                                                   \
-        int64_t got_ = LIVE(), want_ = (want);                                             \
-        cr_assert(got_ == want_, "[%s] line %d: %lld live nodes, expected %lld", tu_exec_name(), \
-                  __LINE__, (long long)got_, (long long)want_);                            \
+#define ASSERT_LIVE(want)                                                                          \
+    do {                                                                                           \
+        int64_t got_ = LIVE(), want_ = (want);                                                     \
+        cr_assert(got_ == want_, "[%s] line %d: %lld live nodes, expected %lld", tu_exec_name(),   \
+                  __LINE__, (long long)got_, (long long)want_);                                    \
     } while (0)
 
 TU_TEST(scopes, scope_end_releases_everything_made_inside) {
@@ -221,11 +221,13 @@ TU_TEST(scopes, constants_fold) {
     TU_EXPECT_VALS(five, KILN_F32, 5, 5, 5, 5, 5, 5);
 
     /* folding follows the dtype's rules */
-    kiln_tensor *i = kiln_div(kiln_full(ctx, KILN_I32, TU_S(2), -7), kiln_full(ctx, KILN_I32, TU_S(2), 2));
+    kiln_tensor *i =
+        kiln_div(kiln_full(ctx, KILN_I32, TU_S(2), -7), kiln_full(ctx, KILN_I32, TU_S(2), 2));
     TU_EXPECT_VALS(i, KILN_I32, -4, -4);
     kiln_tensor *u = kiln_add_scalar(kiln_full(ctx, KILN_U8, TU_S(1), 250), 10);
     TU_EXPECT_VALS(u, KILN_U8, 4);
-    kiln_tensor *h = kiln_add(kiln_full(ctx, KILN_F16, TU_S(1), 2048), kiln_full(ctx, KILN_F16, TU_S(1), 1));
+    kiln_tensor *h =
+        kiln_add(kiln_full(ctx, KILN_F16, TU_S(1), 2048), kiln_full(ctx, KILN_F16, TU_S(1), 1));
     TU_EXPECT_VALS(h, KILN_F16, 2048);
     kiln_tensor *mx = kiln_maximum(kiln_scalar(ctx, KILN_F32, NAN), kiln_scalar(ctx, KILN_F32, 1));
     cr_assert(isnan(TU_ITEM(mx)));
@@ -301,4 +303,54 @@ TU_TEST(scopes, context_free_with_everything_outstanding) {
     (void)kiln_keep(kiln_sum(y, 0, NULL, false));
     kiln_ctx_free(c);
     (void)ctx;
+}
+
+TU_TEST(scopes, hash_consing_keeps_distinct_constants_apart) {
+    /* constants that compare equal as doubles but are not the same value */
+    kiln_tensor *pz = kiln_full(ctx, KILN_F64, TU_S(2), 0.0);
+    kiln_tensor *nz = kiln_full(ctx, KILN_F64, TU_S(2), -0.0);
+    TU_EXPECT_VALS(kiln_recip(nz), KILN_F64, -INFINITY, -INFINITY);
+    TU_EXPECT_VALS(kiln_recip(pz), KILN_F64, INFINITY, INFINITY);
+    kiln_tensor *x = kiln_ones(ctx, KILN_F32, TU_S(2));
+    TU_EXPECT_VALS(kiln_div(x, kiln_scalar(ctx, KILN_F32, -0.0)), KILN_F32, -INFINITY, -INFINITY);
+    TU_EXPECT_VALS(kiln_div(x, kiln_scalar(ctx, KILN_F32, 0.0)), KILN_F32, INFINITY, INFINITY);
+    TU_EXPECT_VALS(kiln_div_scalar(x, -0.0), KILN_F32, -INFINITY, -INFINITY);
+    /* i64 constants beyond 2^53 that are equal as doubles */
+    kiln_tensor *base = kiln_full(ctx, KILN_I64, TU_S(1), 9007199254740992.0);
+    kiln_tensor *p1 = kiln_add_scalar(base, 1);
+    kiln_tensor *p2 = kiln_add_scalar(base, 2);
+    kiln_tensor *p1b = kiln_sub_scalar(p2, 1);
+    const int64_t w1 = (1ll << 53) + 1, w2 = (1ll << 53) + 2;
+    TU_EXPECT_I64(p1, KILN_I64, &w1, 1);
+    TU_EXPECT_I64(p2, KILN_I64, &w2, 1);
+    TU_EXPECT_I64(p1b, KILN_I64, &w1, 1);
+    TU_EXPECT_VALS(kiln_eq(p1, p2), KILN_BOOL, 0);
+    /* the same value in different dtypes */
+    kiln_tensor *f = kiln_full(ctx, KILN_F32, TU_S(1), 0.1);
+    kiln_tensor *d = kiln_full(ctx, KILN_F64, TU_S(1), 0.1);
+    kiln_tensor *h = kiln_full(ctx, KILN_F16, TU_S(1), 0.1);
+    kiln_tensor *b = kiln_full(ctx, KILN_BF16, TU_S(1), 0.1);
+    TU_EXPECT_VALS(kiln_sub(d, f), KILN_F64, 0.1 - (double)0.1f);
+    TU_EXPECT_VALS(h, KILN_F16, tu_round(KILN_F16, 0.1));
+    TU_EXPECT_VALS(b, KILN_BF16, tu_round(KILN_BF16, 0.1));
+    TU_EXPECT_VALS(kiln_full(ctx, KILN_I32, TU_S(1), 2), KILN_I32, 2);
+    TU_EXPECT_VALS(
+        kiln_div(kiln_full(ctx, KILN_I32, TU_S(1), 7), kiln_full(ctx, KILN_I32, TU_S(1), 2)),
+        KILN_I32, 3);
+    TU_EXPECT_VALS(
+        kiln_div(kiln_full(ctx, KILN_F32, TU_S(1), 7), kiln_full(ctx, KILN_F32, TU_S(1), 2)),
+        KILN_F32, 3.5);
+    /* NaN constants fold and compare like NaN */
+    kiln_tensor *n1 = kiln_full(ctx, KILN_F32, TU_S(1), NAN);
+    kiln_tensor *n2 = kiln_full(ctx, KILN_F32, TU_S(1), NAN);
+    TU_EXPECT_VALS(kiln_eq(n1, n2), KILN_BOOL, 0);
+    TU_EXPECT_VALS(kiln_ne(n1, n1), KILN_BOOL, 1);
+    TU_EXPECT_VALS(kiln_sub(n1, n1), KILN_F32, NAN);
+    /* x - x and x * 0 are not 0 when x is inf or NaN */
+    kiln_tensor *sp = tu_tensor(ctx, KILN_F64, TU_S(3), (double[]){INFINITY, NAN, -2});
+    TU_EXPECT_VALS(kiln_sub(sp, sp), KILN_F64, NAN, NAN, 0);
+    TU_EXPECT_VALS(kiln_mul_scalar(sp, 0), KILN_F64, NAN, NAN, -0.0);
+    double got[3];
+    TU_READ(kiln_mul_scalar(sp, 0), got, 3);
+    cr_assert(signbit(got[2]), "[%s] -2 * 0 lost its sign", tu_exec_name());
 }

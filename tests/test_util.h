@@ -61,9 +61,11 @@ static inline const tu_exec *tu_cur_exec(void) { return *tu_cur_exec_slot(); }
  * a second one); NULL outside a body or when unavailable. */
 static inline kiln_ctx *tu_ctx_like_current(void) {
     const tu_exec *e = tu_cur_exec();
-    if (!e) return NULL;
+    if (!e)
+        return NULL;
     kiln_ctx *c = kiln_ctx_new(e->dev);
-    if (c) kiln_ctx_set_mode(c, e->mode);
+    if (c)
+        kiln_ctx_set_mode(c, e->mode);
     return c;
 }
 
@@ -73,10 +75,11 @@ static inline void tu_run_all(void (*body)(kiln_ctx *), const char *test) {
     int ran = 0;
     for (int i = 0; i < n; i++) {
         kiln_ctx *ctx = kiln_ctx_new(ex[i].dev);
-        if (!ctx) continue;
+        if (!ctx)
+            continue;
         kiln_ctx_set_mode(ctx, ex[i].mode);
-        cr_assert(kiln_ctx_mode(ctx) == ex[i].mode, "[%s] %s: kiln_ctx_mode does not report the mode set",
-                  ex[i].name, test);
+        cr_assert(kiln_ctx_mode(ctx) == ex[i].mode,
+                  "[%s] %s: kiln_ctx_mode does not report the mode set", ex[i].name, test);
         *tu_cur_exec_slot() = &ex[i];
         body(ctx);
         kiln_ctx_free(ctx);
@@ -87,25 +90,27 @@ static inline void tu_run_all(void (*body)(kiln_ctx *), const char *test) {
 }
 
 /* Defines a test whose body `{ ... }` follows and gets `kiln_ctx *ctx`. */
-#define TU_TEST(suite, name)                                                   \
-    static void tu_body_##suite##_##name(kiln_ctx *ctx);                       \
-    Test(suite, name) { tu_run_all(tu_body_##suite##_##name, #suite "/" #name); } \
+#define TU_TEST(suite, name)                                                                       \
+    static void tu_body_##suite##_##name(kiln_ctx *ctx);                                           \
+    Test(suite, name) { tu_run_all(tu_body_##suite##_##name, #suite "/" #name); }                  \
     static void tu_body_##suite##_##name(kiln_ctx *ctx)
 
 /* ---- shapes and literals -------------------------------------------------- */
 
 /* Expands to `ndim, dims` for the creation and view functions:
  * kiln_zeros(ctx, KILN_F32, TU_S(2, 3)). */
-#define TU_S(...)                                                              \
-    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]){__VA_ARGS__}
+#define TU_S(...)                                                                                  \
+    (int)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (const int64_t[]) { __VA_ARGS__ }
 /* Expands to `naxes, axes` for the reductions and flip/squeeze. */
-#define TU_AXES(...) (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]){__VA_ARGS__}
+#define TU_AXES(...)                                                                               \
+    (int)(sizeof((int[]){__VA_ARGS__}) / sizeof(int)), (const int[]) { __VA_ARGS__ }
 #define TU_DIMS(...) ((const int64_t[]){__VA_ARGS__})
 #define TU_NVALS(...) ((int64_t)(sizeof((double[]){__VA_ARGS__}) / sizeof(double)))
 
 static inline int64_t tu_numel(int ndim, const int64_t *dims) {
     int64_t n = 1;
-    for (int i = 0; i < ndim; i++) n *= dims[i];
+    for (int i = 0; i < ndim; i++)
+        n *= dims[i];
     return n;
 }
 
@@ -124,7 +129,8 @@ static inline uint64_t tu_next(tu_rng *r) {
 
 static inline tu_rng tu_rng_from(const char *name, uint64_t salt) {
     uint64_t h = 0xcbf29ce484222325ull;
-    for (const char *p = name; *p; p++) h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
+    for (const char *p = name; *p; p++)
+        h = (h ^ (uint8_t)*p) * 0x100000001b3ull;
     tu_rng r = {h ^ (salt * 0x9E3779B97F4A7C15ull)};
     tu_next(&r);
     return r;
@@ -139,7 +145,8 @@ static inline double tu_unif(tu_rng *r, double lo, double hi) { return lo + (hi 
 /* Uniform integer in [lo, hi]. */
 static inline int64_t tu_int(tu_rng *r, int64_t lo, int64_t hi) {
     uint64_t span = (uint64_t)hi - (uint64_t)lo + 1;
-    if (span == 0) return (int64_t)tu_next(r);
+    if (span == 0)
+        return (int64_t)tu_next(r);
     return (int64_t)((uint64_t)lo + tu_next(r) % span);
 }
 
@@ -160,14 +167,22 @@ static inline const kiln_dtype *tu_float_dtypes(int *n) {
 
 static inline const char *tu_dt_name(kiln_dtype dt) {
     switch (dt) {
-    case KILN_F32: return "f32";
-    case KILN_F64: return "f64";
-    case KILN_F16: return "f16";
-    case KILN_BF16: return "bf16";
-    case KILN_I32: return "i32";
-    case KILN_I64: return "i64";
-    case KILN_U8: return "u8";
-    case KILN_BOOL: return "bool";
+    case KILN_F32:
+        return "f32";
+    case KILN_F64:
+        return "f64";
+    case KILN_F16:
+        return "f16";
+    case KILN_BF16:
+        return "bf16";
+    case KILN_I32:
+        return "i32";
+    case KILN_I64:
+        return "i64";
+    case KILN_U8:
+        return "u8";
+    case KILN_BOOL:
+        return "bool";
     }
     return "?";
 }
@@ -175,13 +190,17 @@ static inline const char *tu_dt_name(kiln_dtype dt) {
 static inline size_t tu_dt_size(kiln_dtype dt) {
     switch (dt) {
     case KILN_F64:
-    case KILN_I64: return 8;
+    case KILN_I64:
+        return 8;
     case KILN_F32:
-    case KILN_I32: return 4;
+    case KILN_I32:
+        return 4;
     case KILN_F16:
-    case KILN_BF16: return 2;
+    case KILN_BF16:
+        return 2;
     case KILN_U8:
-    case KILN_BOOL: return 1;
+    case KILN_BOOL:
+        return 1;
     }
     return 0;
 }
@@ -195,21 +214,30 @@ static inline bool tu_is_half(kiln_dtype dt) { return dt == KILN_F16 || dt == KI
  * < f64, with f16 and bf16 together giving f32. */
 static inline int tu_rank(kiln_dtype dt) {
     switch (dt) {
-    case KILN_BOOL: return 0;
-    case KILN_U8: return 1;
-    case KILN_I32: return 2;
-    case KILN_I64: return 3;
+    case KILN_BOOL:
+        return 0;
+    case KILN_U8:
+        return 1;
+    case KILN_I32:
+        return 2;
+    case KILN_I64:
+        return 3;
     case KILN_F16:
-    case KILN_BF16: return 4;
-    case KILN_F32: return 5;
-    case KILN_F64: return 6;
+    case KILN_BF16:
+        return 4;
+    case KILN_F32:
+        return 5;
+    case KILN_F64:
+        return 6;
     }
     return -1;
 }
 
 static inline kiln_dtype tu_promote(kiln_dtype a, kiln_dtype b) {
-    if (a == b) return a;
-    if (tu_is_half(a) && tu_is_half(b)) return KILN_F32;
+    if (a == b)
+        return a;
+    if (tu_is_half(a) && tu_is_half(b))
+        return KILN_F32;
     return tu_rank(a) >= tu_rank(b) ? a : b;
 }
 
@@ -218,16 +246,19 @@ static inline kiln_dtype tu_promote(kiln_dtype a, kiln_dtype b) {
 /* Rounds x to nearest even in a binary format with `p` fraction bits and
  * exponents in [emin, emax] (subnormals included); overflow gives inf. */
 static inline double tu_round_fmt(double x, int p, int emin, int emax) {
-    if (isnan(x) || isinf(x) || x == 0) return x;
+    if (isnan(x) || isinf(x) || x == 0)
+        return x;
     double a = fabs(x);
     int ex;
     frexp(a, &ex);
     int e = ex - 1;
-    if (e < emin) e = emin;
+    if (e < emin)
+        e = emin;
     double q = ldexp(1.0, e - p);
     double r = nearbyint(a / q) * q;
     double maxv = ldexp(2.0 - ldexp(1.0, -p), emax);
-    if (r > maxv) r = INFINITY;
+    if (r > maxv)
+        r = INFINITY;
     return copysign(r, x);
 }
 
@@ -235,15 +266,19 @@ static inline uint16_t tu_encode_fmt(double x, int p, int emin, int emax) {
     int ebits = 15 - p;
     uint16_t sign = signbit(x) ? 0x8000 : 0;
     uint16_t allones = (uint16_t)(((1u << ebits) - 1) << p);
-    if (isnan(x)) return (uint16_t)(allones | (1u << (p - 1)));
+    if (isnan(x))
+        return (uint16_t)(allones | (1u << (p - 1)));
     double r = tu_round_fmt(x, p, emin, emax);
-    if (isinf(r)) return sign | allones;
+    if (isinf(r))
+        return sign | allones;
     double a = fabs(r);
-    if (a == 0) return sign;
+    if (a == 0)
+        return sign;
     int ex;
     frexp(a, &ex);
     int e = ex - 1;
-    if (e < emin) return sign | (uint16_t)(a / ldexp(1.0, emin - p));
+    if (e < emin)
+        return sign | (uint16_t)(a / ldexp(1.0, emin - p));
     uint16_t m = (uint16_t)((a / ldexp(1.0, e) - 1.0) * ldexp(1.0, p));
     return sign | (uint16_t)((uint16_t)(e + emax) << p) | m;
 }
@@ -253,8 +288,10 @@ static inline double tu_decode_fmt(uint16_t h, int p, int emin, int emax) {
     int e = (h >> p) & ((1 << ebits) - 1);
     int m = h & ((1 << p) - 1);
     double s = (h & 0x8000) ? -1.0 : 1.0;
-    if (e == (1 << ebits) - 1) return m ? NAN : s * INFINITY;
-    if (e == 0) return s * ldexp((double)m, emin - p);
+    if (e == (1 << ebits) - 1)
+        return m ? NAN : s * INFINITY;
+    if (e == 0)
+        return s * ldexp((double)m, emin - p);
     return s * ldexp((double)(m + (1 << p)), e - emax - p);
 }
 
@@ -268,10 +305,14 @@ static inline double tu_bf16_value(uint16_t h) { return tu_decode_fmt(h, 7, -126
 /* Wraps an integer to dt's width (bool: != 0). */
 static inline int64_t tu_wrap(kiln_dtype dt, int64_t v) {
     switch (dt) {
-    case KILN_I32: return (int64_t)(int32_t)(uint32_t)(uint64_t)v;
-    case KILN_U8: return (int64_t)((uint64_t)v & 0xFF);
-    case KILN_BOOL: return v != 0;
-    default: return v;
+    case KILN_I32:
+        return (int64_t)(int32_t)(uint32_t)(uint64_t)v;
+    case KILN_U8:
+        return (int64_t)((uint64_t)v & 0xFF);
+    case KILN_BOOL:
+        return v != 0;
+    default:
+        return v;
     }
 }
 
@@ -285,8 +326,10 @@ static inline double tu_int_max_plus1(kiln_dtype dt) {
 /* A float value converted to an integer dtype as kiln_cast does: truncation
  * toward zero, saturation, NaN gives 0; bool is != 0. */
 static inline int64_t tu_float_to_int(double v, kiln_dtype dt) {
-    if (dt == KILN_BOOL) return v != 0;
-    if (isnan(v)) return 0;
+    if (dt == KILN_BOOL)
+        return v != 0;
+    if (isnan(v))
+        return 0;
     double t = trunc(v);
     if (t < tu_int_min(dt)) {
         return dt == KILN_I32 ? INT32_MIN : dt == KILN_I64 ? INT64_MIN : 0;
@@ -300,17 +343,22 @@ static inline int64_t tu_float_to_int(double v, kiln_dtype dt) {
 /* A double rounded to what float dtype dt holds. */
 static inline double tu_round_float(kiln_dtype dt, double v) {
     switch (dt) {
-    case KILN_F32: return (double)(float)v;
-    case KILN_F16: return tu_round_fmt(v, 10, -14, 15);
-    case KILN_BF16: return tu_round_fmt(v, 7, -126, 127);
-    default: return v;
+    case KILN_F32:
+        return (double)(float)v;
+    case KILN_F16:
+        return tu_round_fmt(v, 10, -14, 15);
+    case KILN_BF16:
+        return tu_round_fmt(v, 7, -126, 127);
+    default:
+        return v;
     }
 }
 
 /* A double converted to dt as the cast rules say (floats round, integers
  * truncate and saturate). */
 static inline double tu_round(kiln_dtype dt, double v) {
-    if (tu_is_float(dt)) return tu_round_float(dt, v);
+    if (tu_is_float(dt))
+        return tu_round_float(dt, v);
     return (double)tu_float_to_int(v, dt);
 }
 
@@ -319,14 +367,30 @@ static inline double tu_round(kiln_dtype dt, double v) {
 static inline void tu_pack(kiln_dtype dt, const double *v, int64_t n, void *out) {
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
-        case KILN_F32: ((float *)out)[i] = (float)v[i]; break;
-        case KILN_F64: ((double *)out)[i] = v[i]; break;
-        case KILN_F16: ((uint16_t *)out)[i] = tu_f16_bits(v[i]); break;
-        case KILN_BF16: ((uint16_t *)out)[i] = tu_bf16_bits(v[i]); break;
-        case KILN_I32: ((int32_t *)out)[i] = (int32_t)tu_float_to_int(v[i], dt); break;
-        case KILN_I64: ((int64_t *)out)[i] = tu_float_to_int(v[i], dt); break;
-        case KILN_U8: ((uint8_t *)out)[i] = (uint8_t)tu_float_to_int(v[i], dt); break;
-        case KILN_BOOL: ((uint8_t *)out)[i] = v[i] != 0; break;
+        case KILN_F32:
+            ((float *)out)[i] = (float)v[i];
+            break;
+        case KILN_F64:
+            ((double *)out)[i] = v[i];
+            break;
+        case KILN_F16:
+            ((uint16_t *)out)[i] = tu_f16_bits(v[i]);
+            break;
+        case KILN_BF16:
+            ((uint16_t *)out)[i] = tu_bf16_bits(v[i]);
+            break;
+        case KILN_I32:
+            ((int32_t *)out)[i] = (int32_t)tu_float_to_int(v[i], dt);
+            break;
+        case KILN_I64:
+            ((int64_t *)out)[i] = tu_float_to_int(v[i], dt);
+            break;
+        case KILN_U8:
+            ((uint8_t *)out)[i] = (uint8_t)tu_float_to_int(v[i], dt);
+            break;
+        case KILN_BOOL:
+            ((uint8_t *)out)[i] = v[i] != 0;
+            break;
         }
     }
 }
@@ -334,10 +398,18 @@ static inline void tu_pack(kiln_dtype dt, const double *v, int64_t n, void *out)
 static inline void tu_pack_i64(kiln_dtype dt, const int64_t *v, int64_t n, void *out) {
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
-        case KILN_I32: ((int32_t *)out)[i] = (int32_t)tu_wrap(dt, v[i]); break;
-        case KILN_I64: ((int64_t *)out)[i] = v[i]; break;
-        case KILN_U8: ((uint8_t *)out)[i] = (uint8_t)tu_wrap(dt, v[i]); break;
-        case KILN_BOOL: ((uint8_t *)out)[i] = v[i] != 0; break;
+        case KILN_I32:
+            ((int32_t *)out)[i] = (int32_t)tu_wrap(dt, v[i]);
+            break;
+        case KILN_I64:
+            ((int64_t *)out)[i] = v[i];
+            break;
+        case KILN_U8:
+            ((uint8_t *)out)[i] = (uint8_t)tu_wrap(dt, v[i]);
+            break;
+        case KILN_BOOL:
+            ((uint8_t *)out)[i] = v[i] != 0;
+            break;
         default: {
             double d = (double)v[i];
             tu_pack(dt, &d, 1, (char *)out + (size_t)i * tu_dt_size(dt));
@@ -349,14 +421,30 @@ static inline void tu_pack_i64(kiln_dtype dt, const int64_t *v, int64_t n, void 
 static inline void tu_unpack(kiln_dtype dt, const void *in, int64_t n, double *out) {
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
-        case KILN_F32: out[i] = ((const float *)in)[i]; break;
-        case KILN_F64: out[i] = ((const double *)in)[i]; break;
-        case KILN_F16: out[i] = tu_f16_value(((const uint16_t *)in)[i]); break;
-        case KILN_BF16: out[i] = tu_bf16_value(((const uint16_t *)in)[i]); break;
-        case KILN_I32: out[i] = ((const int32_t *)in)[i]; break;
-        case KILN_I64: out[i] = (double)((const int64_t *)in)[i]; break;
-        case KILN_U8: out[i] = ((const uint8_t *)in)[i]; break;
-        case KILN_BOOL: out[i] = ((const uint8_t *)in)[i]; break;
+        case KILN_F32:
+            out[i] = ((const float *)in)[i];
+            break;
+        case KILN_F64:
+            out[i] = ((const double *)in)[i];
+            break;
+        case KILN_F16:
+            out[i] = tu_f16_value(((const uint16_t *)in)[i]);
+            break;
+        case KILN_BF16:
+            out[i] = tu_bf16_value(((const uint16_t *)in)[i]);
+            break;
+        case KILN_I32:
+            out[i] = ((const int32_t *)in)[i];
+            break;
+        case KILN_I64:
+            out[i] = (double)((const int64_t *)in)[i];
+            break;
+        case KILN_U8:
+            out[i] = ((const uint8_t *)in)[i];
+            break;
+        case KILN_BOOL:
+            out[i] = ((const uint8_t *)in)[i];
+            break;
         }
     }
 }
@@ -364,12 +452,18 @@ static inline void tu_unpack(kiln_dtype dt, const void *in, int64_t n, double *o
 static inline void tu_unpack_i64(kiln_dtype dt, const void *in, int64_t n, int64_t *out) {
     for (int64_t i = 0; i < n; i++) {
         switch (dt) {
-        case KILN_I32: out[i] = ((const int32_t *)in)[i]; break;
-        case KILN_I64: out[i] = ((const int64_t *)in)[i]; break;
+        case KILN_I32:
+            out[i] = ((const int32_t *)in)[i];
+            break;
+        case KILN_I64:
+            out[i] = ((const int64_t *)in)[i];
+            break;
         case KILN_U8:
-        case KILN_BOOL: out[i] = ((const uint8_t *)in)[i]; break;
+        case KILN_BOOL:
+            out[i] = ((const uint8_t *)in)[i];
+            break;
         default: {
-            double d;
+            double d = 0;
             tu_unpack(dt, (const char *)in + (size_t)i * tu_dt_size(dt), 1, &d);
             out[i] = (int64_t)d;
         }
@@ -405,7 +499,8 @@ static inline kiln_tensor *tu_tensor_i64(kiln_ctx *ctx, kiln_dtype dt, int ndim,
  * dt's range, bool 0/1 with both present when n >= 2. */
 static inline void tu_fill(tu_rng *r, kiln_dtype dt, double *v, int64_t n, double lo, double hi) {
     if (dt == KILN_BOOL) {
-        for (int64_t i = 0; i < n; i++) v[i] = (double)(tu_next(r) & 1);
+        for (int64_t i = 0; i < n; i++)
+            v[i] = (double)(tu_next(r) & 1);
         if (n >= 2) {
             int64_t a = tu_int(r, 0, n - 1);
             int64_t b = (a + 1 + tu_int(r, 0, n - 2)) % n;
@@ -415,13 +510,17 @@ static inline void tu_fill(tu_rng *r, kiln_dtype dt, double *v, int64_t n, doubl
         return;
     }
     if (tu_is_float(dt)) {
-        for (int64_t i = 0; i < n; i++) v[i] = tu_round_float(dt, tu_unif(r, lo, hi));
+        for (int64_t i = 0; i < n; i++)
+            v[i] = tu_round_float(dt, tu_unif(r, lo, hi));
         return;
     }
     double l = ceil(lo), h = floor(hi);
-    if (l < tu_int_min(dt)) l = tu_int_min(dt);
-    if (h > tu_int_max_plus1(dt) - 1) h = tu_int_max_plus1(dt) - 1;
-    for (int64_t i = 0; i < n; i++) v[i] = (double)tu_int(r, (int64_t)l, (int64_t)h);
+    if (l < tu_int_min(dt))
+        l = tu_int_min(dt);
+    if (h > tu_int_max_plus1(dt) - 1)
+        h = tu_int_max_plus1(dt) - 1;
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (double)tu_int(r, (int64_t)l, (int64_t)h);
 }
 
 /* A random tensor; its values go to v (which must hold numel entries). */
@@ -438,7 +537,8 @@ static inline void tu_fmt_shape(char *out, size_t cap, int ndim, const int64_t *
     k += (size_t)snprintf(out + k, cap - k, "[");
     for (int i = 0; i < ndim && k < cap; i++)
         k += (size_t)snprintf(out + k, cap - k, "%s%lld", i ? "," : "", (long long)dims[i]);
-    if (k < cap) snprintf(out + k, cap - k, "]");
+    if (k < cap)
+        snprintf(out + k, cap - k, "]");
 }
 
 static inline void tu_assert_ok_at(const kiln_tensor *t, const char *file, int line) {
@@ -455,11 +555,12 @@ static inline void tu_assert_shape_at(const kiln_tensor *t, int ndim, const int6
     tu_fmt_shape(want, sizeof want, ndim, dims);
     const int64_t *s = kiln_shape(t);
     int nd = kiln_ndim(t);
-    cr_assert(nd >= 0 && nd <= KILN_MAX_DIMS && (nd == 0 || s != NULL),
-              "[%s] %s:%d: bad ndim %d", tu_exec_name(), file, line, nd);
+    cr_assert(nd >= 0 && nd <= KILN_MAX_DIMS && (nd == 0 || s != NULL), "[%s] %s:%d: bad ndim %d",
+              tu_exec_name(), file, line, nd);
     tu_fmt_shape(got, sizeof got, nd, s);
     bool same = nd == ndim;
-    for (int i = 0; same && i < nd; i++) same = s[i] == dims[i];
+    for (int i = 0; same && i < nd; i++)
+        same = s[i] == dims[i];
     cr_assert(same, "[%s] %s:%d: shape %s, expected %s", tu_exec_name(), file, line, got, want);
     cr_assert(kiln_numel(t) == tu_numel(ndim, dims), "[%s] %s:%d: numel %lld, expected %lld",
               tu_exec_name(), file, line, (long long)kiln_numel(t),
@@ -482,13 +583,12 @@ static inline void tu_assert_dtype_at(const kiln_tensor *t, kiln_dtype dt, const
  * NULL-terminated needles. */
 static inline void tu_assert_error_at(const kiln_tensor *t, kiln_status st,
                                       const char *const *needles, const char *file, int line) {
-    cr_assert(t != NULL, "[%s] %s:%d: op returned NULL instead of an error handle",
-              tu_exec_name(), file, line);
+    cr_assert(t != NULL, "[%s] %s:%d: op returned NULL instead of an error handle", tu_exec_name(),
+              file, line);
     kiln_status got = kiln_error(t);
     const char *msg = kiln_error_message(t);
-    cr_assert(got == st, "[%s] %s:%d: status %d (%s), expected %d; message: \"%s\"",
-              tu_exec_name(), file, line, (int)got, got == KILN_OK ? "ok" : "error", (int)st,
-              msg ? msg : "(null)");
+    cr_assert(got == st, "[%s] %s:%d: status %d (%s), expected %d; message: \"%s\"", tu_exec_name(),
+              file, line, (int)got, got == KILN_OK ? "ok" : "error", (int)st, msg ? msg : "(null)");
     cr_assert(msg != NULL && msg[0] != '\0', "[%s] %s:%d: empty error message", tu_exec_name(),
               file, line);
     for (const char *const *p = needles; p && *p; p++)
@@ -496,7 +596,7 @@ static inline void tu_assert_error_at(const kiln_tensor *t, kiln_status st,
                   tu_exec_name(), file, line, msg, *p);
 }
 /* TU_ASSERT_ERROR(t, KILN_ERR_SHAPE, "kiln_add", "[3]") */
-#define TU_ASSERT_ERROR(t, st, ...)                                                          \
+#define TU_ASSERT_ERROR(t, st, ...)                                                                \
     tu_assert_error_at((t), (st), (const char *const[]){__VA_ARGS__, NULL}, __FILE__, __LINE__)
 
 /* An error handle with status st and a non-empty message. */
@@ -526,8 +626,8 @@ static inline void tu_read_at(kiln_tensor *t, double *out, int64_t n, const char
     size_t nbytes = (size_t)n * tu_dt_size(dt);
     void *raw = malloc(nbytes ? nbytes : 1);
     kiln_status st = kiln_to_host(t, raw, nbytes);
-    cr_assert(st == KILN_OK, "[%s] %s:%d: kiln_to_host: status %d: %s", tu_exec_name(), file,
-              line, (int)st, kiln_error_message(t));
+    cr_assert(st == KILN_OK, "[%s] %s:%d: kiln_to_host: status %d: %s", tu_exec_name(), file, line,
+              (int)st, kiln_error_message(t));
     tu_unpack(dt, raw, n, out);
     free(raw);
 }
@@ -542,8 +642,8 @@ static inline void tu_read_i64_at(kiln_tensor *t, int64_t *out, int64_t n, const
     size_t nbytes = (size_t)n * tu_dt_size(dt);
     void *raw = malloc(nbytes ? nbytes : 1);
     kiln_status st = kiln_to_host(t, raw, nbytes);
-    cr_assert(st == KILN_OK, "[%s] %s:%d: kiln_to_host: status %d: %s", tu_exec_name(), file,
-              line, (int)st, kiln_error_message(t));
+    cr_assert(st == KILN_OK, "[%s] %s:%d: kiln_to_host: status %d: %s", tu_exec_name(), file, line,
+              (int)st, kiln_error_message(t));
     tu_unpack_i64(dt, raw, n, out);
     free(raw);
 }
@@ -554,11 +654,16 @@ static inline void tu_read_i64_at(kiln_tensor *t, int64_t *out, int64_t n, const
 /* NMSE thresholds: a few roundings of the dtype, with room for sums. */
 static inline double tu_tol(kiln_dtype dt) {
     switch (dt) {
-    case KILN_F64: return 1e-24;
-    case KILN_F32: return 1e-12;
-    case KILN_F16: return 1e-6;
-    case KILN_BF16: return 1e-4;
-    default: return 0;
+    case KILN_F64:
+        return 1e-24;
+    case KILN_F32:
+        return 1e-12;
+    case KILN_F16:
+        return 1e-6;
+    case KILN_BF16:
+        return 1e-4;
+    default:
+        return 0;
     }
 }
 
@@ -567,26 +672,26 @@ static inline double tu_tol(kiln_dtype dt) {
 static inline double tu_nmse(const double *ref, const double *got, int64_t n) {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
-        if (!isfinite(ref[i])) continue;
+        if (!isfinite(ref[i]))
+            continue;
         double d = ref[i] - got[i];
         num += d * d;
         den += ref[i] * ref[i];
     }
-    if (num == 0) return 0;
-    if (den == 0) return INFINITY;
+    if (num == 0)
+        return 0;
+    if (den == 0)
+        return INFINITY;
     return num / den;
 }
 
-static inline bool tu_same_value(double a, double b) {
-    return (isnan(a) && isnan(b)) || a == b;
-}
+static inline bool tu_same_value(double a, double b) { return (isnan(a) && isnan(b)) || a == b; }
 
 /* Compares got with exp (already rounded to dt where dt is a float): exact for
  * integers and bool or when `exact`; otherwise NaN/inf exact and the rest by
  * NMSE. */
-static inline void tu_compare_tol_at(const double *got, const double *exp, int64_t n,
-                                     kiln_dtype dt, bool exact, double tol, const char *file,
-                                     int line) {
+static inline void tu_compare_tol_at(const double *got, const double *exp, int64_t n, kiln_dtype dt,
+                                     bool exact, double tol, const char *file, int line) {
     int64_t worst = -1;
     double wdiff = -1;
     for (int64_t i = 0; i < n; i++) {
@@ -603,7 +708,8 @@ static inline void tu_compare_tol_at(const double *got, const double *exp, int64
             }
         }
     }
-    if (worst < 0) return;
+    if (worst < 0)
+        return;
     double e = tu_nmse(exp, got, n);
     cr_assert(e <= tol,
               "[%s] %s:%d: %s NMSE %.3g > %.3g; worst element %lld is %.17g, expected %.17g",
@@ -621,9 +727,10 @@ static inline void tu_compare_at(const double *got, const double *exp, int64_t n
 static inline void tu_expect_tol_at(kiln_tensor *t, kiln_dtype dt, const double *exp, int64_t n,
                                     bool exact, double tol, const char *file, int line) {
     tu_assert_dtype_at(t, dt, file, line);
-    double *got = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    double *want = malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    for (int64_t i = 0; i < n; i++) want[i] = tu_round(dt, exp[i]);
+    double *got = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    double *want = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    for (int64_t i = 0; i < n; i++)
+        want[i] = tu_round(dt, exp[i]);
     tu_read_at(t, got, n, file, line);
     tu_compare_tol_at(got, want, n, dt, exact, tol, file, line);
     free(got);
@@ -637,17 +744,17 @@ static inline void tu_expect_at(kiln_tensor *t, kiln_dtype dt, const double *exp
 #define TU_EXPECT(t, dt, exp, n) tu_expect_at((t), (dt), (exp), (n), false, __FILE__, __LINE__)
 /* With an explicit NMSE threshold, for results whose rounding error grows
  * with their size (long reductions). */
-#define TU_EXPECT_TOL(t, dt, exp, n, tol) \
+#define TU_EXPECT_TOL(t, dt, exp, n, tol)                                                          \
     tu_expect_tol_at((t), (dt), (exp), (n), false, (tol), __FILE__, __LINE__)
 #define TU_EXPECT_EXACT(t, dt, exp, n) tu_expect_at((t), (dt), (exp), (n), true, __FILE__, __LINE__)
-#define TU_EXPECT_VALS(t, dt, ...)                                                         \
-    tu_expect_at((t), (dt), ((const double[]){__VA_ARGS__}), TU_NVALS(__VA_ARGS__), true, \
+#define TU_EXPECT_VALS(t, dt, ...)                                                                 \
+    tu_expect_at((t), (dt), ((const double[]){__VA_ARGS__}), TU_NVALS(__VA_ARGS__), true,          \
                  __FILE__, __LINE__)
 
 /* As TU_EXPECT_VALS, but finite values compare by NMSE (for results of
  * transcendental functions, which need not be correctly rounded). */
-#define TU_EXPECT_NEAR_VALS(t, dt, ...)                                                     \
-    tu_expect_at((t), (dt), ((const double[]){__VA_ARGS__}), TU_NVALS(__VA_ARGS__), false, \
+#define TU_EXPECT_NEAR_VALS(t, dt, ...)                                                            \
+    tu_expect_at((t), (dt), ((const double[]){__VA_ARGS__}), TU_NVALS(__VA_ARGS__), false,         \
                  __FILE__, __LINE__)
 
 static inline void tu_expect_i64_at(kiln_tensor *t, kiln_dtype dt, const int64_t *exp, int64_t n,
@@ -685,7 +792,8 @@ static inline void tu_unravel(int64_t i, int ndim, const int64_t *dims, int64_t 
 
 static inline int64_t tu_ravel(int ndim, const int64_t *dims, const int64_t *idx) {
     int64_t f = 0;
-    for (int d = 0; d < ndim; d++) f = f * dims[d] + idx[d];
+    for (int d = 0; d < ndim; d++)
+        f = f * dims[d] + idx[d];
     return f;
 }
 
@@ -696,7 +804,8 @@ static inline bool tu_broadcast(int na, const int64_t *a, int nb, const int64_t 
     for (int i = 0; i < n; i++) {
         int64_t da = i < n - na ? 1 : a[i - (n - na)];
         int64_t db = i < n - nb ? 1 : b[i - (n - nb)];
-        if (da != db && da != 1 && db != 1) return false;
+        if (da != db && da != 1 && db != 1)
+            return false;
         out[i] = da == 1 ? db : da;
     }
     *nout = n;
