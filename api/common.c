@@ -115,11 +115,9 @@ kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int6
         if (dims[d] == 0)
             overflow = false;
     if (overflow) {
-        graph_node shape_only;
-        shape_only.ndim = ndim;
-        memcpy(shape_only.shape, dims, sizeof(int64_t) * (size_t)ndim);
-        return api_fail(ctx, KILN_ERR_SHAPE, "%s: shape %s has too many elements", op,
-                        api_shape_str(&shape_only));
+        char shape[KILN_MAX_DIMS * 21 + 3];
+        graph_format_shape(shape, sizeof shape, ndim, dims);
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: shape %s has too many elements", op, shape);
     }
     return NULL;
 }

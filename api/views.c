@@ -14,10 +14,6 @@
             return e_;                                                                       \
     } while (0)
 
-static void dims_str(char *out, size_t cap, int ndim, const int64_t *dims) {
-    graph_format_shape(out, cap, ndim, dims);
-}
-
 kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *dims) {
     ENTER("kiln_reshape", t, ctx);
     graph_node *a = t->node;
@@ -46,7 +42,7 @@ kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *dims) {
     return api_wrap(ctx, graph_reshape(a, ndim, shp), "kiln_reshape");
 bad:;
     char want[KILN_MAX_DIMS * 21 + 3];
-    dims_str(want, sizeof want, ndim, dims);
+    graph_format_shape(want, sizeof want, ndim, dims);
     return api_fail(ctx, KILN_ERR_SHAPE,
                     "kiln_reshape: cannot reshape %s (%lld elements) to %s", api_shape_str(a),
                     (long long)graph_numel(a), want);
@@ -93,7 +89,7 @@ kiln_tensor *kiln_expand(kiln_tensor *t, int ndim, const int64_t *dims) {
     char want[KILN_MAX_DIMS * 21 + 3] = "?";
     if (ndim < a->ndim || ndim > KILN_MAX_DIMS || (ndim && !dims))
         goto bad;
-    dims_str(want, sizeof want, ndim, dims);
+    graph_format_shape(want, sizeof want, ndim, dims);
     int lead = ndim - a->ndim;
     for (int d = 0; d < ndim; d++) {
         int64_t have = d < lead ? 1 : a->shape[d - lead];

@@ -17,38 +17,14 @@ void graph_format_shape(char *out, size_t cap, int ndim, const int64_t *shape)
         snprintf(out + len, cap - len, "]");
 }
 
-/* What a visited node's scratch points to during a dump. */
-static char dot_mark;
-
-/* Appends n to the list of visited nodes (the breadth-first queue) unless it
- * is there already; false when the list cannot grow. */
-static bool visit(graph_node *n, graph_node ***seen, size_t *count, size_t *cap)
-{
-    if (n->scratch == &dot_mark)
-        return true;
-    if (*count == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 64;
-        graph_node **p = ncap <= SIZE_MAX / sizeof *p ? realloc(*seen, ncap * sizeof *p) : NULL;
-        if (!p)
-            return false;
-        *seen = p;
-        *cap = ncap;
-    }
-    n->scratch = &dot_mark;
-    (*seen)[(*count)++] = n;
-    return true;
-}
-
 void graph_dump_dot(FILE *f, int n, graph_node *const *roots)
 {
-    graph_node **seen = NULL;
-    size_t count = 0, cap = 0;
-    bool complete = true;
+    graph_node **order = NULL;
+    int64_t count = 0;
+    bool complete = graph_postorder(n, roots, false, &order, &count) == KILN_OK;
     fprintf(f, "digraph kiln {\n  node [shape=box, fontname=\"monospace\"];\n");
-    for (int r = 0; r < n && complete; r++)
-        complete = visit(roots[r], &seen, &count, &cap);
-    for (size_t i = 0; i < count; i++) {
-        graph_node *node = seen[i];
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *node = order[i];
         char shape[16 + KILN_MAX_DIMS * 21];
         graph_format_shape(shape, sizeof shape, node->ndim, node->shape);
         fprintf(f, "  n%lld [label=\"#%lld %s\\n%s %s\"%s];\n", (long long)node->id,
@@ -62,14 +38,10 @@ void graph_dump_dot(FILE *f, int n, graph_node *const *roots)
                         (long long)node->id, j);
             else
                 fprintf(f, "  n%lld -> n%lld;\n", (long long)s->id, (long long)node->id);
-            if (complete)
-                complete = visit(s, &seen, &count, &cap);
         }
     }
     if (!complete)
-        fprintf(f, "  // out of memory: the graph above is incomplete\n");
+        fprintf(f, "  // out of memory: the graph could not be walked\n");
     fprintf(f, "}\n");
-    for (size_t i = 0; i < count; i++)
-        seen[i]->scratch = NULL;
-    free(seen);
+    free(order);
 }

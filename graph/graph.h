@@ -178,6 +178,9 @@ graph_node *graph_slice(graph_node *a, const int64_t *start, const int64_t *step
 /* Zero padding: before[d] and after[d] elements on each axis. */
 graph_node *graph_pad(graph_node *a, const int64_t *before, const int64_t *after);
 graph_node *graph_flip(graph_node *a, uint32_t axes);
+/* Whether a view node is a plain reshape: it reads all of its source in
+ * row-major order, so its flat index is the source's. */
+bool graph_view_is_reshape(const graph_node *v);
 
 /* ---- dtypes and scalar semantics (shared by folding and the evaluator) ---- */
 bool graph_dtype_is_float(kiln_dtype dt);
@@ -203,6 +206,14 @@ double graph_round_bf16(double v);
 void graph_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
 /* Element `index` of kiln_rand / kiln_randn with `seed`, rounded to dt. */
 double graph_rand_value(graph_op op, kiln_dtype dt, uint64_t seed, uint64_t index);
+
+/* ---- traversal ---- */
+/* The nodes below the n roots (roots included), each once, in post-order:
+ * every source before its consumers. With stop_at_realized, realized nodes
+ * are neither listed nor looked through. *order is malloc'd (NULL when
+ * empty). Uses and clears every node's scratch; KILN_ERR_OOM on failure. */
+kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realized,
+                            graph_node ***order, int64_t *count);
 
 /* ---- the reference evaluator ---- */
 /* Realizes the n nodes (each gets a buffer). On failure returns the status and

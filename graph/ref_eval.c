@@ -5,9 +5,8 @@
  * from its sources) rather than the fastest; the element-level semantics come
  * from dtype.c.
  *
- * A pass: walk the unrealized nodes below the requested ones depth first
- * (with an explicit stack: graphs can be far deeper than the C stack), then
- * evaluate them in that post-order. Unrequested nodes hold their values as an
+ * A pass: take the unrealized nodes below the requested ones in post-order
+ * (graph_postorder), then evaluate them in that order. Unrequested nodes hold their values as an
  * array of graph_scalar, freed once their last consumer of the pass is done;
  * requested nodes are stored straight into their new buffer and are read
  * back from it. n->scratch points to the pass's ev_state of every node the
@@ -22,17 +21,12 @@
 typedef struct ev_state {
     graph_scalar *vals; /* an unrequested node's values, once evaluated */
     int64_t consumers;  /* source slots of this pass's nodes not yet evaluated */
-    int next_src;       /* the walk's position among the node's sources */
     bool requested;
 } ev_state;
 
 typedef struct ev_pass {
-    /* Every node that has an ev_state is on the stack or in order, so these
-     * two arrays are all that cleanup needs. */
-    graph_node **stack;
-    int64_t nstack, stack_cap;
     graph_node **order; /* post-order: sources before their consumers */
-    int64_t norder, order_cap;
+    int64_t norder;
     char *msg;
     size_t msgcap;
 } ev_pass;
@@ -93,75 +87,6 @@ static bool size_of_array(int64_t count, size_t elsize, size_t *bytes)
         return false;
     *bytes = (size_t)count * elsize;
     return true;
-}
-
-static kiln_status reserve(ev_pass *P, graph_node ***arr, int64_t *cap, int64_t need)
-{
-    if (need <= *cap)
-        return KILN_OK;
-    int64_t ncap = *cap ? *cap * 2 : 64;
-    size_t bytes = SIZE_MAX;
-    graph_node **p = NULL;
-    if (size_of_array(ncap, sizeof *p, &bytes))
-        p = realloc(*arr, bytes);
-    if (!p) {
-        fail(P, "kiln_realize: out of memory allocating %zu bytes to walk the graph", bytes);
-        return KILN_ERR_OOM;
-    }
-    *arr = p;
-    *cap = ncap;
-    return KILN_OK;
-}
-
-/* Gives n its state and puts it on the stack; on failure n is untouched. */
-static kiln_status push(ev_pass *P, graph_node *n)
-{
-    kiln_status st = reserve(P, &P->stack, &P->stack_cap, P->nstack + 1);
-    if (st != KILN_OK)
-        return st;
-    ev_state *s = calloc(1, sizeof *s);
-    if (!s) {
-        fail(P, "kiln_realize: out of memory allocating %zu bytes to walk the graph",
-             sizeof *s);
-        return KILN_ERR_OOM;
-    }
-    n->scratch = s;
-    P->stack[P->nstack++] = n;
-    return KILN_OK;
-}
-
-static kiln_status walk(ev_pass *P, int n, graph_node *const *nodes)
-{
-    for (int r = 0; r < n; r++) {
-        graph_node *root = nodes[r];
-        if (root->buf)
-            continue;
-        if (!root->scratch) {
-            kiln_status st = push(P, root);
-            if (st != KILN_OK)
-                return st;
-        }
-        state_of(root)->requested = true;
-        while (P->nstack > 0) {
-            graph_node *top = P->stack[P->nstack - 1];
-            ev_state *ts = state_of(top);
-            if (ts->next_src < top->nsrc) {
-                graph_node *s = top->src[ts->next_src++];
-                if (!s->buf && !s->scratch) {
-                    kiln_status st = push(P, s);
-                    if (st != KILN_OK)
-                        return st;
-                }
-                continue;
-            }
-            kiln_status st = reserve(P, &P->order, &P->order_cap, P->norder + 1);
-            if (st != KILN_OK)
-                return st;
-            P->nstack--;
-            P->order[P->norder++] = top;
-        }
-    }
-    return KILN_OK;
 }
 
 /* Advances a row-major multi-index over shape by one element. */
@@ -495,34 +420,55 @@ static void drop_states(graph_node **nodes, int64_t count)
 {
     for (int64_t i = 0; i < count; i++) {
         ev_state *s = state_of(nodes[i]);
-        free(s->vals);
-        free(s);
+        if (s) {
+            free(s->vals);
+            free(s);
+        }
         nodes[i]->scratch = NULL;
     }
+}
+
+/* Hangs an ev_state on every node of the pass and counts its consumers. */
+static kiln_status prepare(ev_pass *P, int n, graph_node *const *nodes)
+{
+    for (int64_t i = 0; i < P->norder; i++) {
+        ev_state *s = calloc(1, sizeof *s);
+        if (!s) {
+            fail(P, "kiln_realize: out of memory allocating %zu bytes to walk the graph",
+                 sizeof *s);
+            return KILN_ERR_OOM;
+        }
+        P->order[i]->scratch = s;
+    }
+    for (int r = 0; r < n; r++)
+        if (nodes[r]->scratch)
+            state_of(nodes[r])->requested = true;
+    for (int64_t i = 0; i < P->norder; i++) {
+        graph_node *node = P->order[i];
+        for (int j = 0; j < node->nsrc; j++) {
+            ev_state *s = state_of(node->src[j]);
+            if (s)
+                s->consumers++;
+        }
+    }
+    return KILN_OK;
 }
 
 kiln_status graph_eval(int n, graph_node *const *nodes, char *msg, size_t msgcap)
 {
     ev_pass P = {.msg = msg, .msgcap = msgcap};
-    kiln_status st = walk(&P, n, nodes);
-    if (st == KILN_OK) {
-        for (int64_t i = 0; i < P.norder; i++) {
-            graph_node *node = P.order[i];
-            for (int j = 0; j < node->nsrc; j++) {
-                ev_state *s = state_of(node->src[j]);
-                if (s)
-                    s->consumers++;
-            }
-        }
-        for (int64_t i = 0; i < P.norder && st == KILN_OK; i++) {
-            st = eval_node(&P, P.order[i]);
-            if (st == KILN_OK)
-                release_sources(P.order[i]);
-        }
+    kiln_status st = graph_postorder(n, nodes, true, &P.order, &P.norder);
+    if (st != KILN_OK) {
+        fail(&P, "kiln_realize: out of memory while walking the graph");
+        return st;
+    }
+    st = prepare(&P, n, nodes);
+    for (int64_t i = 0; i < P.norder && st == KILN_OK; i++) {
+        st = eval_node(&P, P.order[i]);
+        if (st == KILN_OK)
+            release_sources(P.order[i]);
     }
     drop_states(P.order, P.norder);
-    drop_states(P.stack, P.nstack);
     free(P.order);
-    free(P.stack);
     return st;
 }

@@ -78,20 +78,31 @@ static void canonicalize(view_state *s) {
     }
 }
 
+/* Whether the view reads its source's elements in row-major order, one after
+ * another from the first (strides of size-1 axes do not matter). */
+static bool reads_in_order(int ndim, const int64_t *shape, const graph_view *v) {
+    if (v->masked || v->offset != 0)
+        return false;
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        if (shape[d] != 1 && v->strides[d] != st)
+            return false;
+        st *= shape[d];
+    }
+    return true;
+}
+
+bool graph_view_is_reshape(const graph_node *v) {
+    return reads_in_order(v->ndim, v->shape, &v->p.view) &&
+           graph_numel(v) == graph_numel(v->src[0]);
+}
+
 static graph_node *finish(view_state *s, kiln_dtype dt) {
     canonicalize(s);
     graph_node *b = s->base;
     if (s->ndim == b->ndim && !memcmp(s->shape, b->shape, sizeof(int64_t) * (size_t)s->ndim) &&
-        !s->v.masked && s->v.offset == 0) {
-        graph_view id;
-        contiguous(&id, b->ndim, b->shape);
-        view_state t = {.base = b, .ndim = b->ndim};
-        memcpy(t.shape, b->shape, sizeof t.shape);
-        t.v = id;
-        canonicalize(&t);
-        if (!memcmp(t.v.strides, s->v.strides, sizeof(int64_t) * (size_t)s->ndim))
-            return graph_ref(b);
-    }
+        reads_in_order(s->ndim, s->shape, &s->v))
+        return graph_ref(b);
     graph_node p = graph_proto(GRAPH_VIEW, dt, s->ndim, s->shape);
     p.p.view = s->v;
     graph_node *srcs[1] = {b};

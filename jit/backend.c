@@ -19,10 +19,9 @@ struct jit_backend {
     kiln_device dev;
     cache *cache;
     int nthreads;
+    int debug; /* KILN_DEBUG */
     jit_counters counters;
 };
-
-static void close_handle(void *h) { dlclose(h); }
 
 jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
     if (dev != KILN_CPU) {
@@ -48,6 +47,8 @@ jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
     j->nthreads = t && atoi(t) > 0 ? atoi(t) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (j->nthreads < 1)
         j->nthreads = 1;
+    const char *dbg = getenv("KILN_DEBUG");
+    j->debug = dbg ? atoi(dbg) : 0;
     return j;
 }
 
@@ -75,41 +76,70 @@ static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes)
     return KILN_ERR_OOM;
 }
 
-static kiln_status run_program(jit_backend *j, lower_program *p, void *h, int n,
+/* A compiled program: its object and each kernel's entry, looked up once. */
+typedef struct loaded {
+    void *handle;
+    int nkernels;
+    kernel_fn fns[];
+} loaded;
+
+static void unload(void *v) {
+    loaded *l = v;
+    dlclose(l->handle);
+    free(l);
+}
+
+/* Resolves every kernel of p in handle h (which the result then owns). */
+static loaded *resolve(void *h, const lower_program *p, char *msg, size_t cap) {
+    loaded *l = malloc(sizeof *l + sizeof(kernel_fn) * (size_t)p->nkernels);
+    if (!l) {
+        dlclose(h);
+        snprintf(msg, cap, "kiln_realize: out of memory");
+        return NULL;
+    }
+    l->handle = h;
+    l->nkernels = p->nkernels;
+    for (int i = 0; i < p->nkernels; i++) {
+        l->fns[i] = (kernel_fn)(uintptr_t)dlsym(h, p->kernels[i].name);
+        if (!l->fns[i]) {
+            snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program",
+                     p->kernels[i].name);
+            unload(l);
+            return NULL;
+        }
+    }
+    return l;
+}
+
+static kiln_status run_program(jit_backend *j, lower_program *p, const loaded *l, int n,
                                graph_node *const *nodes, char *msg, size_t cap) {
-    kiln_status st = KILN_OK;
+    int maxin = 0;
+    for (int i = 0; i < p->nkernels; i++)
+        if (p->kernels[i].ninputs > maxin)
+            maxin = p->kernels[i].ninputs;
+    char **bufs = malloc(sizeof *bufs * (size_t)(maxin + 1));
+    kiln_status st = bufs ? KILN_OK : KILN_ERR_OOM;
+    if (!bufs)
+        snprintf(msg, cap, "kiln_realize: out of memory");
     int done = 0;
-    for (; done < p->nkernels; done++) {
+    for (; st == KILN_OK && done < p->nkernels; done++) {
         lower_kernel *k = &p->kernels[done];
         size_t bytes = (size_t)k->numel * kiln_dtype_size(k->out->dtype);
         graph_buffer *buf = graph_buffer_new(bytes);
-        char *stackv[16];
-        char **bufs = k->ninputs < 15 ? stackv : malloc(sizeof *bufs * (size_t)(k->ninputs + 1));
-        if (!buf || !bufs) {
-            graph_buffer_unref(buf);
+        if (!buf) {
             st = oom(msg, cap, k->out, bytes);
-            break;
-        }
-        kernel_fn fn = (kernel_fn)(uintptr_t)dlsym(h, k->name);
-        if (!fn) {
-            snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program", k->name);
-            graph_buffer_unref(buf);
-            if (bufs != stackv)
-                free(bufs);
-            st = KILN_ERR_COMPILE;
             break;
         }
         bufs[0] = buf->data;
         for (int i = 0; i < k->ninputs; i++)
             bufs[i + 1] = k->inputs[i]->buf->data;
         if (k->numel > 0) {
-            fn(bufs, j->nthreads);
+            l->fns[done](bufs, j->nthreads);
             j->counters.kernels++;
         }
-        if (bufs != stackv)
-            free(bufs);
         k->out->buf = buf;
     }
+    free(bufs);
     /* Intermediates go; on failure, so do outputs of a half-run program. */
     for (int i = 0; i < done; i++) {
         graph_node *x = p->kernels[i].out;
@@ -119,6 +149,29 @@ static kiln_status run_program(jit_backend *j, lower_program *p, void *h, int n,
         }
     }
     return st;
+}
+
+/* The loaded program for src: from memory, else the disk cache, else built. */
+static const loaded *find_program(jit_backend *j, const lower_program *p, const char *src,
+                                  char *msg, size_t cap) {
+    cache_key key = jit_cpu_key(src);
+    loaded *l = cache_mem_get(j->cache, key);
+    if (l) {
+        j->counters.memory_hits++;
+        return l;
+    }
+    bool compiled;
+    void *h = jit_cpu_load(j->cache, src, key, &compiled, msg, cap);
+    if (!h || !(l = resolve(h, p, msg, cap)))
+        return NULL;
+    if (compiled)
+        j->counters.compiles++;
+    else
+        j->counters.disk_hits++;
+    const loaded *kept = cache_mem_put(j->cache, key, l, unload);
+    if (!kept)
+        snprintf(msg, cap, "kiln_realize: out of memory");
+    return kept;
 }
 
 kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
@@ -138,34 +191,17 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
         snprintf(msg, cap, "kiln_realize: out of memory while generating code");
         return KILN_ERR_OOM;
     }
-    const char *dbg = getenv("KILN_DEBUG");
-    if (dbg && atoi(dbg) >= 3)
+    if (j->debug >= 3)
         for (int i = 0; i < p->nkernels; i++)
             lower_print_kernel(stderr, &p->kernels[i]);
-    if (dbg && atoi(dbg) >= 4)
+    if (j->debug >= 4)
         fprintf(stderr, "kiln: generated source\n%s\n", src);
-    cache_key key = jit_cpu_key(src);
-    void *h = cache_mem_get(j->cache, key);
-    kiln_status st = KILN_OK;
-    if (h) {
-        j->counters.memory_hits++;
-    } else {
-        bool compiled;
-        h = jit_cpu_load(j->cache, src, key, &compiled, msg, cap);
-        if (h) {
-            if (compiled)
-                j->counters.compiles++;
-            else
-                j->counters.disk_hits++;
-            h = cache_mem_put(j->cache, key, h, close_handle);
-        }
-        if (!h && st == KILN_OK)
-            st = KILN_ERR_COMPILE;
-    }
+    const loaded *l = find_program(j, p, src, msg, cap);
     free(src);
-    if (st == KILN_OK) {
+    kiln_status st = l ? KILN_OK : KILN_ERR_COMPILE;
+    if (l) {
         j->counters.syncs++;
-        st = run_program(j, p, h, n, nodes, msg, cap);
+        st = run_program(j, p, l, n, nodes, msg, cap);
     }
     lower_program_free(p);
     return st;

@@ -72,16 +72,13 @@ static void bounds(const ir_builder *b, int id, int64_t *lo, int64_t *hi) {
 int ir_add(ir_builder *b, lower_ins p) {
     if (b->failed)
         return 0;
+    /* Unused operand slots are -1. A reduction's value exists once the
+     * reduced loop is done, so it is outer whatever it reads. */
     p.inner = p.op == UOP_RIDX;
     int ops[3] = {p.a, p.b, p.c};
-    int nops = p.op == UOP_WHERE ? 3 : (p.op >= UOP_IADD && p.op <= UOP_AND) ? 2
-                                  : p.op == UOP_LOAD ? 2 : p.op == UOP_ALU ? 2
-                                  : (p.op == UOP_RAND) ? 1 : 0;
-    for (int i = 0; i < nops; i++)
+    for (int i = 0; i < 3 && p.op != UOP_REDUCE; i++)
         if (ops[i] >= 0 && b->ins[ops[i]].inner)
             p.inner = true;
-    if (p.op == UOP_REDUCE)
-        p.inner = false;
     if (!grow(b)) {
         b->failed = true;
         return 0;
@@ -292,5 +289,21 @@ int ir_load(ir_builder *b, kiln_dtype dt, int buf, int index, int valid) {
     p.buf = buf;
     p.a = index;
     p.b = valid;
+    return ir_add(b, p);
+}
+
+int ir_rand(ir_builder *b, graph_op op, kiln_dtype dt, int index, uint64_t seed) {
+    lower_ins p = proto(UOP_RAND, dt);
+    p.gop = op;
+    p.a = index;
+    p.imm.i = (int64_t)seed;
+    return ir_add(b, p);
+}
+
+int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx) {
+    lower_ins p = proto(UOP_REDUCE, dt);
+    p.gop = op;
+    p.a = value;
+    p.b = ridx;
     return ir_add(b, p);
 }

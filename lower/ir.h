@@ -35,6 +35,9 @@ int ir_and(ir_builder *b, int x, int y); /* y < 0 means "true" */
 int ir_alu(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y);
 int ir_where(ir_builder *b, kiln_dtype dt, int c, int x, int y);
 int ir_load(ir_builder *b, kiln_dtype dt, int buf, int index, int valid);
+int ir_rand(ir_builder *b, graph_op op, kiln_dtype dt, int index, uint64_t seed);
+/* The reduction op of the inner value over the reduced index ridx. */
+int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx);
 
 /* True when instruction id is an index immediate equal to v. */
 bool ir_is_index(const ir_builder *b, int id, int64_t v);

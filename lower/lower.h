@@ -75,7 +75,6 @@ typedef struct lower_kernel {
     int64_t batch[KILN_MAX_DIMS];
     int64_t n, k, m;
     lower_operand a, b;
-    int64_t flops, bytes; /* counted from the IR, for profiles */
 } lower_kernel;
 
 typedef struct lower_program {

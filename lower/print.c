@@ -34,7 +34,7 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
             fprintf(f, " in%d", x->buf);
         int ops[3] = {x->a, x->b, x->c};
         for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && x->op != UOP_IMM)
+            if (ops[j] >= 0)
                 fprintf(f, " %%%d", ops[j]);
         fprintf(f, "%s\n", i == k->result ? "   <- stored" : "");
     }

@@ -17,7 +17,6 @@ typedef struct node_info {
     int consumers;
     graph_node *last_consumer;
     bool materialize;
-    int next_src;
 } node_info;
 
 static node_info *info(const graph_node *n) { return n->scratch; }
@@ -31,66 +30,25 @@ static bool cheap(const graph_node *n) {
     return !pending(n) || n->op == GRAPH_CONST;
 }
 
-typedef struct walk {
-    graph_node **order;
-    int n, cap;
-} walk;
-
-static bool push_order(walk *w, graph_node *n) {
-    if (w->n == w->cap) {
-        int cap = w->cap ? w->cap * 2 : 64;
-        graph_node **o = realloc(w->order, sizeof *o * (size_t)cap);
-        if (!o)
+/* The pending nodes below the targets in post-order, each with its info and
+ * its count of distinct consumers. */
+static bool collect(int n, graph_node *const *targets, graph_node ***order, int64_t *count) {
+    if (graph_postorder(n, targets, true, order, count) != KILN_OK)
+        return false;
+    for (int64_t i = 0; i < *count; i++)
+        if (!((*order)[i]->scratch = calloc(1, sizeof(node_info))))
             return false;
-        w->order = o;
-        w->cap = cap;
-    }
-    w->order[w->n++] = n;
-    return true;
-}
-
-/* Post-order of the pending nodes below the targets, each with its info. */
-static bool collect(int n, graph_node *const *targets, walk *w) {
-    walk stack = {0};
-    bool ok = true;
-    for (int r = 0; r < n && ok; r++) {
-        if (!pending(targets[r]) || targets[r]->scratch)
-            continue;
-        node_info *ti = calloc(1, sizeof *ti);
-        if (!ti || !push_order(&stack, targets[r])) {
-            free(ti);
-            ok = false;
-            break;
-        }
-        targets[r]->scratch = ti;
-        while (stack.n && ok) {
-            graph_node *top = stack.order[stack.n - 1];
-            node_info *it = info(top);
-            if (it->next_src < top->nsrc) {
-                graph_node *s = top->src[it->next_src++];
-                if (!pending(s))
-                    continue;
-                if (!s->scratch) {
-                    node_info *si = calloc(1, sizeof *si);
-                    if (!si || !push_order(&stack, s)) {
-                        free(si);
-                        ok = false;
-                        break;
-                    }
-                    s->scratch = si;
-                }
-                if (info(s)->last_consumer != top) {
-                    info(s)->consumers++;
-                    info(s)->last_consumer = top;
-                }
-                continue;
+    for (int64_t i = 0; i < *count; i++) {
+        graph_node *x = (*order)[i];
+        for (int j = 0; j < x->nsrc; j++) {
+            node_info *si = x->src[j]->scratch;
+            if (si && si->last_consumer != x) {
+                si->consumers++;
+                si->last_consumer = x;
             }
-            stack.n--;
-            ok = push_order(w, top);
         }
     }
-    free(stack.order);
-    return ok;
+    return true;
 }
 
 /* Whether a matmul operand reads as strides over a materialised base; fills
@@ -127,12 +85,13 @@ static graph_node *operand_base(graph_node *s, lower_operand *o) {
     return s;
 }
 
-static void mark(walk *w, int n, graph_node *const *targets, bool fuse) {
+static void mark(graph_node **order, int64_t count, int n, graph_node *const *targets,
+                 bool fuse) {
     for (int r = 0; r < n; r++)
         if (pending(targets[r]))
             info(targets[r])->materialize = true;
-    for (int i = 0; i < w->n; i++) {
-        graph_node *x = w->order[i];
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *x = order[i];
         node_info *xi = info(x);
         if (graph_op_is_reduce(x->op) || x->op == GRAPH_MATMUL)
             xi->materialize = true;
@@ -148,8 +107,8 @@ static void mark(walk *w, int n, graph_node *const *targets, bool fuse) {
     /* Matmul operands that strides cannot describe are computed first; this
      * runs in reverse order so that a materialised operand is decided before
      * a view of it is examined. */
-    for (int i = w->n - 1; i >= 0; i--) {
-        graph_node *x = w->order[i];
+    for (int64_t i = count - 1; i >= 0; i--) {
+        graph_node *x = order[i];
         if (x->op != GRAPH_MATMUL)
             continue;
         for (int s = 0; s < 2; s++) {
@@ -174,7 +133,7 @@ typedef struct ix {
 } ix;
 
 typedef struct memo_entry {
-    const graph_node *node;
+    const graph_node *node; /* NULL: an empty slot */
     ix at;
     int valid;
     int result;
@@ -184,7 +143,7 @@ typedef struct emitter {
     ir_builder b;
     lower_kernel *k;
     int ninputs_cap;
-    memo_entry *memo;
+    memo_entry *memo; /* open addressing, a power of two in size */
     int nmemo, memo_cap;
     bool failed;
 } emitter;
@@ -234,18 +193,6 @@ static ix unflatten(emitter *e, int flat, int ndim, const int64_t *shape) {
     return r;
 }
 
-static bool view_is_reshape(const graph_node *v) {
-    if (v->p.view.masked || v->p.view.offset != 0 || graph_numel(v) != graph_numel(v->src[0]))
-        return false;
-    int64_t st = 1;
-    for (int d = v->ndim - 1; d >= 0; d--) {
-        if (v->shape[d] != 1 && v->p.view.strides[d] != st)
-            return false;
-        st *= v->shape[d];
-    }
-    return true;
-}
-
 static int emit(emitter *e, graph_node *n, const ix *at, int valid);
 
 static int emit_view(emitter *e, graph_node *n, const ix *at, int valid) {
@@ -263,7 +210,7 @@ static int emit_view(emitter *e, graph_node *n, const ix *at, int valid) {
         }
     }
     int flat;
-    if (at->flat >= 0 && view_is_reshape(n)) {
+    if (at->flat >= 0 && graph_view_is_reshape(n)) {
         flat = at->flat;
     } else {
         flat = ir_index(&e->b, v->offset);
@@ -313,17 +260,8 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
         return n->dtype == KILN_F64 ? v : ir_alu(b, GRAPH_CAST, n->dtype, v, -1);
     }
     case GRAPH_RAND:
-    case GRAPH_RANDN: {
-        lower_ins p;
-        memset(&p, 0, sizeof p);
-        p.op = UOP_RAND;
-        p.dt = n->dtype;
-        p.gop = n->op;
-        p.a = flatten(e, at, n->ndim, n->shape);
-        p.b = p.c = p.buf = -1;
-        p.imm.i = (int64_t)n->p.seed;
-        return ir_add(b, p);
-    }
+    case GRAPH_RANDN:
+        return ir_rand(b, n->op, n->dtype, flatten(e, at, n->ndim, n->shape), n->p.seed);
     case GRAPH_VIEW:
         return emit_view(e, n, at, valid);
     case GRAPH_CAT:
@@ -348,30 +286,60 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     return 0;
 }
 
+
 static bool same_ix(const ix *a, const ix *b) {
     return a->ndim == b->ndim && a->flat == b->flat &&
            !memcmp(a->d, b->d, sizeof(int) * (size_t)a->ndim);
 }
 
+static uint64_t memo_hash(const graph_node *n, const ix *at, int valid) {
+    uint64_t h = (uint64_t)(uintptr_t)n * 0x9E3779B97F4A7C15ull ^ (uint64_t)(valid + 2);
+    h = (h ^ (uint64_t)(at->flat + 2)) * 0xBF58476D1CE4E5B9ull;
+    for (int d = 0; d < at->ndim; d++)
+        h = (h ^ (uint64_t)at->d[d]) * 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+}
+
+static memo_entry *memo_slot(memo_entry *memo, int cap, const graph_node *n, const ix *at,
+                             int valid) {
+    size_t i = memo_hash(n, at, valid) & (size_t)(cap - 1);
+    while (memo[i].node &&
+           !(memo[i].node == n && memo[i].valid == valid && same_ix(&memo[i].at, at)))
+        i = (i + 1) & (size_t)(cap - 1);
+    return &memo[i];
+}
+
+/* Keeps the table at most half full; false when out of memory. */
+static bool memo_reserve(emitter *e) {
+    if ((e->nmemo + 1) * 2 <= e->memo_cap)
+        return true;
+    int cap = e->memo_cap ? e->memo_cap * 2 : 64;
+    memo_entry *m = calloc((size_t)cap, sizeof *m);
+    if (!m)
+        return false;
+    for (int i = 0; i < e->memo_cap; i++)
+        if (e->memo[i].node)
+            *memo_slot(m, cap, e->memo[i].node, &e->memo[i].at, e->memo[i].valid) = e->memo[i];
+    free(e->memo);
+    e->memo = m;
+    e->memo_cap = cap;
+    return true;
+}
+
 /* Memoised, so that a node read twice in one kernel (x*x) is lowered once. */
 static int emit(emitter *e, graph_node *n, const ix *at, int valid) {
-    for (int i = e->nmemo - 1; i >= 0; i--) {
-        memo_entry *m = &e->memo[i];
-        if (m->node == n && m->valid == valid && same_ix(&m->at, at))
+    if (e->memo_cap) {
+        memo_entry *m = memo_slot(e->memo, e->memo_cap, n, at, valid);
+        if (m->node)
             return m->result;
     }
     int r = emit_node(e, n, at, valid);
-    if (e->nmemo == e->memo_cap) {
-        int cap = e->memo_cap ? e->memo_cap * 2 : 32;
-        memo_entry *m = realloc(e->memo, sizeof *m * (size_t)cap);
-        if (!m) {
-            e->failed = true;
-            return r;
-        }
-        e->memo = m;
-        e->memo_cap = cap;
+    if (!memo_reserve(e)) {
+        e->failed = true;
+        return r;
     }
-    e->memo[e->nmemo++] = (memo_entry){n, *at, valid, r};
+    *memo_slot(e->memo, e->memo_cap, n, at, valid) = (memo_entry){n, *at, valid, r};
+    e->nmemo++;
     return r;
 }
 
@@ -411,7 +379,6 @@ static bool lower_matmul(lower_kernel *k, emitter *e) {
     k->b.buf = input_slot(e, bb);
     k->numel = graph_numel(x);
     k->rnumel = k->k;
-    k->flops = 2 * k->numel * k->k;
     return true;
 }
 
@@ -443,35 +410,12 @@ static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
             sat.d[d] = (out->p.axes & (1u << d)) ? rat.d[r++] : oat.d[d];
         if (trailing)
             sat.flat = ir_iadd(b, ir_imul(b, gidx, k->rnumel), ridx);
-        int v = emit(e, s, &sat, -1);
-        lower_ins p;
-        memset(&p, 0, sizeof p);
-        p.op = UOP_REDUCE;
-        p.dt = out->dtype;
-        p.gop = out->op;
-        p.a = v;
-        p.b = ridx;
-        p.c = p.buf = -1;
-        k->result = ir_add(b, p);
+        k->result = ir_reduce(b, out->op, out->dtype, emit(e, s, &sat, -1), ridx);
     } else {
         k->kind = LOWER_ELEMENTWISE;
         k->result = emit(e, out, &oat, -1);
     }
     return !b->failed && !e->failed;
-}
-
-static void count_traffic(lower_kernel *k) {
-    int64_t bytes = k->numel * (int64_t)kiln_dtype_size(k->out->dtype);
-    for (int i = 0; i < k->ninputs; i++)
-        bytes += graph_numel(k->inputs[i]) * (int64_t)kiln_dtype_size(k->inputs[i]->dtype);
-    k->bytes = bytes;
-    if (k->kind != LOWER_MATMUL) {
-        int64_t alu = 0;
-        for (int i = 0; i < k->nins; i++)
-            if (k->ins[i].op == UOP_ALU || k->ins[i].op == UOP_REDUCE)
-                alu += k->ins[i].inner || k->kind == LOWER_ELEMENTWISE ? k->rnumel : 1;
-        k->flops = alu * k->numel;
-    }
 }
 
 static bool lower_one(lower_kernel *k, graph_node *out) {
@@ -488,10 +432,8 @@ static bool lower_one(lower_kernel *k, graph_node *out) {
     ir_free(&e.b);
     free(e.memo);
     k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
-    if (ok) {
+    if (ok)
         name_kernel(k);
-        count_traffic(k);
-    }
     return ok;
 }
 
@@ -511,31 +453,32 @@ void lower_program_free(lower_program *p) {
 }
 
 lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
-    walk w = {0};
+    graph_node **order = NULL;
+    int64_t count = 0;
     lower_program *p = calloc(1, sizeof *p);
-    bool ok = p && collect(n, targets, &w);
+    bool ok = p && collect(n, targets, &order, &count);
     if (ok) {
-        mark(&w, n, targets, fuse);
+        mark(order, count, n, targets, fuse);
         int nk = 0;
-        for (int i = 0; i < w.n; i++)
-            nk += info(w.order[i])->materialize;
+        for (int64_t i = 0; i < count; i++)
+            nk += info(order[i])->materialize;
         p->kernels = calloc((size_t)(nk ? nk : 1), sizeof *p->kernels);
         ok = p->kernels != NULL;
-        for (int i = 0; ok && i < w.n; i++) {
-            if (!info(w.order[i])->materialize)
+        for (int64_t i = 0; ok && i < count; i++) {
+            if (!info(order[i])->materialize)
                 continue;
             lower_kernel *k = &p->kernels[p->nkernels];
-            ok = lower_one(k, w.order[i]);
+            ok = lower_one(k, order[i]);
             /* Names are unique within a program: they are its symbols. */
             size_t len = strlen(k->name);
             snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
         }
     }
-    for (int i = 0; i < w.n; i++) {
-        free(w.order[i]->scratch);
-        w.order[i]->scratch = NULL;
+    for (int64_t i = 0; i < count; i++) {
+        free(order[i]->scratch);
+        order[i]->scratch = NULL;
     }
-    free(w.order);
+    free(order);
     if (!ok) {
         lower_program_free(p);
         return NULL;

@@ -3,6 +3,7 @@
  * the disk cache for the .so, dlopen. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <spawn.h>
 #include <stdio.h>
@@ -39,7 +40,8 @@ static int run(char *const argv[], const char *log_path) {
         return -1;
     int status;
     while (waitpid(pid, &status, 0) < 0)
-        ;
+        if (errno != EINTR)
+            return -1;
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -141,11 +143,10 @@ void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, cha
         goto done;
     }
     *compiled = true;
-    if (cache_disk_put_file(c, key, "so", sopath) == 0 &&
-        cache_disk_path(c, key, "so", path, sizeof path) == 0)
-        h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
-    if (!h)
-        h = dlopen(sopath, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
+    /* The cache copy is for later processes; this one loads the object it
+     * just built, from its own private directory, without checking it again. */
+    cache_disk_put_file(c, key, "so", sopath);
+    h = dlopen(sopath, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h)
         snprintf(msg, cap, "kiln: cannot load the compiled kernels: %s", dlerror());
 done:

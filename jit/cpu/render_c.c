@@ -301,8 +301,6 @@ static void alu_expr(sbuf *b, const lower_ins *x, const lower_ins *ins) {
     wrap_close(b, dt);
 }
 
-static int dt_code(kiln_dtype dt) { return (int)dt; }
-
 static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     const lower_ins *x = &ins[i];
     put(b, "      %s v%d = ", x->op <= UOP_IMOD && x->op != UOP_IMM ? "int64_t" : ctype(x->dt), i);
@@ -357,7 +355,7 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     case UOP_RAND:
         put(b, "(%s)%s(%s(kh_rand(%d, %d, %lluULL, (uint64_t)v%d)))", ctype(x->dt), rnd(x->dt),
             x->dt == KILN_F16 || x->dt == KILN_BF16 ? "kh_odd" : "", x->gop == GRAPH_RANDN,
-            dt_code(x->dt), (unsigned long long)x->imm.i, x->a);
+            (int)x->dt, (unsigned long long)x->imm.i, x->a);
         break;
     case UOP_REDUCE:
         put(b, "acc");
@@ -379,7 +377,7 @@ static bool *live_set(const lower_kernel *k) {
         const lower_ins *x = &k->ins[i];
         int ops[3] = {x->a, x->b, x->c};
         for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && (x->op != UOP_IMM))
+            if (ops[j] >= 0)
                 live[ops[j]] = true;
     }
     return live;
@@ -425,7 +423,7 @@ static void reduce_step(sbuf *b, const lower_ins *red, kiln_dtype in) {
     }
 }
 
-static void reduce_result(sbuf *b, const lower_ins *red, int id, kiln_dtype in) {
+static void reduce_result(sbuf *b, const lower_ins *red, int id) {
     kiln_dtype dt = red->dt;
     if (red->gop == GRAPH_ARGMAX || red->gop == GRAPH_ARGMIN) {
         put(b, "      int64_t v%d = at < 0 ? 0 : at;\n", id);
@@ -437,7 +435,6 @@ static void reduce_result(sbuf *b, const lower_ins *red, int id, kiln_dtype in) 
     } else {
         put(b, "      %s v%d = (%s)best;\n", ctype(dt), id, ctype(dt));
     }
-    (void)in;
 }
 
 static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
@@ -470,7 +467,7 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
                 ins_stmt(b, k->ins, i);
         reduce_step(b, red, in);
         put(b, "      }\n");
-        reduce_result(b, red, k->result, in);
+        reduce_result(b, red, k->result);
     }
     char val[32];
     snprintf(val, sizeof val, "v%d", k->result);

@@ -1,0 +1,78 @@
+/* walk.c — the one traversal every pass over the graph shares: the nodes
+ * below some roots in post-order (every source before its consumers). It is
+ * iterative, because graphs can be far deeper than the C stack. */
+#include <stdlib.h>
+
+#include "graph/graph.h"
+
+/* What a visited node's scratch points to during a walk. */
+static char walk_mark;
+
+typedef struct frame {
+    graph_node *node;
+    int next_src;
+} frame;
+
+static bool grow(void **arr, int64_t *cap, int64_t need, size_t elsize) {
+    if (need <= *cap)
+        return true;
+    int64_t ncap = *cap ? *cap * 2 : 64;
+    if ((uint64_t)ncap > SIZE_MAX / elsize)
+        return false;
+    void *p = realloc(*arr, (size_t)ncap * elsize);
+    if (!p)
+        return false;
+    *arr = p;
+    *cap = ncap;
+    return true;
+}
+
+static bool skipped(const graph_node *n, bool stop_at_realized) {
+    return n->scratch == &walk_mark || (stop_at_realized && n->buf);
+}
+
+kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realized,
+                            graph_node ***order, int64_t *count) {
+    frame *stack = NULL;
+    int64_t nstack = 0, stack_cap = 0, norder = 0, order_cap = 0;
+    graph_node **out = NULL;
+    bool ok = true;
+    for (int r = 0; r < n && ok; r++) {
+        if (skipped(roots[r], stop_at_realized))
+            continue;
+        ok = grow((void **)&stack, &stack_cap, 1, sizeof *stack);
+        if (!ok)
+            break;
+        roots[r]->scratch = &walk_mark;
+        stack[nstack++] = (frame){roots[r], 0};
+        while (nstack > 0 && ok) {
+            frame *top = &stack[nstack - 1];
+            if (top->next_src < top->node->nsrc) {
+                graph_node *s = top->node->src[top->next_src++];
+                if (skipped(s, stop_at_realized))
+                    continue;
+                ok = grow((void **)&stack, &stack_cap, nstack + 1, sizeof *stack);
+                if (ok) {
+                    s->scratch = &walk_mark;
+                    stack[nstack++] = (frame){s, 0};
+                }
+                continue;
+            }
+            ok = grow((void **)&out, &order_cap, norder + 1, sizeof *out);
+            if (ok)
+                out[norder++] = stack[--nstack].node;
+        }
+    }
+    for (int64_t i = 0; i < nstack; i++)
+        stack[i].node->scratch = NULL;
+    for (int64_t i = 0; i < norder; i++)
+        out[i]->scratch = NULL;
+    free(stack);
+    if (!ok) {
+        free(out);
+        return KILN_ERR_OOM;
+    }
+    *order = out;
+    *count = norder;
+    return KILN_OK;
+}
