@@ -100,6 +100,10 @@ static loaded *resolve(void *h, const lower_program *p, char *msg, size_t cap) {
     l->handle = h;
     l->nkernels = p->nkernels;
     for (int i = 0; i < p->nkernels; i++) {
+        if (p->kernels[i].kind == LOWER_ALIAS) {
+            l->fns[i] = NULL;
+            continue;
+        }
         l->fns[i] = (kernel_fn)(uintptr_t)dlsym(h, p->kernels[i].name);
         if (!l->fns[i]) {
             snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program",
@@ -124,6 +128,10 @@ static kiln_status run_program(jit_backend *j, lower_program *p, const loaded *l
     int done = 0;
     for (; st == KILN_OK && done < p->nkernels; done++) {
         lower_kernel *k = &p->kernels[done];
+        if (k->kind == LOWER_ALIAS) {
+            k->out->buf = graph_buffer_ref(k->inputs[0]->buf);
+            continue;
+        }
         size_t bytes = (size_t)k->numel * kiln_dtype_size(k->out->dtype);
         graph_buffer *buf = graph_buffer_new(bytes);
         if (!buf) {

@@ -48,7 +48,9 @@ typedef struct lower_ins {
     int64_t max; /* index values: an upper bound (inclusive), for simplification */
 } lower_ins;
 
-typedef enum lower_kind { LOWER_ELEMENTWISE, LOWER_REDUCE, LOWER_MATMUL } lower_kind;
+/* LOWER_ALIAS runs no code: its output is a reshape of its one input and
+ * shares the input's buffer. */
+typedef enum lower_kind { LOWER_ELEMENTWISE, LOWER_REDUCE, LOWER_MATMUL, LOWER_ALIAS } lower_kind;
 
 /* Strides (in elements) of a matmul operand over its base buffer. */
 typedef struct lower_operand {

@@ -12,6 +12,10 @@ static const char *const uop_names[] = {
 void lower_print_kernel(FILE *f, const lower_kernel *k) {
     fprintf(f, "kernel %s: %lld elements x %lld reduced, tile %lld, %d inputs\n", k->name,
             (long long)k->numel, (long long)k->rnumel, (long long)k->tile, k->ninputs);
+    if (k->kind == LOWER_ALIAS) {
+        fprintf(f, "  shares the buffer of in1\n");
+        return;
+    }
     if (k->kind == LOWER_MATMUL) {
         fprintf(f, "  dot [%lld x %lld] @ [%lld x %lld], %d batch dims; A in%d strides (%lld, %lld), "
                    "B in%d strides (%lld, %lld)\n",

@@ -17,6 +17,7 @@ typedef struct node_info {
     int consumers;
     graph_node *last_consumer;
     bool materialize;
+    bool alias; /* materialised by sharing its source's buffer */
 } node_info;
 
 static node_info *info(const graph_node *n) { return n->scratch; }
@@ -120,6 +121,15 @@ static void mark(graph_node **order, int64_t count, int n, graph_node *const *ta
                 info(src->src[0])->materialize = true;
             else
                 info(src)->materialize = true;
+        }
+    }
+    /* A materialised reshape costs nothing: it shares its source's buffer. */
+    for (int64_t i = count - 1; i >= 0; i--) {
+        graph_node *x = order[i];
+        if (x->op == GRAPH_VIEW && info(x)->materialize && graph_view_is_reshape(x)) {
+            info(x)->alias = true;
+            if (pending(x->src[0]))
+                info(x->src[0])->materialize = true;
         }
     }
 }
@@ -361,7 +371,7 @@ static void name_kernel(lower_kernel *k) {
     while (shown->op == GRAPH_VIEW && pending(shown->src[0]) && !info(shown->src[0])->materialize)
         shown = shown->src[0];
     snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op),
-             k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_MATMUL ? "" : "e", dims);
+             k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_ELEMENTWISE ? "e" : "", dims);
 }
 
 static bool lower_matmul(lower_kernel *k, emitter *e) {
@@ -418,13 +428,23 @@ static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
     return !b->failed && !e->failed;
 }
 
+static bool lower_alias(lower_kernel *k, emitter *e) {
+    k->kind = LOWER_ALIAS;
+    k->numel = graph_numel(k->out);
+    k->rnumel = 1;
+    input_slot(e, k->out->src[0]);
+    return true;
+}
+
 static bool lower_one(lower_kernel *k, graph_node *out) {
     emitter e;
     memset(&e, 0, sizeof e);
     ir_init(&e.b);
     e.k = k;
     k->out = graph_ref(out);
-    bool ok = out->op == GRAPH_MATMUL ? lower_matmul(k, &e) : lower_kernel_ir(k, &e);
+    bool ok = info(out)->alias           ? lower_alias(k, &e)
+              : out->op == GRAPH_MATMUL ? lower_matmul(k, &e)
+                                        : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
     k->ins = e.b.ins;
     k->nins = e.b.n;

@@ -547,7 +547,7 @@ char *jit_cpu_render(const lower_program *p) {
         const lower_kernel *k = &p->kernels[i];
         if (k->kind == LOWER_MATMUL)
             render_matmul(&b, k);
-        else
+        else if (k->kind != LOWER_ALIAS)
             render_ir_kernel(&b, k);
     }
     if (b.failed) {
