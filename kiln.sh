@@ -10,6 +10,8 @@
 #   ./kiln.sh asan              the test suite under ASan+UBSan only
 #   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so and kiln.pc
 #                               under PREFIX (default /usr/local)
+#   ./kiln.sh bench [STEPS]     lazy against eager, and kiln against NumPy, on
+#                               the workloads of bench/ (see bench/RESULTS.md)
 #
 # On Debian and Ubuntu, build dependencies that are missing are installed with
 # apt-get first (through sudo when not run as root).
@@ -19,7 +21,7 @@ set -euo pipefail
 readonly CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-readonly PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc)
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc)
 
 usage() {
     echo "usage:" >&2
@@ -296,6 +298,12 @@ main() {
         (($# <= 1)) || usage
         cmd_install "$@"
         return
+        ;;
+    bench)
+        # The peers run in a virtual environment; Debian splits venv out.
+        python3 -c 'import venv, ensurepip' 2>/dev/null || PACKAGES+=(python3 python3-venv)
+        ensure_packages
+        exec bench/run.sh "$@"
         ;;
     *) usage ;;
     esac

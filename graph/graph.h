@@ -141,7 +141,8 @@ bool graph_op_is_compare(graph_op op);
 bool graph_op_is_reduce(graph_op op);
 
 /* ---- buffers ---- */
-/* A zero-filled, 64-byte-aligned buffer of nbytes (NULL on failure). */
+/* An uninitialised, 64-byte-aligned buffer of nbytes (NULL on failure): every
+ * producer writes all of it, so clearing it first would only cost time. */
 graph_buffer *graph_buffer_new(size_t nbytes);
 graph_buffer *graph_buffer_ref(graph_buffer *b);
 void graph_buffer_unref(graph_buffer *b);

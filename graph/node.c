@@ -67,7 +67,6 @@ graph_buffer *graph_buffer_new(size_t nbytes) {
         free(b);
         return NULL;
     }
-    memset(b->data, 0, rounded ? rounded : 64);
     b->refs = 1;
     b->nbytes = nbytes;
     return b;

@@ -461,6 +461,11 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
     if (red) {
         kiln_dtype in = k->ins[red->a].dt;
         reduce_init(b, red, in);
+        /* A sum may run in SIMD lanes (a different order of additions, in
+         * double, well inside every float tolerance); max/min and the arg
+         * reductions keep their order, which decides ties and NaN. */
+        if (red->gop == GRAPH_SUM)
+            put(b, "      #pragma omp simd reduction(+:acc)\n");
         put(b, "      for (int64_t r = 0; r < R; r++) {\n");
         for (int i = 0; i < k->nins; i++)
             if (live[i] && k->ins[i].inner)
