@@ -132,7 +132,7 @@ static kiln_status run_program(jit_backend *j, lower_program *p, const loaded *l
             k->out->buf = graph_buffer_ref(k->inputs[0]->buf);
             continue;
         }
-        size_t bytes = (size_t)k->numel * kiln_dtype_size(k->out->dtype);
+        size_t bytes = (size_t)graph_numel(k->out) * kiln_dtype_size(k->out->dtype);
         graph_buffer *buf = graph_buffer_new(bytes);
         if (!buf) {
             st = oom(msg, cap, k->out, bytes);

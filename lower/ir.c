@@ -183,9 +183,8 @@ int ir_iadd(ir_builder *b, int x, int y) {
         return y;
     if (cy && v == 0)
         return x;
-    if (cx)
-        return binop(b, UOP_IADD, KILN_I64, y, x);
-    return binop(b, UOP_IADD, KILN_I64, x, y);
+    /* Commutative: one operand order, so that x+y and y+x intern as one. */
+    return binop(b, UOP_IADD, KILN_I64, x < y ? x : y, x < y ? y : x);
 }
 
 int ir_imul(ir_builder *b, int x, int64_t c) {

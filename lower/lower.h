@@ -69,7 +69,10 @@ typedef struct lower_kernel {
     int nins;
     lower_ins *ins;
     int result;      /* instruction whose value is stored */
-    int64_t numel;   /* output elements */
+    int store;       /* instruction giving the output index it is stored at: the
+                        output element (GIDX), or, in a row kernel, an inner
+                        index: the row is stored in a last pass over it */
+    int64_t numel;   /* program instances' output rows: elements, or in a row kernel rows */
     int64_t rnumel;  /* reduced elements per output element (1 if none) */
     int64_t tile;    /* output elements per program instance */
     /* LOWER_MATMUL */

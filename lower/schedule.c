@@ -17,7 +17,11 @@ typedef struct node_info {
     int consumers;
     graph_node *last_consumer;
     bool materialize;
-    bool alias; /* materialised by sharing its source's buffer */
+    bool alias;         /* materialised by sharing its source's buffer */
+    graph_node *owner;  /* the kernel root this node fuses into */
+    bool conflict;      /* consumers in different kernels */
+    bool row;           /* a root with fused reductions: a row kernel */
+    uint32_t row_axes;  /* its reduced axes */
 } node_info;
 
 static node_info *info(const graph_node *n) { return n->scratch; }
@@ -50,6 +54,67 @@ static bool collect(int n, graph_node *const *targets, graph_node ***order, int6
         }
     }
     return true;
+}
+
+/* Decides which kernel every fused node belongs to. A node read from two
+ * kernels is materialised (recomputing it in each could repeat any amount of
+ * work), and so is one with several consumers in a kernel without fused
+ * reductions; inside a row kernel a shared node is recomputed once per pass
+ * over the row, which is how softmax and layer-norm become one kernel. A
+ * fused reduction must reduce the same axes of the same shape as the kernel
+ * it is in. Returns whether anything new was materialised. */
+static bool settle_kernels(graph_node **order, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        node_info *xi = info(order[i]);
+        xi->owner = NULL;
+        xi->conflict = xi->row = false;
+    }
+    for (int64_t i = count - 1; i >= 0; i--) {
+        graph_node *x = order[i];
+        node_info *xi = info(x);
+        if (xi->materialize)
+            xi->owner = x;
+        for (int j = 0; j < x->nsrc; j++) {
+            node_info *si = x->src[j]->scratch;
+            if (!si || cheap(x->src[j]))
+                continue;
+            if (!si->owner)
+                si->owner = xi->owner;
+            else if (si->owner != xi->owner)
+                si->conflict = true;
+        }
+    }
+    bool changed = false;
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *x = order[i];
+        node_info *xi = info(x);
+        if (xi->materialize || !graph_op_is_reduce(x->op))
+            continue;
+        graph_node *root = xi->owner;
+        node_info *ri = info(root);
+        const graph_node *dom = graph_op_is_reduce(root->op) ? root->src[0] : root;
+        uint32_t axes = graph_op_is_reduce(root->op) ? root->p.axes
+                        : ri->row                   ? ri->row_axes
+                                                    : x->p.axes;
+        bool fits = !xi->conflict && root->op != GRAPH_MATMUL && x->p.axes == axes &&
+                    x->src[0]->ndim == dom->ndim &&
+                    !memcmp(x->src[0]->shape, dom->shape, sizeof(int64_t) * (size_t)dom->ndim);
+        if (!fits) {
+            xi->materialize = changed = true;
+            continue;
+        }
+        ri->row = true;
+        ri->row_axes = axes;
+    }
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *x = order[i];
+        node_info *xi = info(x);
+        if (xi->materialize || cheap(x) || graph_op_is_reduce(x->op))
+            continue;
+        if (xi->conflict || (xi->consumers > 1 && !info(xi->owner)->row))
+            xi->materialize = changed = true;
+    }
+    return changed;
 }
 
 /* Whether a matmul operand reads as strides over a materialised base; fills
@@ -86,6 +151,8 @@ static graph_node *operand_base(graph_node *s, lower_operand *o) {
     return s;
 }
 
+static void materialize_operands(graph_node **order, int64_t count);
+
 static void mark(graph_node **order, int64_t count, int n, graph_node *const *targets,
                  bool fuse) {
     for (int r = 0; r < n; r++)
@@ -94,20 +161,25 @@ static void mark(graph_node **order, int64_t count, int n, graph_node *const *ta
     for (int64_t i = 0; i < count; i++) {
         graph_node *x = order[i];
         node_info *xi = info(x);
-        if (graph_op_is_reduce(x->op) || x->op == GRAPH_MATMUL)
+        if (x->op == GRAPH_MATMUL || (graph_op_is_reduce(x->op) && !fuse))
             xi->materialize = true;
         if (!fuse && x->op != GRAPH_VIEW && x->op != GRAPH_CONST)
-            xi->materialize = true;
-        if (xi->consumers > 1 && !cheap(x))
             xi->materialize = true;
         /* A view of a pending view: the inner one could not compose, so it is
          * computed into memory first. */
         if (x->op == GRAPH_VIEW && x->src[0]->op == GRAPH_VIEW && pending(x->src[0]))
             info(x->src[0])->materialize = true;
     }
-    /* Matmul operands that strides cannot describe are computed first; this
-     * runs in reverse order so that a materialised operand is decided before
-     * a view of it is examined. */
+    do {
+        materialize_operands(order, count);
+    } while (settle_kernels(order, count));
+}
+
+/* Matmul operands that strides cannot describe are computed first, and a
+ * materialised reshape shares its source's buffer (so the source is computed).
+ * Reverse order, so that a materialised operand is decided before a view of
+ * it is examined. */
+static void materialize_operands(graph_node **order, int64_t count) {
     for (int64_t i = count - 1; i >= 0; i--) {
         graph_node *x = order[i];
         if (x->op != GRAPH_MATMUL)
@@ -123,7 +195,6 @@ static void mark(graph_node **order, int64_t count, int n, graph_node *const *ta
                 info(src)->materialize = true;
         }
     }
-    /* A materialised reshape costs nothing: it shares its source's buffer. */
     for (int64_t i = count - 1; i >= 0; i--) {
         graph_node *x = order[i];
         if (x->op == GRAPH_VIEW && info(x)->materialize && graph_view_is_reshape(x)) {
@@ -152,6 +223,12 @@ typedef struct memo_entry {
 typedef struct emitter {
     ir_builder b;
     lower_kernel *k;
+    /* A kernel with reduced elements: the reduced index, its axes, and its
+     * decomposition per axis of the kernel's domain. */
+    int ridx;
+    uint32_t axes;
+    int rd[KILN_MAX_DIMS];
+    graph_node *retry; /* a fused reduction that must be materialised after all */
     int ninputs_cap;
     memo_entry *memo; /* open addressing, a power of two in size */
     int nmemo, memo_cap;
@@ -254,6 +331,31 @@ static int emit_cat(emitter *e, graph_node *n, const ix *at, int valid) {
     return result;
 }
 
+/* A reduction inside the kernel: it reduces the kernel's reduced elements of
+ * its source at the row `at` names. The row must not depend on the reduced
+ * index (a view in between that moves axes would make it so); then the
+ * reduction is materialised instead and the program lowered again. */
+static int emit_fused_reduce(emitter *e, graph_node *n, const ix *at, int valid) {
+    ir_builder *b = &e->b;
+    graph_node *s = n->src[0];
+    bool ok = e->ridx >= 0 && n->p.axes == e->axes && (valid < 0 || !b->ins[valid].inner);
+    ix sat = {.ndim = s->ndim, .flat = -1};
+    for (int d = 0; ok && d < s->ndim; d++) {
+        if (n->p.axes & (1u << d))
+            sat.d[d] = e->rd[d];
+        else if (b->ins[at->d[d]].inner)
+            ok = false;
+        else
+            sat.d[d] = at->d[d];
+    }
+    if (!ok) {
+        e->retry = n;
+        e->failed = true;
+        return 0;
+    }
+    return ir_reduce(b, n->op, n->dtype, emit(e, s, &sat, valid), e->ridx);
+}
+
 static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     ir_builder *b = &e->b;
     if (!pending(n) || (info(n)->materialize && n != e->k->out)) {
@@ -292,7 +394,9 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
         int y = emit(e, n->src[1], at, valid);
         return ir_alu(b, n->op, n->dtype, x, y);
     }
-    e->failed = true; /* reductions and matmuls are always materialised */
+    if (graph_op_is_reduce(n->op))
+        return emit_fused_reduce(e, n, at, valid);
+    e->failed = true; /* matmuls are always materialised */
     return 0;
 }
 
@@ -392,38 +496,72 @@ static bool lower_matmul(lower_kernel *k, emitter *e) {
     return true;
 }
 
+/* Sets up the reduced index of a kernel over domain `dom` reducing `axes`:
+ * RIDX, its decomposition, and the domain index of output row g; returns
+ * whether the reduced axes are the trailing ones (then the domain's flat
+ * index is g * rnumel + r). */
+static bool reduced_index(emitter *e, const graph_node *dom, uint32_t axes, int gidx,
+                          const ix *rowat, ix *at) {
+    ir_builder *b = &e->b;
+    lower_kernel *k = e->k;
+    int nred = 0;
+    int64_t rshape[KILN_MAX_DIMS] = {0};
+    bool trailing = true;
+    for (int d = 0; d < dom->ndim; d++) {
+        if (axes & (1u << d)) {
+            rshape[nred++] = dom->shape[d];
+            k->rnumel *= dom->shape[d];
+        } else if (nred > 0 && dom->shape[d] != 1) {
+            trailing = false;
+        }
+    }
+    e->ridx = ir_ridx(b, k->rnumel);
+    e->axes = axes;
+    ix rat = unflatten(e, e->ridx, nred, rshape);
+    *at = (ix){.ndim = dom->ndim, .flat = -1};
+    for (int d = 0, r = 0; d < dom->ndim; d++) {
+        e->rd[d] = (axes & (1u << d)) ? rat.d[r++] : -1;
+        at->d[d] = (axes & (1u << d)) ? e->rd[d] : rowat->d[d];
+    }
+    if (trailing)
+        at->flat = ir_iadd(b, ir_imul(b, gidx, k->rnumel), e->ridx);
+    return trailing;
+}
+
 static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
     graph_node *out = k->out;
     ir_builder *b = &e->b;
-    k->numel = graph_numel(out);
+    node_info *oi = info(out);
     k->rnumel = 1;
-    int gidx = ir_gidx(b, k->numel);
-    ix oat = unflatten(e, gidx, out->ndim, out->shape);
+    e->ridx = -1;
     if (graph_op_is_reduce(out->op)) {
-        graph_node *s = out->src[0];
         k->kind = LOWER_REDUCE;
-        int nred = 0;
-        int64_t rshape[KILN_MAX_DIMS];
-        bool trailing = true;
-        for (int d = 0; d < s->ndim; d++) {
-            if (out->p.axes & (1u << d)) {
-                rshape[nred++] = s->shape[d];
-                k->rnumel *= s->shape[d];
-            } else if (nred > 0 && s->shape[d] != 1) {
-                trailing = false;
-            }
-        }
-        int ridx = ir_ridx(b, k->rnumel);
-        ix rat = unflatten(e, ridx, nred, rshape);
-        ix sat = {.ndim = s->ndim, .flat = -1};
-        for (int d = 0, r = 0; d < s->ndim; d++)
-            sat.d[d] = (out->p.axes & (1u << d)) ? rat.d[r++] : oat.d[d];
-        if (trailing)
-            sat.flat = ir_iadd(b, ir_imul(b, gidx, k->rnumel), ridx);
-        k->result = ir_reduce(b, out->op, out->dtype, emit(e, s, &sat, -1), ridx);
+        k->numel = graph_numel(out);
+        int gidx = ir_gidx(b, k->numel);
+        ix oat = unflatten(e, gidx, out->ndim, out->shape), sat;
+        reduced_index(e, out->src[0], out->p.axes, gidx, &oat, &sat);
+        k->result = ir_reduce(b, out->op, out->dtype, emit(e, out->src[0], &sat, -1), e->ridx);
+        k->store = gidx;
+    } else if (oi->row) {
+        /* A row kernel: one program instance per row, which passes over the
+         * row once per fused reduction and once more to store. */
+        k->kind = LOWER_REDUCE;
+        int64_t rows[KILN_MAX_DIMS];
+        for (int d = 0; d < out->ndim; d++)
+            rows[d] = (oi->row_axes & (1u << d)) ? 1 : out->shape[d];
+        k->numel = graph_shape_numel(out->ndim, rows);
+        int gidx = ir_gidx(b, k->numel);
+        ix rowat = unflatten(e, gidx, out->ndim, rows), at;
+        reduced_index(e, out, oi->row_axes, gidx, &rowat, &at);
+        k->result = emit(e, out, &at, -1);
+        k->store = flatten(e, &at, out->ndim, out->shape);
     } else {
         k->kind = LOWER_ELEMENTWISE;
+        k->numel = graph_numel(out);
+        int gidx = ir_gidx(b, k->numel);
+        ix oat = unflatten(e, gidx, out->ndim, out->shape);
         k->result = emit(e, out, &oat, -1);
+        k->store = gidx;
     }
     return !b->failed && !e->failed;
 }
@@ -436,11 +574,12 @@ static bool lower_alias(lower_kernel *k, emitter *e) {
     return true;
 }
 
-static bool lower_one(lower_kernel *k, graph_node *out) {
+static bool lower_one(lower_kernel *k, graph_node *out, graph_node **retry) {
     emitter e;
     memset(&e, 0, sizeof e);
     ir_init(&e.b);
     e.k = k;
+    e.ridx = -1;
     k->out = graph_ref(out);
     bool ok = info(out)->alias           ? lower_alias(k, &e)
               : out->op == GRAPH_MATMUL ? lower_matmul(k, &e)
@@ -451,6 +590,7 @@ static bool lower_one(lower_kernel *k, graph_node *out) {
     e.b.ins = NULL;
     ir_free(&e.b);
     free(e.memo);
+    *retry = e.retry;
     k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
     if (ok)
         name_kernel(k);
@@ -472,26 +612,43 @@ void lower_program_free(lower_program *p) {
     free(p);
 }
 
+/* Lowers every materialised node to a kernel; NULL when out of memory, or
+ * with *retry set when a fused reduction turned out not to fit its kernel. */
+static lower_program *lower_all(graph_node **order, int64_t count, graph_node **retry) {
+    lower_program *p = calloc(1, sizeof *p);
+    int nk = 0;
+    for (int64_t i = 0; i < count; i++)
+        nk += info(order[i])->materialize;
+    bool ok = p && (p->kernels = calloc((size_t)(nk ? nk : 1), sizeof *p->kernels));
+    for (int64_t i = 0; ok && i < count; i++) {
+        if (!info(order[i])->materialize)
+            continue;
+        lower_kernel *k = &p->kernels[p->nkernels];
+        ok = lower_one(k, order[i], retry);
+        /* Names are unique within a program: they are its symbols. */
+        size_t len = strlen(k->name);
+        snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
+    }
+    if (!ok) {
+        lower_program_free(p);
+        return NULL;
+    }
+    return p;
+}
+
 lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
     graph_node **order = NULL;
     int64_t count = 0;
-    lower_program *p = calloc(1, sizeof *p);
-    bool ok = p && collect(n, targets, &order, &count);
-    if (ok) {
+    lower_program *p = NULL;
+    if (collect(n, targets, &order, &count)) {
         mark(order, count, n, targets, fuse);
-        int nk = 0;
-        for (int64_t i = 0; i < count; i++)
-            nk += info(order[i])->materialize;
-        p->kernels = calloc((size_t)(nk ? nk : 1), sizeof *p->kernels);
-        ok = p->kernels != NULL;
-        for (int64_t i = 0; ok && i < count; i++) {
-            if (!info(order[i])->materialize)
-                continue;
-            lower_kernel *k = &p->kernels[p->nkernels];
-            ok = lower_one(k, order[i]);
-            /* Names are unique within a program: they are its symbols. */
-            size_t len = strlen(k->name);
-            snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
+        graph_node *retry = NULL;
+        while (!(p = lower_all(order, count, &retry)) && retry) {
+            info(retry)->materialize = true;
+            do {
+                materialize_operands(order, count);
+            } while (settle_kernels(order, count));
+            retry = NULL;
         }
     }
     for (int64_t i = 0; i < count; i++) {
@@ -499,9 +656,5 @@ lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
         order[i]->scratch = NULL;
     }
     free(order);
-    if (!ok) {
-        lower_program_free(p);
-        return NULL;
-    }
     return p;
 }

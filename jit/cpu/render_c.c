@@ -364,23 +364,23 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     put(b, ";\n");
 }
 
-/* Which instructions the result needs (dead ones are never rendered, so a
- * load that simplification left unused cannot read out of bounds). */
-static bool *live_set(const lower_kernel *k) {
-    bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
-    if (!live)
-        return NULL;
-    live[k->result] = true;
-    for (int i = k->nins - 1; i >= 0; i--) {
-        if (!live[i])
+/* Marks in `in` the instructions that `target` needs (dead ones are never
+ * rendered, so a load that simplification left unused cannot read out of
+ * bounds). With inner_only, only the inner ones: a pass over the reduced
+ * elements recomputes those, while outer values are already in scope. */
+static void needs(const lower_kernel *k, int target, bool inner_only, bool *in) {
+    if (inner_only && !k->ins[target].inner)
+        return;
+    in[target] = true;
+    for (int i = target; i >= 0; i--) {
+        if (!in[i])
             continue;
         const lower_ins *x = &k->ins[i];
         int ops[3] = {x->a, x->b, x->c};
         for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0)
-                live[ops[j]] = true;
+            if (ops[j] >= 0 && (!inner_only || k->ins[ops[j]].inner))
+                in[ops[j]] = true;
     }
-    return live;
 }
 
 static void params(sbuf *b, const lower_kernel *k) {
@@ -423,62 +423,139 @@ static void reduce_step(sbuf *b, const lower_ins *red, kiln_dtype in) {
     }
 }
 
+/* Assigns the finished reduction to v<id>, declared before its pass. */
 static void reduce_result(sbuf *b, const lower_ins *red, int id) {
     kiln_dtype dt = red->dt;
-    if (red->gop == GRAPH_ARGMAX || red->gop == GRAPH_ARGMIN) {
-        put(b, "      int64_t v%d = at < 0 ? 0 : at;\n", id);
-    } else if (red->gop == GRAPH_SUM) {
-        if (is_float(dt))
-            put(b, "      %s v%d = %s((%s)acc);\n", ctype(dt), id, rnd(dt), ctype(dt));
-        else
-            put(b, "      %s v%d = (%s)acc;\n", ctype(dt), id, ctype(dt));
-    } else {
-        put(b, "      %s v%d = (%s)best;\n", ctype(dt), id, ctype(dt));
+    if (red->gop == GRAPH_ARGMAX || red->gop == GRAPH_ARGMIN)
+        put(b, "        v%d = at < 0 ? 0 : at;\n", id);
+    else if (red->gop == GRAPH_SUM && is_float(dt))
+        put(b, "        v%d = %s((%s)acc);\n", id, rnd(dt), ctype(dt));
+    else
+        put(b, "        v%d = (%s)%s;\n", id, ctype(dt), red->gop == GRAPH_SUM ? "acc" : "best");
+}
+
+static void store_stmt(sbuf *b, const lower_kernel *k, const char *indent) {
+    char val[32];
+    snprintf(val, sizeof val, "v%d", k->result);
+    put(b, "%sout[v%d] = ", indent, k->store);
+    store_expr(b, k->out->dtype, val);
+    put(b, ";\n");
+}
+
+/* Elementwise: a tile of output elements per program instance, its loop
+ * vectorised. */
+static void render_elementwise(sbuf *b, const lower_kernel *k, bool *live) {
+    needs(k, k->result, false, live);
+    needs(k, k->store, false, live);
+    put(b, "  const int64_t N = %lldLL, T = %lldLL;\n", (long long)k->numel, (long long)k->tile);
+    put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) if(N >= 32768)\n");
+    put(b, "  for (int64_t t = 0; t < (N + T - 1) / T; t++) {\n");
+    put(b, "    const int64_t lo = t * T, hi = lo + T < N ? lo + T : N;\n");
+    put(b, "    #pragma omp simd\n");
+    put(b, "    for (int64_t g = lo; g < hi; g++) {\n");
+    for (int i = 0; i < k->nins; i++)
+        if (live[i])
+            ins_stmt(b, k->ins, i);
+    store_stmt(b, k, "      ");
+    put(b, "    }\n  }\n}\n\n");
+}
+
+/* One pass over the reduced elements: the inner instructions that target
+ * (and also, if not negative, target2) need. */
+static void render_pass(sbuf *b, const lower_kernel *k, int target, int target2, bool *pass) {
+    memset(pass, 0, sizeof *pass * (size_t)k->nins);
+    needs(k, target, true, pass);
+    if (target2 >= 0)
+        needs(k, target2, true, pass);
+    for (int i = 0; i < k->nins; i++)
+        if (pass[i])
+            ins_stmt(b, k->ins, i);
+}
+
+/* Reductions and row kernels: a program instance per output row, which
+ * passes over its reduced elements once per reduction, in order (each may
+ * read the ones before), then, in a row kernel, once more to store. Outer
+ * values are computed as soon as the reductions they read are done. */
+static void render_phased(sbuf *b, const lower_kernel *k, bool *live) {
+    int n = k->nins;
+    int *stage = calloc((size_t)n, sizeof *stage);
+    bool *pass = calloc((size_t)n, sizeof *pass);
+    if (!stage || !pass) {
+        free(stage);
+        free(pass);
+        b->failed = true;
+        return;
     }
+    needs(k, k->result, false, live);
+    needs(k, k->store, false, live);
+    int nred = 0;
+    for (int i = 0; i < n; i++) {
+        const lower_ins *x = &k->ins[i];
+        if (!live[i] || x->inner)
+            continue;
+        if (x->op == UOP_REDUCE) {
+            stage[i] = ++nred;
+            continue;
+        }
+        int ops[3] = {x->a, x->b, x->c};
+        for (int j = 0; j < 3; j++)
+            if (ops[j] >= 0 && stage[ops[j]] > stage[i])
+                stage[i] = stage[ops[j]];
+    }
+    put(b, "  const int64_t N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
+    put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) if(N * R >= 32768)\n");
+    put(b, "  for (int64_t g = 0; g < N; g++) {\n");
+    for (int s = 0, done = 0; s <= nred; s++) {
+        for (int i = 0; i < n; i++)
+            if (live[i] && !k->ins[i].inner && k->ins[i].op != UOP_REDUCE && stage[i] == s)
+                ins_stmt(b, k->ins, i);
+        if (s == nred)
+            break;
+        int red = done;
+        while (!(live[red] && k->ins[red].op == UOP_REDUCE))
+            red++;
+        done = red + 1;
+        const lower_ins *x = &k->ins[red];
+        kiln_dtype in = k->ins[x->a].dt;
+        put(b, "    %s v%d;\n    {\n", ctype(x->dt), red);
+        reduce_init(b, x, in);
+        /* A sum may run in SIMD lanes (a different order of additions, in
+         * double, well inside every float tolerance); max/min and the arg
+         * reductions keep their order, which decides ties and NaN. */
+        if (x->gop == GRAPH_SUM)
+            put(b, "      #pragma omp simd reduction(+:acc)\n");
+        put(b, "      for (int64_t r = 0; r < R; r++) {\n");
+        render_pass(b, k, x->a, -1, pass);
+        reduce_step(b, x, in);
+        put(b, "      }\n");
+        reduce_result(b, x, red);
+        put(b, "    }\n");
+    }
+    if (k->ins[k->result].inner || k->ins[k->store].inner) {
+        put(b, "    #pragma omp simd\n");
+        put(b, "    for (int64_t r = 0; r < R; r++) {\n");
+        render_pass(b, k, k->result, k->store, pass);
+        store_stmt(b, k, "      ");
+        put(b, "    }\n");
+    } else {
+        store_stmt(b, k, "    ");
+    }
+    put(b, "  }\n}\n\n");
+    free(stage);
+    free(pass);
 }
 
 static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
-    bool *live = live_set(k);
+    bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
     if (!live) {
         b->failed = true;
         return;
     }
     params(b, k);
-    put(b, "  const int64_t N = %lldLL, R = %lldLL, T = %lldLL;\n", (long long)k->numel,
-        (long long)k->rnumel, (long long)k->tile);
-    put(b, "  (void)R;\n");
-    put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) "
-           "if(N * R >= 32768)\n");
-    put(b, "  for (int64_t t = 0; t < (N + T - 1) / T; t++) {\n");
-    put(b, "    const int64_t lo = t * T, hi = lo + T < N ? lo + T : N;\n");
     if (k->kind == LOWER_ELEMENTWISE)
-        put(b, "    #pragma omp simd\n");
-    put(b, "    for (int64_t g = lo; g < hi; g++) {\n");
-    const lower_ins *red = k->kind == LOWER_REDUCE ? &k->ins[k->result] : NULL;
-    for (int i = 0; i < k->nins; i++)
-        if (live[i] && !k->ins[i].inner && k->ins[i].op != UOP_REDUCE)
-            ins_stmt(b, k->ins, i);
-    if (red) {
-        kiln_dtype in = k->ins[red->a].dt;
-        reduce_init(b, red, in);
-        /* A sum may run in SIMD lanes (a different order of additions, in
-         * double, well inside every float tolerance); max/min and the arg
-         * reductions keep their order, which decides ties and NaN. */
-        if (red->gop == GRAPH_SUM)
-            put(b, "      #pragma omp simd reduction(+:acc)\n");
-        put(b, "      for (int64_t r = 0; r < R; r++) {\n");
-        for (int i = 0; i < k->nins; i++)
-            if (live[i] && k->ins[i].inner)
-                ins_stmt(b, k->ins, i);
-        reduce_step(b, red, in);
-        put(b, "      }\n");
-        reduce_result(b, red, k->result);
-    }
-    char val[32];
-    snprintf(val, sizeof val, "v%d", k->result);
-    put(b, "      out[g] = ");
-    store_expr(b, k->out->dtype, val);
-    put(b, ";\n    }\n  }\n}\n\n");
+        render_elementwise(b, k, live);
+    else
+        render_phased(b, k, live);
     free(live);
 }
 

@@ -1,0 +1,252 @@
+/* fusion_test.c — what the scheduler fuses: kernel counts for the shapes of
+ * work the design names (an elementwise chain, softmax and layer-norm over
+ * rows, a repeated step), and a differential check of random graphs mixing
+ * elementwise ops, views and reductions broadcast back over their rows, run
+ * lazily (fused), eagerly (one kernel per op) and on the reference evaluator. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "api/kiln.h"
+
+static uint64_t lcg_next(uint64_t *s) {
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return *s >> 11;
+}
+
+static double lcg_uniform(uint64_t *s) { return (double)lcg_next(s) * 0x1p-53; }
+
+/* Fresh inputs in [-2, 2). */
+static float *random_data(int64_t n, uint64_t seed) {
+    float *d = malloc(sizeof *d * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = (float)(4 * lcg_uniform(&seed) - 2);
+    return d;
+}
+
+static double *read_f64(kiln_tensor *t) {
+    int64_t n = kiln_numel(t);
+    kiln_tensor *c = kiln_cast(t, KILN_F64);
+    double *out = malloc(sizeof *out * (size_t)(n ? n : 1));
+    cr_assert_eq(kiln_to_host(c, out, sizeof *out * (size_t)n), KILN_OK, "%s",
+                 kiln_error_message(c));
+    return out;
+}
+
+/* sum (a-b)^2 / sum a^2, 0 when both are zero. */
+static double nmse(const double *a, const double *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += (a[i] - b[i]) * (a[i] - b[i]);
+        den += a[i] * a[i];
+    }
+    return den == 0 ? num : num / den;
+}
+
+static int64_t kernels_for(kiln_ctx *ctx, kiln_tensor *t) {
+    int64_t before = kiln_ctx_stats(ctx).kernels;
+    cr_assert_eq(kiln_realize(t), KILN_OK, "%s", kiln_error_message(t));
+    return kiln_ctx_stats(ctx).kernels - before;
+}
+
+static kiln_tensor *softmax_rows(kiln_tensor *x) {
+    int ax = -1;
+    kiln_tensor *e = kiln_exp(kiln_sub(x, kiln_max(x, 1, &ax, true)));
+    return kiln_div(e, kiln_sum(e, 1, &ax, true));
+}
+
+static kiln_tensor *layer_norm_rows(kiln_tensor *x) {
+    int ax = -1;
+    kiln_tensor *c = kiln_sub(x, kiln_mean(x, 1, &ax, true));
+    kiln_tensor *var = kiln_mean(kiln_mul(c, c), 1, &ax, true);
+    return kiln_mul(c, kiln_rsqrt(kiln_add_scalar(var, 1e-5)));
+}
+
+/* Runs f on the same data in a lazy CPU context and on the reference
+ * evaluator; checks the values agree and returns the kernels the CPU ran. */
+static int64_t check_against_ref(kiln_tensor *(*f)(kiln_tensor *), int ndim,
+                                 const int64_t *dims, uint64_t seed) {
+    int64_t n = 1;
+    for (int d = 0; d < ndim; d++)
+        n *= dims[d];
+    float *data = random_data(n, seed);
+    kiln_ctx *cpu = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *y = f(kiln_from_data(cpu, KILN_F32, ndim, dims, data));
+    kiln_tensor *yr = f(kiln_from_data(ref, KILN_F32, ndim, dims, data));
+    int64_t k = kernels_for(cpu, y);
+    double *a = read_f64(yr), *b = read_f64(y);
+    double e = nmse(a, b, kiln_numel(y));
+    cr_assert(e < 1e-12, "nmse %g against the reference evaluator", e);
+    free(a);
+    free(b);
+    free(data);
+    kiln_ctx_free(cpu);
+    kiln_ctx_free(ref);
+    return k;
+}
+
+Test(fusion, elementwise_chain_is_one_kernel) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    const int64_t dims[2] = {33, 70};
+    float *data = random_data(33 * 70, 1);
+    kiln_tensor *x = kiln_from_data(ctx, KILN_F32, 2, dims, data);
+    kiln_tensor *y = x;
+    /* ten ops, with a broadcast operand and a view in the middle */
+    const int64_t bdims[1] = {70};
+    kiln_tensor *bias = kiln_from_data(ctx, KILN_F32, 1, bdims, data);
+    y = kiln_tanh(kiln_add(kiln_mul_scalar(y, 0.5), bias));
+    y = kiln_sigmoid(kiln_sub(kiln_exp(kiln_neg(y)), x));
+    y = kiln_transpose(kiln_transpose(y, 0, 1), 0, 1);
+    y = kiln_gelu(kiln_maximum(kiln_abs(y), kiln_mul(x, x)));
+    cr_assert_eq(kernels_for(ctx, y), 1);
+    free(data);
+    kiln_ctx_free(ctx);
+}
+
+Test(fusion, softmax_over_rows_is_one_kernel) {
+    const int64_t dims[2] = {37, 129};
+    cr_assert_eq(check_against_ref(softmax_rows, 2, dims, 2), 1);
+}
+
+Test(fusion, layer_norm_over_rows_is_one_kernel) {
+    const int64_t dims[2] = {19, 300};
+    cr_assert_eq(check_against_ref(layer_norm_rows, 2, dims, 3), 1);
+}
+
+Test(fusion, eager_mode_runs_one_kernel_per_op) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    kiln_ctx_set_mode(ctx, KILN_EAGER);
+    const int64_t dims[2] = {8, 16};
+    float *data = random_data(8 * 16, 4);
+    int64_t before = kiln_ctx_stats(ctx).kernels;
+    kiln_tensor *x = kiln_from_data(ctx, KILN_F32, 2, dims, data);
+    kiln_tensor *y = softmax_rows(x); /* max, sub, exp, sum, div */
+    cr_assert_eq(kiln_realize(y), KILN_OK);
+    cr_assert_eq(kiln_ctx_stats(ctx).kernels - before, 5);
+    free(data);
+    kiln_ctx_free(ctx);
+}
+
+Test(fusion, a_second_identical_step_compiles_nothing) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    const int64_t dims[2] = {16, 40};
+    for (int step = 0; step < 3; step++) {
+        float *data = random_data(16 * 40, 10 + (uint64_t)step);
+        kiln_scope_begin(ctx);
+        kiln_tensor *y = layer_norm_rows(kiln_from_data(ctx, KILN_F32, 2, dims, data));
+        kiln_stats before = kiln_ctx_stats(ctx);
+        cr_assert_eq(kiln_realize(y), KILN_OK);
+        kiln_stats after = kiln_ctx_stats(ctx);
+        if (step > 0) {
+            cr_assert_eq(after.compiles, before.compiles, "step %d compiled", step);
+            cr_assert_eq(after.disk_hits, before.disk_hits, "step %d loaded", step);
+            cr_assert_eq(after.memory_hits, before.memory_hits + 1);
+        }
+        kiln_scope_end(ctx);
+        free(data);
+    }
+    kiln_ctx_free(ctx);
+}
+
+static kiln_tensor *transposed_row_max(kiln_tensor *x) {
+    /* the reduction comes back through a transpose: its rows are columns of
+     * the consumer, so it cannot live in the consumer's row loop */
+    int ax = 1;
+    return kiln_add(x, kiln_transpose(kiln_max(x, 1, &ax, true), 0, 1));
+}
+
+static kiln_tensor *sum_of_sums(kiln_tensor *x) {
+    int a1 = 1, a0 = 0;
+    return kiln_mul(x, kiln_sum(kiln_sum(x, 1, &a1, true), 1, &a0, true));
+}
+
+static kiln_tensor *reduce_of_row_values(kiln_tensor *x) {
+    /* a reduction whose input holds another reduction of the same rows */
+    int ax = 1;
+    kiln_tensor *c = kiln_sub(x, kiln_max(x, 1, &ax, true));
+    return kiln_sum(kiln_exp(c), 1, &ax, false);
+}
+
+Test(fusion, reductions_that_do_not_fit_a_row_are_materialised) {
+    const int64_t sq[2] = {23, 23};
+    cr_assert_geq(check_against_ref(transposed_row_max, 2, sq, 5), 2);
+    const int64_t r[2] = {9, 31};
+    cr_assert_geq(check_against_ref(sum_of_sums, 2, r, 6), 2);
+    cr_assert_eq(check_against_ref(reduce_of_row_values, 2, r, 7), 1);
+}
+
+/* ---- random graphs ---- */
+
+typedef struct gen {
+    uint64_t s;
+    kiln_tensor *x;
+} gen;
+
+static int pick(gen *g, int n) { return (int)(lcg_next(&g->s) % (uint64_t)n); }
+
+/* A random expression over x ([a, b, c]) of the same shape. */
+static kiln_tensor *random_expr(gen *g, kiln_tensor *t, int depth) {
+    if (depth == 0)
+        return pick(g, 3) ? g->x : t;
+    kiln_tensor *u = random_expr(g, t, depth - 1);
+    int ax = pick(g, 3), axes2[2] = {pick(g, 2), 2};
+    switch (pick(g, 9)) {
+    case 0:
+        return kiln_tanh(u);
+    case 1:
+        return kiln_mul(u, random_expr(g, t, depth - 1));
+    case 2:
+        return kiln_sub(u, kiln_max(u, 1, &ax, true));
+    case 3:
+        return kiln_div(u, kiln_add_scalar(kiln_abs(kiln_sum(u, 1, &ax, true)), 1));
+    case 4:
+        return kiln_add(u, kiln_mean(kiln_mul(u, u), 2, axes2, true));
+    case 5:
+        return kiln_flip(u, 1, &ax);
+    case 6:
+        return kiln_exp(kiln_minimum_scalar(u, 3));
+    case 7:
+        return kiln_where(kiln_gt(u, g->x), u, kiln_neg(u));
+    default:
+        return kiln_add(u, kiln_cast(kiln_argmax(u, 1, &ax, true), KILN_F32));
+    }
+}
+
+static kiln_tensor *build(kiln_ctx *ctx, uint64_t seed, const float *data, const int64_t *dims) {
+    gen g = {.s = seed};
+    g.x = kiln_from_data(ctx, KILN_F32, 3, dims, data);
+    kiln_tensor *y = random_expr(&g, g.x, 4);
+    int ax = pick(&g, 3);
+    return pick(&g, 2) ? y : kiln_sum(y, 1, &ax, false);
+}
+
+Test(fusion, random_graphs_agree_lazy_eager_and_reference, .timeout = 600) {
+    const char *env = getenv("KILN_FUZZ_GRAPHS");
+    int graphs = env && atoi(env) > 0 ? atoi(env) : 40;
+    const int64_t dims[3] = {3, 5, 7};
+    for (int i = 0; i < graphs; i++) {
+        uint64_t seed = 1000 + (uint64_t)i;
+        float *data = random_data(3 * 5 * 7, seed);
+        kiln_ctx *lazy = kiln_ctx_new(KILN_CPU), *eager = kiln_ctx_new(KILN_CPU),
+                 *ref = kiln_ctx_new(KILN_REF);
+        kiln_ctx_set_mode(eager, KILN_EAGER);
+        kiln_tensor *yl = build(lazy, seed, data, dims), *ye = build(eager, seed, data, dims),
+                    *yr = build(ref, seed, data, dims);
+        cr_assert_eq(kiln_realize(yl), KILN_OK, "graph %d: %s", i, kiln_error_message(yl));
+        cr_assert_eq(kiln_realize(ye), KILN_OK, "graph %d: %s", i, kiln_error_message(ye));
+        double *r = read_f64(yr), *l = read_f64(yl), *e = read_f64(ye);
+        int64_t n = kiln_numel(yr);
+        cr_assert(nmse(r, l, n) < 1e-10, "graph %d (seed %llu): lazy nmse %g", i,
+                  (unsigned long long)seed, nmse(r, l, n));
+        cr_assert(nmse(r, e, n) < 1e-10, "graph %d (seed %llu): eager nmse %g", i,
+                  (unsigned long long)seed, nmse(r, e, n));
+        free(r);
+        free(l);
+        free(e);
+        free(data);
+        kiln_ctx_free(lazy);
+        kiln_ctx_free(eager);
+        kiln_ctx_free(ref);
+    }
+}
