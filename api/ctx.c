@@ -153,10 +153,7 @@ kiln_tensor *api_wrap(kiln_ctx *ctx, graph_node *node, const char *op) {
         return NULL;
     }
     t->node = node;
-    /* Eager mode computes each op as it comes; views and constants are not
-     * computations, the op that reads them is. */
-    if (ctx->mode == KILN_EAGER && !node->buf && node->op != GRAPH_VIEW &&
-        node->op != GRAPH_CONST) {
+    if (ctx->mode == KILN_EAGER && !node->buf && graph_op_computes(node->op)) {
         if (api_realize(ctx, 1, &node, t) != KILN_OK) {
             graph_unref(t->node);
             t->node = NULL;

@@ -139,6 +139,9 @@ bool graph_op_is_unary(graph_op op);
 bool graph_op_is_binary(graph_op op);
 bool graph_op_is_compare(graph_op op);
 bool graph_op_is_reduce(graph_op op);
+/* Whether op computes values (a kernel in eager mode): views and constants
+ * do not, the op that reads them does. */
+bool graph_op_computes(graph_op op);
 
 /* ---- buffers ---- */
 /* An uninitialised, 64-byte-aligned buffer of nbytes (NULL on failure): every

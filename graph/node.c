@@ -297,3 +297,6 @@ bool graph_op_is_unary(graph_op op) { return op >= GRAPH_NEG && op <= GRAPH_CAST
 bool graph_op_is_binary(graph_op op) { return op >= GRAPH_ADD && op <= GRAPH_NE; }
 bool graph_op_is_compare(graph_op op) { return op >= GRAPH_LT && op <= GRAPH_NE; }
 bool graph_op_is_reduce(graph_op op) { return op >= GRAPH_SUM && op <= GRAPH_ARGMIN; }
+bool graph_op_computes(graph_op op) {
+    return op != GRAPH_VIEW && op != GRAPH_CONST && op != GRAPH_BUFFER;
+}

@@ -1,10 +1,11 @@
 /* schedule.c — cuts a captured graph into kernels and lowers each to kernel
  * IR. A node becomes a kernel output (is materialised) when it is requested,
- * is a reduction or a matmul, feeds several consumers (recomputing it in each
- * would repeat work), or is viewed in a way strides cannot express; every
- * other node fuses into the kernel of its consumer: elementwise chains,
- * broadcasts and views into one kernel, elementwise producers into the
- * reduction that reads them. */
+ * is a matmul, is read from two kernels (recomputing it in each would repeat
+ * work), or is viewed in a way strides cannot express; every other node fuses
+ * into the kernel of its consumers: elementwise chains, broadcasts and views
+ * into one kernel, elementwise producers into the reduction that reads them,
+ * and a reduction into the kernel that reads it back over its rows (a row
+ * kernel: softmax, layer-norm). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -151,30 +152,6 @@ static graph_node *operand_base(graph_node *s, lower_operand *o) {
     return s;
 }
 
-static void materialize_operands(graph_node **order, int64_t count);
-
-static void mark(graph_node **order, int64_t count, int n, graph_node *const *targets,
-                 bool fuse) {
-    for (int r = 0; r < n; r++)
-        if (pending(targets[r]))
-            info(targets[r])->materialize = true;
-    for (int64_t i = 0; i < count; i++) {
-        graph_node *x = order[i];
-        node_info *xi = info(x);
-        if (x->op == GRAPH_MATMUL || (graph_op_is_reduce(x->op) && !fuse))
-            xi->materialize = true;
-        if (!fuse && x->op != GRAPH_VIEW && x->op != GRAPH_CONST)
-            xi->materialize = true;
-        /* A view of a pending view: the inner one could not compose, so it is
-         * computed into memory first. */
-        if (x->op == GRAPH_VIEW && x->src[0]->op == GRAPH_VIEW && pending(x->src[0]))
-            info(x->src[0])->materialize = true;
-    }
-    do {
-        materialize_operands(order, count);
-    } while (settle_kernels(order, count));
-}
-
 /* Matmul operands that strides cannot describe are computed first, and a
  * materialised reshape shares its source's buffer (so the source is computed).
  * Reverse order, so that a materialised operand is decided before a view of
@@ -203,6 +180,34 @@ static void materialize_operands(graph_node **order, int64_t count) {
                 info(x->src[0])->materialize = true;
         }
     }
+}
+
+/* Applies the rules that depend on other nodes' decisions until none
+ * materialises anything more. */
+static void settle(graph_node **order, int64_t count) {
+    do {
+        materialize_operands(order, count);
+    } while (settle_kernels(order, count));
+}
+
+static void mark(graph_node **order, int64_t count, int n, graph_node *const *targets,
+                 bool fuse) {
+    for (int r = 0; r < n; r++)
+        if (pending(targets[r]))
+            info(targets[r])->materialize = true;
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *x = order[i];
+        node_info *xi = info(x);
+        if (x->op == GRAPH_MATMUL)
+            xi->materialize = true;
+        if (!fuse && graph_op_computes(x->op))
+            xi->materialize = true;
+        /* A view of a pending view: the inner one could not compose, so it is
+         * computed into memory first. */
+        if (x->op == GRAPH_VIEW && x->src[0]->op == GRAPH_VIEW && pending(x->src[0]))
+            info(x->src[0])->materialize = true;
+    }
+    settle(order, count);
 }
 
 /* ---- lowering one kernel ---- */
@@ -645,9 +650,7 @@ lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
         graph_node *retry = NULL;
         while (!(p = lower_all(order, count, &retry)) && retry) {
             info(retry)->materialize = true;
-            do {
-                materialize_operands(order, count);
-            } while (settle_kernels(order, count));
+            settle(order, count);
             retry = NULL;
         }
     }
