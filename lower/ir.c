@@ -306,3 +306,5 @@ int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx) {
     p.b = ridx;
     return ir_add(b, p);
 }
+
+int ir_acc(ir_builder *b, kiln_dtype dt) { return ir_add(b, proto(UOP_ACC, dt)); }

@@ -38,6 +38,8 @@ int ir_load(ir_builder *b, kiln_dtype dt, int buf, int index, int valid);
 int ir_rand(ir_builder *b, graph_op op, kiln_dtype dt, int index, uint64_t seed);
 /* The reduction op of the inner value over the reduced index ridx. */
 int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx);
+/* A matmul epilogue's input: the finished dot product of the output element. */
+int ir_acc(ir_builder *b, kiln_dtype dt);
 
 /* True when instruction id is an index immediate equal to v. */
 bool ir_is_index(const ir_builder *b, int id, int64_t v);

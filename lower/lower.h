@@ -8,9 +8,15 @@
  * the reduced elements (instructions marked `inner` run once per reduced
  * element). On the CPU a program instance is an OpenMP iteration whose tile
  * loop vectorises; on CUDA it is a thread block with the tile spread over its
- * threads. Matmul kernels carry their operand layouts instead of an
- * instruction list, and targets render them as tiled, register-blocked dot
- * products. */
+ * threads. Matmul kernels carry their operand layouts, and targets render them
+ * as tiled, register-blocked dot products; their instruction list is the
+ * epilogue applied to each finished dot product (UOP_ACC) before it is stored
+ * (a bias, an activation).
+ *
+ * A kernel's buffers are one array: its nouts outputs first, then its inputs
+ * in order. UOP_LOAD's buf and a matmul operand's buf index that array. A
+ * kernel with several outputs (siblings that read the same inputs over the
+ * same grid) stores results[i] into outs[i], each at the index `store`. */
 #ifndef KILN_LOWER_H
 #define KILN_LOWER_H
 
@@ -34,7 +40,8 @@ typedef enum lower_uop {
     UOP_ALU,   /* dt: graph op gop (unary, cast, binary, comparison) on a (and b) */
     UOP_WHERE, /* dt: a ? b : c */
     UOP_RAND,  /* dt: Philox value (gop GRAPH_RAND or GRAPH_RANDN) at index a, seed imm.i */
-    UOP_REDUCE /* dt: gop SUM/RMAX/RMIN/ARGMAX/ARGMIN of inner value a over RIDX */
+    UOP_REDUCE, /* dt: gop SUM/RMAX/RMIN/ARGMAX/ARGMIN of inner value a over RIDX */
+    UOP_ACC     /* dt: in a matmul kernel, the finished dot product of output element GIDX */
 } lower_uop;
 
 typedef struct lower_ins {
@@ -63,12 +70,15 @@ typedef struct lower_operand {
 typedef struct lower_kernel {
     char name[96];
     lower_kind kind;
-    graph_node *out;  /* the node this kernel realizes */
+    int nouts;
+    graph_node **outs;   /* the nodes this kernel realizes */
+    graph_node *out;     /* outs[0] */
     int ninputs;
     graph_node **inputs; /* nodes read, realized before the kernel runs */
     int nins;
     lower_ins *ins;
-    int result;      /* instruction whose value is stored */
+    int *results;    /* per output, the instruction whose value is stored */
+    int result;      /* results[0] */
     int store;       /* instruction giving the output index it is stored at: the
                         output element (GIDX), or, in a row kernel, an inner
                         index: the row is stored in a last pass over it */

@@ -6,23 +6,23 @@ static const char *const uop_names[] = {
     [UOP_GIDX] = "gidx", [UOP_RIDX] = "ridx", [UOP_IMM] = "imm",   [UOP_IADD] = "iadd",
     [UOP_IMUL] = "imul", [UOP_IDIV] = "idiv", [UOP_IMOD] = "imod", [UOP_ILT] = "ilt",
     [UOP_AND] = "and",   [UOP_LOAD] = "load", [UOP_ALU] = "alu",   [UOP_WHERE] = "where",
-    [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce",
+    [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce", [UOP_ACC] = "acc",
 };
 
 void lower_print_kernel(FILE *f, const lower_kernel *k) {
     fprintf(f, "kernel %s: %lld elements x %lld reduced, tile %lld, %d inputs\n", k->name,
             (long long)k->numel, (long long)k->rnumel, (long long)k->tile, k->ninputs);
     if (k->kind == LOWER_ALIAS) {
-        fprintf(f, "  shares the buffer of in1\n");
+        fprintf(f, "  shares the buffer of buf1\n");
         return;
     }
     if (k->kind == LOWER_MATMUL) {
-        fprintf(f, "  dot [%lld x %lld] @ [%lld x %lld], %d batch dims; A in%d strides (%lld, %lld), "
-                   "B in%d strides (%lld, %lld)\n",
+        fprintf(f, "  dot [%lld x %lld] @ [%lld x %lld], %d batch dims; A buf%d strides (%lld, %lld), "
+                   "B buf%d strides (%lld, %lld)\n",
                 (long long)k->n, (long long)k->k, (long long)k->k, (long long)k->m, k->nbatch,
                 k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride, k->b.buf,
                 (long long)k->b.row_stride, (long long)k->b.col_stride);
-        return;
+        fprintf(f, "  epilogue:\n");
     }
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
@@ -35,11 +35,14 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
         else if (x->op == UOP_IMM)
             fprintf(f, " %lld", (long long)x->imm.i);
         if (x->op == UOP_LOAD)
-            fprintf(f, " in%d", x->buf);
+            fprintf(f, " buf%d", x->buf);
         int ops[3] = {x->a, x->b, x->c};
         for (int j = 0; j < 3; j++)
             if (ops[j] >= 0)
                 fprintf(f, " %%%d", ops[j]);
-        fprintf(f, "%s\n", i == k->result ? "   <- stored" : "");
+        for (int o = 0; o < k->nouts; o++)
+            if (k->results[o] == i)
+                fprintf(f, "   -> buf%d[%%%d]", o, k->store);
+        fprintf(f, "\n");
     }
 }

@@ -244,7 +244,7 @@ static int input_slot(emitter *e, graph_node *n) {
     lower_kernel *k = e->k;
     for (int i = 0; i < k->ninputs; i++)
         if (k->inputs[i] == n)
-            return i + 1; /* slot 0 is the output */
+            return k->nouts + i; /* the outputs come first */
     if (k->ninputs == e->ninputs_cap) {
         int cap = e->ninputs_cap ? e->ninputs_cap * 2 : 8;
         graph_node **in = realloc(k->inputs, sizeof *in * (size_t)cap);
@@ -256,7 +256,7 @@ static int input_slot(emitter *e, graph_node *n) {
         e->ninputs_cap = cap;
     }
     k->inputs[k->ninputs++] = graph_ref(n);
-    return k->ninputs;
+    return k->nouts + k->ninputs - 1;
 }
 
 static int flatten(emitter *e, const ix *at, int ndim, const int64_t *shape) {
@@ -498,6 +498,8 @@ static bool lower_matmul(lower_kernel *k, emitter *e) {
     k->b.buf = input_slot(e, bb);
     k->numel = graph_numel(x);
     k->rnumel = k->k;
+    k->store = ir_gidx(&e->b, k->numel);
+    k->result = ir_acc(&e->b, x->dtype);
     return true;
 }
 
@@ -586,10 +588,19 @@ static bool lower_one(lower_kernel *k, graph_node *out, graph_node **retry) {
     e.k = k;
     e.ridx = -1;
     k->out = graph_ref(out);
+    k->nouts = 1;
+    k->outs = malloc(sizeof *k->outs);
+    k->results = malloc(sizeof *k->results);
+    if (!k->outs || !k->results)
+        e.failed = true;
+    else
+        k->outs[0] = k->out;
     bool ok = info(out)->alias           ? lower_alias(k, &e)
               : out->op == GRAPH_MATMUL ? lower_matmul(k, &e)
                                         : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
+    if (ok)
+        k->results[0] = k->result;
     k->ins = e.b.ins;
     k->nins = e.b.n;
     e.b.ins = NULL;
@@ -607,7 +618,13 @@ void lower_program_free(lower_program *p) {
         return;
     for (int i = 0; i < p->nkernels; i++) {
         lower_kernel *k = &p->kernels[i];
-        graph_unref(k->out);
+        if (k->outs)
+            for (int j = 0; j < k->nouts; j++)
+                graph_unref(k->outs[j]);
+        else
+            graph_unref(k->out);
+        free(k->outs);
+        free(k->results);
         for (int j = 0; j < k->ninputs; j++)
             graph_unref(k->inputs[j]);
         free(k->inputs);

@@ -360,6 +360,10 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     case UOP_REDUCE:
         put(b, "acc");
         break;
+    case UOP_ACC:
+        put(b, "(%s)%s(dot)", ctype(x->dt),
+            is_float(x->dt) ? rnd(x->dt) : (x->dt == KILN_I32 ? "(int32_t)(uint32_t)" : ""));
+        break;
     }
     put(b, ";\n");
 }
@@ -579,6 +583,13 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     kiln_dtype dt = k->out->dtype;
     kiln_dtype at = k->inputs[k->a.buf - 1]->dtype, bt = k->inputs[k->b.buf - 1]->dtype;
     const char *acc = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "uint64_t";
+    bool *live = calloc((size_t)k->nins, sizeof *live);
+    if (!live) {
+        b->failed = true;
+        return;
+    }
+    needs(k, k->result, false, live);
+    needs(k, k->store, false, live);
     int64_t nb = 1;
     for (int d = 0; d < k->nbatch; d++)
         nb *= k->batch[d];
@@ -615,11 +626,14 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, "          }\n        }\n");
     put(b, "        for (int64_t i = 0; i < mr; i++)\n");
     put(b, "          for (int64_t j = 0; j < nr; j++) {\n");
-    put(b, "            %s v = (%s)%s(acc[i][j]);\n", ctype(dt), ctype(dt),
-        is_float(dt) ? rnd(dt) : (dt == KILN_I32 ? "(int32_t)(uint32_t)" : ""));
-    put(b, "            out[bt * N * M + (i0 + i) * M + j0 + j] = ");
-    store_expr(b, dt, "v");
-    put(b, ";\n          }\n      }\n    }\n}\n\n");
+    put(b, "            const int64_t g = bt * N * M + (i0 + i) * M + j0 + j;\n");
+    put(b, "            const %s dot = acc[i][j];\n", acc);
+    for (int i = 0; i < k->nins; i++)
+        if (live[i])
+            ins_stmt(b, k->ins, i);
+    store_stmt(b, k, "            ");
+    put(b, "          }\n      }\n    }\n}\n\n");
+    free(live);
 }
 
 char *jit_cpu_render(const lower_program *p) {
