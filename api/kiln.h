@@ -334,6 +334,12 @@ KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
  * nodes need them. NULL is a no-op. */
 KILN_API void kiln_release(kiln_tensor *t);
 
+/* ---- Autograd ------------------------------------------------------------- */
+
+/* ---- Neural-network ops ---------------------------------------------------- */
+
+/* ---- Optimisers and checkpoints -------------------------------------------- */
+
 /* ---- Debugging ------------------------------------------------------------ */
 
 /* Writes the graph that t depends on as Graphviz DOT to path. */
