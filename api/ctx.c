@@ -396,6 +396,7 @@ kiln_stats kiln_ctx_stats(const kiln_ctx *ctx) {
         s.syncs = c.syncs;
         s.kernels = c.kernels;
         s.compiles = c.compiles;
+        s.graph_hits = c.graph_hits;
         s.memory_hits = c.memory_hits;
         s.disk_hits = c.disk_hits;
     }

@@ -336,7 +336,127 @@ KILN_API void kiln_release(kiln_tensor *t);
 
 /* ---- Autograd ------------------------------------------------------------- */
 
-/* ---- Neural-network ops ---------------------------------------------------- */
+/* ---- Neural-network ops ----------------------------------------------------
+ * Each is composed from the ops above, so it fuses with its neighbours at a
+ * sync point and is differentiated by the same rules. Tensor arguments must
+ * be floating point (KILN_ERR_DTYPE otherwise) unless a paragraph says so; a
+ * result has the promotion of the float arguments' dtypes. Optional arguments
+ * may be NULL where a paragraph says so; any other NULL is KILN_ERR_ARG. A
+ * handle in an error state passes its error on. Errors name the op and the
+ * shapes. */
+
+/* How a loss reduces its per-element values: their mean (the default of
+ * PyTorch), their sum, or not at all. */
+typedef enum kiln_reduction {
+    KILN_REDUCTION_MEAN = 0,
+    KILN_REDUCTION_SUM,
+    KILN_REDUCTION_NONE,
+} kiln_reduction;
+
+/* x [..., in] @ w^T + b: w is [out, in], b is [out] or NULL; the result is
+ * [..., out]. x needs at least one dimension; other shapes are
+ * KILN_ERR_SHAPE. */
+KILN_API kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b);
+
+/* 2-d cross-correlation, as PyTorch's conv2d: x [N, C, H, W], w [OC, C/groups,
+ * KH, KW], b [OC] or NULL; the result is [N, OC, OH, OW] with OH = (H +
+ * 2*pad_h - dil_h*(KH-1) - 1) / stride_h + 1 (rounded down), OW likewise.
+ * The input is zero-padded; input channel group g (of C/groups channels)
+ * feeds output channels g*OC/groups to (g+1)*OC/groups - 1. Strides, dilations
+ * and groups must be >= 1 and paddings >= 0 (KILN_ERR_ARG); C and OC must be
+ * multiples of groups and the padded input at least as large as the dilated
+ * kernel (KILN_ERR_SHAPE). Computed as one matrix product of w with the
+ * im2col matrix [N, groups, C/groups*KH*KW, OH*OW], which is materialised. */
+KILN_API kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b,
+                                  int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                                  int64_t pad_w, int64_t dil_h, int64_t dil_w, int64_t groups);
+
+/* Pooling over the last two axes of x [N, C, H, W] or [C, H, W] with a
+ * kernel_h x kernel_w window moved by (stride_h, stride_w) over the input
+ * padded by pad_h and pad_w on both sides: OH = (H + 2*pad_h - kernel_h) /
+ * stride_h + 1 (rounded down), OW likewise. Kernel sizes and strides must be
+ * >= 1 and each padding at most half its kernel size (KILN_ERR_ARG), as in
+ * PyTorch. kiln_max_pool2d pads with -inf, so padding never wins a window.
+ * kiln_avg_pool2d pads with zeros and always divides by kernel_h*kernel_w,
+ * counting the padding (PyTorch's count_include_pad=True). */
+KILN_API kiln_tensor *kiln_max_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w,
+                                      int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                                      int64_t pad_w);
+KILN_API kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w,
+                                      int64_t stride_h, int64_t stride_w, int64_t pad_h,
+                                      int64_t pad_w);
+
+/* Normalises x over its last n axes (1 <= n <= ndim(x), KILN_ERR_ARG
+ * otherwise): (x - mean) / sqrt(var + eps) with the biased variance, then
+ * times weight and plus bias, each of shape x.shape[-n:] or NULL. eps must be
+ * finite and >= 0 (KILN_ERR_ARG). */
+KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight,
+                                      kiln_tensor *bias, double eps);
+
+/* Batch normalisation of x [N, C, ...] per channel (axis 1), as PyTorch's
+ * batch_norm. running_mean, running_var, weight and bias are [C]; weight and
+ * bias may be NULL. In training it normalises by the batch's mean and biased
+ * variance over every axis but 1 and, when running_mean and running_var are
+ * not NULL, updates them lazily with kiln_assign: running = (1 - momentum) *
+ * running + momentum * batch value, with the unbiased variance for
+ * running_var; a batch with one value per channel is KILN_ERR_SHAPE. In eval
+ * (training false) it normalises by running_mean and running_var, which are
+ * then required. momentum must lie in [0, 1] and eps be finite and >= 0
+ * (KILN_ERR_ARG). */
+KILN_API kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean,
+                                      kiln_tensor *running_var, kiln_tensor *weight,
+                                      kiln_tensor *bias, bool training, double momentum,
+                                      double eps);
+
+/* exp(x) / sum(exp(x)) along axis, and its logarithm, computed from x minus
+ * its maximum along the axis so that large values do not overflow. Same
+ * shape as x; an axis out of range is KILN_ERR_ARG. */
+KILN_API kiln_tensor *kiln_softmax(kiln_tensor *x, int axis);
+KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *x, int axis);
+
+/* The negative log-likelihood of class targets under logits: for row i,
+ * -log_softmax(logits)[i, targets[i]]. logits is [N, C]; targets is [N] of
+ * i32 or i64 (KILN_ERR_DTYPE otherwise) holding class indices. The result is
+ * 0-d (mean over N, or sum) or [N] (KILN_REDUCTION_NONE). A target outside
+ * [0, C) is KILN_ERR_ARG when targets already holds data (bound with
+ * kiln_from_data, or computed, as in eager mode); otherwise it cannot be seen
+ * when the op is recorded, and that row contributes 0 (its class matches no
+ * column), while a mean still divides by N. */
+KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
+                                         kiln_reduction reduction);
+
+/* (a - b)^2 elementwise, reduced by reduction; a and b must have the same
+ * shape (KILN_ERR_SHAPE). */
+KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduction);
+
+/* The tanh approximation of GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+ * x^3))). kiln_gelu is the exact erf form. */
+KILN_API kiln_tensor *kiln_gelu_tanh(kiln_tensor *x);
+
+/* In training, zeroes each element of x with probability p and scales the
+ * others by 1/(1-p); the mask is kiln_rand(seed) >= p over x's shape (f32
+ * draws), so a seed gives the same mask on every device and in every mode.
+ * Out of training, or with p 0, the result is x. p outside [0, 1) is
+ * KILN_ERR_ARG. */
+KILN_API kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training);
+
+/* Rows of weight [V, D] picked by indices (i32, i64 or u8, any shape; other
+ * dtypes are KILN_ERR_DTYPE): the result is indices.shape + [D] in weight's
+ * dtype. Computed as a one-hot [..., V] matrix times weight, which costs
+ * numel(indices) * V * D multiply-adds and numel(indices) * V elements of
+ * memory: fine for small vocabularies, wasteful for large ones. An index
+ * outside [0, V) is KILN_ERR_ARG when indices already holds data; otherwise
+ * it gives a row of zeros. */
+KILN_API kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight);
+
+/* softmax(q @ k^T * scale) @ v over the last two axes: q [..., L, D], k [...,
+ * S, D], v [..., S, Dv] with batch axes that broadcast; the result is [...,
+ * L, Dv]. scale 0 means 1/sqrt(D); it must be finite (KILN_ERR_ARG). causal
+ * masks key j for query i when j > i (the top-left aligned lower triangle of
+ * PyTorch's is_causal), with -inf before the softmax. */
+KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k,
+                                                        kiln_tensor *v, bool causal,
+                                                        double scale);
 
 /* ---- Optimisers and checkpoints -------------------------------------------- */
 
@@ -349,6 +469,9 @@ typedef struct kiln_stats {
     int64_t syncs;       /* compiled programs run */
     int64_t kernels;     /* kernel launches */
     int64_t compiles;    /* programs compiled from source */
+    int64_t graph_hits;  /* syncs that reused the compiled program of an earlier
+                            sync with the same graph structure (no scheduling,
+                            no code generation: buffers are bound and run) */
     int64_t memory_hits; /* programs found already compiled in this process */
     int64_t disk_hits;   /* programs loaded from the disk cache (KILN_CACHE_DIR) */
 } kiln_stats;

@@ -219,6 +219,26 @@ double graph_rand_value(graph_op op, kiln_dtype dt, uint64_t seed, uint64_t inde
 kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realized,
                             graph_node ***order, int64_t *count);
 
+/* ---- capture ---- */
+/* The graph below some targets as a sync point captures it: the pending nodes
+ * in post-order, then the realized nodes they read (leaves, whose buffers are
+ * bound at run time), and a signature that two captures share exactly when
+ * their structure is the same: ops, dtypes, shapes, parameters (views,
+ * constants, seeds), how the nodes connect and which of them are the targets,
+ * never the data. A compiled program is reused for every capture with its
+ * signature; node i of one capture plays the part of node i of the other. */
+typedef struct graph_capture {
+    int64_t npending, nleaves;
+    graph_node **nodes; /* npending pending nodes, then nleaves leaves */
+    int ntargets;
+    int64_t *targets;   /* each target's index in nodes */
+    unsigned char *sig;
+    size_t siglen;
+} graph_capture;
+
+kiln_status graph_capture_new(int n, graph_node *const *targets, graph_capture *c);
+void graph_capture_free(graph_capture *c);
+
 /* ---- the reference evaluator ---- */
 /* Realizes the n nodes (each gets a buffer). On failure returns the status and
  * writes a message to msg; nodes already realized stay so. */

@@ -15,4 +15,8 @@ graph_node graph_proto(graph_op op, kiln_dtype dt, int ndim, const int64_t *shap
  * unmasked view of one); *v receives it. */
 bool graph_const_value(const graph_node *n, graph_scalar *v);
 
+typedef void (*graph_feed)(void *ctx, const void *bytes, size_t len);
+/* Feeds a node's op parameters (constant, seed, view, axes ...) to feed. */
+void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx);
+
 #endif /* KILN_GRAPH_INTERNAL_H */

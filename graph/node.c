@@ -89,6 +89,42 @@ void graph_buffer_unref(graph_buffer *b) {
 
 static bool interned(const graph_node *n) { return n->op != GRAPH_BUFFER; }
 
+/* Feeds what distinguishes a node of its op beyond op, dtype, shape and
+ * sources: the hash-consing key and the captured graph's signature share it. */
+void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx) {
+    switch (n->op) {
+    case GRAPH_CONST:
+        feed(ctx, &n->p.value, sizeof n->p.value);
+        break;
+    case GRAPH_ARANGE:
+        feed(ctx, &n->p.value, sizeof n->p.value);
+        feed(ctx, &n->p.step, sizeof n->p.step);
+        break;
+    case GRAPH_RAND:
+    case GRAPH_RANDN:
+        feed(ctx, &n->p.seed, sizeof n->p.seed);
+        break;
+    case GRAPH_VIEW:
+        feed(ctx, n->p.view.strides, sizeof(int64_t) * (size_t)n->ndim);
+        feed(ctx, &n->p.view.offset, sizeof n->p.view.offset);
+        feed(ctx, &n->p.view.masked, sizeof n->p.view.masked);
+        if (n->p.view.masked) {
+            feed(ctx, n->p.view.mask_lo, sizeof(int64_t) * (size_t)n->ndim);
+            feed(ctx, n->p.view.mask_hi, sizeof(int64_t) * (size_t)n->ndim);
+        }
+        break;
+    case GRAPH_CAT:
+        feed(ctx, &n->p.axis, sizeof n->p.axis);
+        break;
+    default:
+        if (graph_op_is_reduce(n->op))
+            feed(ctx, &n->p.axes, sizeof n->p.axes);
+        break;
+    }
+}
+
+static void feed_xxh3(void *st, const void *p, size_t len) { XXH3_64bits_update(st, p, len); }
+
 static uint64_t node_hash(const graph_node *n) {
     XXH3_state_t st;
     XXH3_64bits_reset(&st);
@@ -96,34 +132,7 @@ static uint64_t node_hash(const graph_node *n) {
     XXH3_64bits_update(&st, head, sizeof head);
     XXH3_64bits_update(&st, n->shape, sizeof(int64_t) * (size_t)n->ndim);
     XXH3_64bits_update(&st, n->src, sizeof(graph_node *) * (size_t)n->nsrc);
-    switch (n->op) {
-    case GRAPH_CONST:
-        XXH3_64bits_update(&st, &n->p.value, sizeof n->p.value);
-        break;
-    case GRAPH_ARANGE:
-        XXH3_64bits_update(&st, &n->p.value, sizeof n->p.value);
-        XXH3_64bits_update(&st, &n->p.step, sizeof n->p.step);
-        break;
-    case GRAPH_RAND:
-    case GRAPH_RANDN:
-        XXH3_64bits_update(&st, &n->p.seed, sizeof n->p.seed);
-        break;
-    case GRAPH_VIEW:
-        XXH3_64bits_update(&st, n->p.view.strides, sizeof(int64_t) * (size_t)n->ndim);
-        XXH3_64bits_update(&st, &n->p.view.offset, sizeof n->p.view.offset);
-        if (n->p.view.masked) {
-            XXH3_64bits_update(&st, n->p.view.mask_lo, sizeof(int64_t) * (size_t)n->ndim);
-            XXH3_64bits_update(&st, n->p.view.mask_hi, sizeof(int64_t) * (size_t)n->ndim);
-        }
-        break;
-    case GRAPH_CAT:
-        XXH3_64bits_update(&st, &n->p.axis, sizeof n->p.axis);
-        break;
-    default:
-        if (graph_op_is_reduce(n->op))
-            XXH3_64bits_update(&st, &n->p.axes, sizeof n->p.axes);
-        break;
-    }
+    graph_feed_params(n, feed_xxh3, &st);
     return XXH3_64bits_digest(&st);
 }
 

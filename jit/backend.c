@@ -1,12 +1,16 @@
-/* backend.c — the runtime: schedule a captured graph, render it, find or
- * build its compiled program, then launch each kernel on buffers bound to the
- * graph's nodes. Intermediates that nobody asked for are freed when the
- * program ends. */
+/* backend.c — the runtime. A sync point's captured graph is looked up by its
+ * structural signature; on a miss it is scheduled, rendered, and its compiled
+ * program found in the kernel cache or built, and the result is kept under
+ * the signature, so a later capture of the same structure (the next training
+ * step) only binds buffers and launches. Kernel outputs that nobody asked for
+ * live from their kernel to their last reader and their memory goes back to a
+ * pool that later kernels (and later syncs) draw from. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -15,12 +19,25 @@
 
 typedef void (*kernel_fn)(char **bufs, int nthreads);
 
+/* Freed intermediates, kept for reuse by size. Training steps allocate the
+ * same sizes over and over; reusing them skips the allocator and the page
+ * faults of fresh memory. */
+#define POOL_MAX_BUFFERS 64
+#define POOL_MAX_BYTES ((size_t)1 << 30)
+
+typedef struct pool {
+    int n;
+    size_t bytes;
+    graph_buffer *bufs[POOL_MAX_BUFFERS]; /* oldest first */
+} pool;
+
 struct jit_backend {
     kiln_device dev;
     cache *cache;
     int nthreads;
     int debug; /* KILN_DEBUG */
     jit_counters counters;
+    pool pool;
 };
 
 jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
@@ -55,18 +72,46 @@ jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
 void jit_backend_free(jit_backend *j) {
     if (!j)
         return;
+    for (int i = 0; i < j->pool.n; i++)
+        graph_buffer_unref(j->pool.bufs[i]);
     cache_close(j->cache);
     free(j);
 }
 
-jit_counters jit_get_counters(const jit_backend *j) { return j->counters; }
-
-static bool requested(graph_node *x, int n, graph_node *const *nodes) {
-    for (int i = 0; i < n; i++)
-        if (nodes[i] == x)
-            return true;
-    return false;
+static graph_buffer *pool_take(jit_backend *j, size_t nbytes) {
+    pool *p = &j->pool;
+    for (int i = p->n - 1; i >= 0; i--) {
+        graph_buffer *b = p->bufs[i];
+        if (b->nbytes != nbytes)
+            continue;
+        memmove(&p->bufs[i], &p->bufs[i + 1], sizeof *p->bufs * (size_t)(p->n - i - 1));
+        p->n--;
+        p->bytes -= nbytes;
+        return b;
+    }
+    return graph_buffer_new(nbytes);
 }
+
+/* Drops the backend's reference to an intermediate's buffer; when it was the
+ * last one, the memory goes to the pool, evicting the oldest beyond its bounds. */
+static void pool_give(jit_backend *j, graph_buffer *b) {
+    pool *p = &j->pool;
+    if (!b)
+        return;
+    if (b->refs != 1 || b->nbytes > POOL_MAX_BYTES) {
+        graph_buffer_unref(b);
+        return;
+    }
+    while (p->n > 0 && (p->n == POOL_MAX_BUFFERS || p->bytes + b->nbytes > POOL_MAX_BYTES)) {
+        p->bytes -= p->bufs[0]->nbytes;
+        graph_buffer_unref(p->bufs[0]);
+        memmove(&p->bufs[0], &p->bufs[1], sizeof *p->bufs * (size_t)--p->n);
+    }
+    p->bufs[p->n++] = b;
+    p->bytes += b->nbytes;
+}
+
+jit_counters jit_get_counters(const jit_backend *j) { return j->counters; }
 
 static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes) {
     char shape[KILN_MAX_DIMS * 21 + 3];
@@ -115,50 +160,6 @@ static loaded *resolve(void *h, const lower_program *p, char *msg, size_t cap) {
     return l;
 }
 
-static kiln_status run_program(jit_backend *j, lower_program *p, const loaded *l, int n,
-                               graph_node *const *nodes, char *msg, size_t cap) {
-    int maxin = 0;
-    for (int i = 0; i < p->nkernels; i++)
-        if (p->kernels[i].ninputs > maxin)
-            maxin = p->kernels[i].ninputs;
-    char **bufs = malloc(sizeof *bufs * (size_t)(maxin + 1));
-    kiln_status st = bufs ? KILN_OK : KILN_ERR_OOM;
-    if (!bufs)
-        snprintf(msg, cap, "kiln_realize: out of memory");
-    int done = 0;
-    for (; st == KILN_OK && done < p->nkernels; done++) {
-        lower_kernel *k = &p->kernels[done];
-        if (k->kind == LOWER_ALIAS) {
-            k->out->buf = graph_buffer_ref(k->inputs[0]->buf);
-            continue;
-        }
-        size_t bytes = (size_t)graph_numel(k->out) * kiln_dtype_size(k->out->dtype);
-        graph_buffer *buf = graph_buffer_new(bytes);
-        if (!buf) {
-            st = oom(msg, cap, k->out, bytes);
-            break;
-        }
-        bufs[0] = buf->data;
-        for (int i = 0; i < k->ninputs; i++)
-            bufs[i + 1] = k->inputs[i]->buf->data;
-        if (k->numel > 0) {
-            l->fns[done](bufs, j->nthreads);
-            j->counters.kernels++;
-        }
-        k->out->buf = buf;
-    }
-    free(bufs);
-    /* Intermediates go; on failure, so do outputs of a half-run program. */
-    for (int i = 0; i < done; i++) {
-        graph_node *x = p->kernels[i].out;
-        if (st != KILN_OK || !requested(x, n, nodes)) {
-            graph_buffer_unref(x->buf);
-            x->buf = NULL;
-        }
-    }
-    return st;
-}
-
 /* The loaded program for src: from memory, else the disk cache, else built. */
 static const loaded *find_program(jit_backend *j, const lower_program *p, const char *src,
                                   char *msg, size_t cap) {
@@ -182,35 +183,263 @@ static const loaded *find_program(jit_backend *j, const lower_program *p, const 
     return kept;
 }
 
-kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
-                        size_t cap) {
-    lower_program *p = lower_schedule(n, nodes, fuse);
-    if (!p) {
-        snprintf(msg, cap, "kiln_realize: out of memory while scheduling");
-        return KILN_ERR_OOM;
+/* A compiled program for one graph structure: its kernels (whose node
+ * pointers are dropped: nodes are named by their index in the capture), the
+ * loaded code, and the memory plan. */
+typedef struct bound_kernel {
+    int64_t *outs, *inputs; /* capture indices */
+    int nrelease;
+    int64_t *release;       /* intermediates whose last reader this kernel is */
+} bound_kernel;
+
+typedef struct compiled {
+    unsigned char *sig;
+    size_t siglen;
+    lower_program *prog;
+    bound_kernel *bound;
+    const loaded *code; /* owned by the kernel cache */
+} compiled;
+
+static void compiled_free(void *v) {
+    compiled *c = v;
+    if (!c)
+        return;
+    for (int i = 0; c->bound && i < c->prog->nkernels; i++) {
+        free(c->bound[i].outs);
+        free(c->bound[i].inputs);
+        free(c->bound[i].release);
     }
-    if (p->nkernels == 0) {
-        lower_program_free(p);
-        return KILN_OK;
+    free(c->bound);
+    lower_program_free(c->prog);
+    free(c->sig);
+    free(c);
+}
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static int64_t index_of(const graph_node *n) { return (int64_t)(intptr_t)n->scratch - 1; }
+
+/* Names each kernel's nodes by capture index, drops the program's node
+ * references, and plans memory: an output no target is released after the
+ * last kernel that reads it. */
+static bool bind(compiled *c, const graph_capture *cap) {
+    lower_program *p = c->prog;
+    int64_t total = cap->npending + cap->nleaves;
+    int *last = malloc(sizeof *last * (size_t)(total ? total : 1));
+    c->bound = calloc((size_t)p->nkernels, sizeof *c->bound);
+    bool ok = last && c->bound;
+    for (int64_t i = 0; i < total; i++)
+        cap->nodes[i]->scratch = (void *)(intptr_t)(i + 1);
+    for (int64_t i = 0; ok && i < total; i++)
+        last[i] = -1;
+    for (int i = 0; ok && i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        bound_kernel *bk = &c->bound[i];
+        bk->outs = malloc(sizeof *bk->outs * (size_t)k->nouts);
+        bk->inputs = malloc(sizeof *bk->inputs * (size_t)(k->ninputs ? k->ninputs : 1));
+        bk->release = malloc(sizeof *bk->release * (size_t)(k->ninputs + k->nouts));
+        if (!(ok = bk->outs && bk->inputs && bk->release))
+            break;
+        for (int o = 0; o < k->nouts; o++)
+            last[bk->outs[o] = index_of(k->outs[o])] = i;
+        for (int in = 0; in < k->ninputs; in++)
+            last[bk->inputs[in] = index_of(k->inputs[in])] = i;
     }
-    char *src = jit_cpu_render(p);
-    if (!src) {
-        lower_program_free(p);
-        snprintf(msg, cap, "kiln_realize: out of memory while generating code");
-        return KILN_ERR_OOM;
+    for (int r = 0; ok && r < cap->ntargets; r++)
+        last[cap->targets[r]] = -1;
+    for (int i = 0; ok && i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        for (int o = 0; o < k->nouts; o++) {
+            int64_t x = c->bound[i].outs[o];
+            if (last[x] >= 0) {
+                bound_kernel *at = &c->bound[last[x]];
+                at->release[at->nrelease++] = x;
+            }
+        }
     }
+    for (int64_t i = 0; i < total; i++)
+        cap->nodes[i]->scratch = NULL;
+    for (int i = 0; ok && i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        for (int o = 0; o < k->nouts; o++) {
+            graph_unref(k->outs[o]);
+            k->outs[o] = NULL;
+        }
+        k->out = NULL;
+        for (int in = 0; in < k->ninputs; in++) {
+            graph_unref(k->inputs[in]);
+            k->inputs[in] = NULL;
+        }
+    }
+    free(last);
+    return ok;
+}
+
+/* Schedules, renders and loads a capture's program. */
+static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln_status *st,
+                       char *msg, size_t mcap) {
+    *st = KILN_ERR_OOM;
+    compiled *c = calloc(1, sizeof *c);
+    if (!c || !(c->sig = malloc(cap->siglen ? cap->siglen : 1))) {
+        free(c);
+        snprintf(msg, mcap, "kiln_realize: out of memory");
+        return NULL;
+    }
+    memcpy(c->sig, cap->sig, cap->siglen);
+    c->siglen = cap->siglen;
+    graph_node **targets = malloc(sizeof *targets * (size_t)cap->ntargets);
+    if (targets) {
+        for (int r = 0; r < cap->ntargets; r++)
+            targets[r] = cap->nodes[cap->targets[r]];
+        c->prog = lower_schedule(cap->ntargets, targets, fuse);
+    }
+    free(targets);
+    if (!c->prog) {
+        compiled_free(c);
+        snprintf(msg, mcap, "kiln_realize: out of memory while scheduling");
+        return NULL;
+    }
+    lower_program *p = c->prog;
     if (j->debug >= 3)
         for (int i = 0; i < p->nkernels; i++)
             lower_print_kernel(stderr, &p->kernels[i]);
-    if (j->debug >= 4)
-        fprintf(stderr, "kiln: generated source\n%s\n", src);
-    const loaded *l = find_program(j, p, src, msg, cap);
-    free(src);
-    kiln_status st = l ? KILN_OK : KILN_ERR_COMPILE;
-    if (l) {
-        j->counters.syncs++;
-        st = run_program(j, p, l, n, nodes, msg, cap);
+    if (p->nkernels > 0) {
+        char *src = jit_cpu_render(p);
+        if (!src) {
+            compiled_free(c);
+            snprintf(msg, mcap, "kiln_realize: out of memory while generating code");
+            return NULL;
+        }
+        if (j->debug >= 4)
+            fprintf(stderr, "kiln: generated source\n%s\n", src);
+        c->code = find_program(j, p, src, msg, mcap);
+        free(src);
+        if (!c->code) {
+            compiled_free(c);
+            *st = strstr(msg, "out of memory") ? KILN_ERR_OOM : KILN_ERR_COMPILE;
+            return NULL;
+        }
     }
-    lower_program_free(p);
+    if (!bind(c, cap)) {
+        compiled_free(c);
+        snprintf(msg, mcap, "kiln_realize: out of memory");
+        return NULL;
+    }
+    *st = KILN_OK;
+    return c;
+}
+
+static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *cap, char *msg,
+                       size_t mcap) {
+    const lower_program *p = c->prog;
+    graph_node *const *nodes = cap->nodes;
+    int maxbufs = 1;
+    for (int i = 0; i < p->nkernels; i++)
+        if (p->kernels[i].nouts + p->kernels[i].ninputs > maxbufs)
+            maxbufs = p->kernels[i].nouts + p->kernels[i].ninputs;
+    char *stackv[32];
+    char **bufs = maxbufs <= 32 ? stackv : malloc(sizeof *bufs * (size_t)maxbufs);
+    kiln_status st = bufs ? KILN_OK : KILN_ERR_OOM;
+    if (!bufs)
+        snprintf(msg, mcap, "kiln_realize: out of memory");
+    int done = 0;
+    for (; st == KILN_OK && done < p->nkernels; done++) {
+        const lower_kernel *k = &p->kernels[done];
+        const bound_kernel *bk = &c->bound[done];
+        if (k->kind == LOWER_ALIAS) {
+            nodes[bk->outs[0]]->buf = graph_buffer_ref(nodes[bk->inputs[0]]->buf);
+        } else {
+            for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
+                graph_node *x = nodes[bk->outs[o]];
+                size_t bytes = (size_t)graph_numel(x) * kiln_dtype_size(x->dtype);
+                if (!(x->buf = pool_take(j, bytes)))
+                    st = oom(msg, mcap, x, bytes);
+                else
+                    bufs[o] = x->buf->data;
+            }
+            if (st != KILN_OK)
+                break;
+            for (int i = 0; i < k->ninputs; i++)
+                bufs[k->nouts + i] = nodes[bk->inputs[i]]->buf->data;
+            if (k->numel > 0) {
+                double t0 = j->debug >= 2 ? now_ms() : 0;
+                c->code->fns[done](bufs, j->nthreads);
+                j->counters.kernels++;
+                if (j->debug >= 2)
+                    fprintf(stderr, "kiln:   %-40s %10.3f ms\n", k->name, now_ms() - t0);
+            }
+        }
+        for (int r = 0; r < bk->nrelease; r++) {
+            graph_node *x = nodes[bk->release[r]];
+            pool_give(j, x->buf);
+            x->buf = NULL;
+        }
+    }
+    if (bufs != stackv)
+        free(bufs);
+    /* A half-run program leaves nothing behind: its outputs so far go. */
+    for (int i = 0; st != KILN_OK && i < p->nkernels; i++)
+        for (int o = 0; o < p->kernels[i].nouts; o++) {
+            graph_node *x = nodes[c->bound[i].outs[o]];
+            pool_give(j, x->buf);
+            x->buf = NULL;
+        }
+    return st;
+}
+
+static cache_key graph_key(const graph_capture *cap, bool fuse) {
+    cache_key_builder b;
+    cache_key_begin(&b);
+    cache_key_add_str(&b, "kiln captured graph");
+    cache_key_add_u64(&b, fuse);
+    cache_key_add(&b, cap->sig, cap->siglen);
+    return cache_key_end(&b);
+}
+
+kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
+                        size_t mcap) {
+    graph_capture cap;
+    if (graph_capture_new(n, nodes, &cap) != KILN_OK) {
+        snprintf(msg, mcap, "kiln_realize: out of memory while capturing the graph");
+        return KILN_ERR_OOM;
+    }
+    if (cap.npending == 0) {
+        graph_capture_free(&cap);
+        return KILN_OK;
+    }
+    double t0 = now_ms();
+    cache_key key = graph_key(&cap, fuse);
+    compiled *c = cache_mem_get(j->cache, key);
+    bool hit = c && c->siglen == cap.siglen && !memcmp(c->sig, cap.sig, cap.siglen);
+    kiln_status st = KILN_OK;
+    if (hit) {
+        j->counters.graph_hits++;
+    } else {
+        compiled *built = build(j, &cap, fuse, &st, msg, mcap);
+        /* A colliding key keeps its first program; this one runs once. */
+        c = built && !c ? cache_mem_put(j->cache, key, built, compiled_free) : built;
+        if (built && !c) {
+            st = KILN_ERR_OOM;
+            snprintf(msg, mcap, "kiln_realize: out of memory");
+        }
+    }
+    double t1 = now_ms();
+    if (c) {
+        j->counters.syncs++;
+        st = run(j, c, &cap, msg, mcap);
+        if (j->debug >= 1)
+            fprintf(stderr,
+                    "kiln: sync %lld: %lld nodes captured, %d kernels, graph cache %s, "
+                    "%s %.3f ms, run %.3f ms\n",
+                    (long long)j->counters.syncs, (long long)cap.npending, c->prog->nkernels,
+                    hit ? "hit" : "miss", hit ? "lookup" : "compile", t1 - t0, now_ms() - t1);
+        if (!hit && c != cache_mem_get(j->cache, key))
+            compiled_free(c);
+    }
+    graph_capture_free(&cap);
     return st;
 }

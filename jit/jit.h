@@ -15,6 +15,7 @@ typedef struct jit_counters {
     int64_t syncs;        /* programs run */
     int64_t kernels;      /* kernel launches */
     int64_t compiles;     /* translation units compiled */
+    int64_t graph_hits;   /* syncs whose captured structure was compiled before */
     int64_t memory_hits;  /* programs found compiled in this process */
     int64_t disk_hits;    /* programs loaded from the disk cache */
 } jit_counters;

@@ -1,0 +1,209 @@
+/* common.c — options, clocks, JSON lines and the lazy/eager runner shared by
+ * kiln's benchmark programs (see bench.h). */
+#define _POSIX_C_SOURCE 200809L
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bench/bench.h"
+
+bench_opts bench_parse_opts(int argc, char **argv) {
+    bench_opts o = {.steps = 0, .warmup = 1};
+    const char *q = getenv("KILN_BENCH_QUICK");
+    o.quick = q && q[0] && strcmp(q, "0") != 0;
+    const char *s = getenv("KILN_BENCH_STEPS");
+    if (s && atoi(s) > 0)
+        o.steps = atoi(s);
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0)
+            o.quick = true;
+        else if (strcmp(argv[i], "--full") == 0)
+            o.full = true;
+        else if (strcmp(argv[i], "--steps") == 0 && i + 1 < argc && atoi(argv[i + 1]) > 0)
+            o.steps = atoi(argv[++i]);
+    }
+    if (o.quick)
+        o.full = false;
+    if (o.steps == 0)
+        o.steps = o.quick ? 3 : 9;
+    return o;
+}
+
+double bench_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double bench_median(double *t, int n) {
+    qsort(t, (size_t)n, sizeof *t, cmp_double);
+    return n % 2 ? t[n / 2] : 0.5 * (t[n / 2 - 1] + t[n / 2]);
+}
+
+static void field(const char *key, double v) {
+    if (v != 0)
+        printf(",\"%s\":%.6g", key, v);
+}
+
+void bench_emit(const bench_record *r) {
+    printf("{\"suite\":\"%s\",\"workload\":\"%s\",\"impl\":\"%s\"", r->suite, r->workload, r->impl);
+    if (r->shape)
+        printf(",\"shape\":\"%s\"", r->shape);
+    printf(",\"dtype\":\"f32\"");
+    if (r->metric)
+        printf(",\"metric\":\"%s\"", r->metric);
+    printf(",\"median_ms\":%.6g", r->median_ms);
+    field("min_ms", r->min_ms);
+    field("steps", r->steps);
+    field("kernels", r->kernels);
+    field("bytes", r->bytes);
+    field("flops", r->flops);
+    field("gbps", r->gbps);
+    field("gflops", r->gflops);
+    field("pct_bw", r->pct_bw);
+    field("pct_peak", r->pct_peak);
+    if (r->has_diff)
+        printf(",\"max_abs_diff\":%.6g", r->max_abs_diff);
+    field("eager_over_lazy", r->ratio);
+    printf("}\n");
+    fflush(stdout);
+    fprintf(stderr, "%-8s %-22s %-18s %-11s %10.3f ms", r->suite, r->workload,
+            r->shape ? r->shape : "", r->impl, r->median_ms);
+    if (r->kernels > 0)
+        fprintf(stderr, "  %5.1f krn", r->kernels);
+    if (r->gbps > 0)
+        fprintf(stderr, "  %7.1f GB/s (%3.0f%%)", r->gbps, r->pct_bw);
+    if (r->gflops > 0)
+        fprintf(stderr, "  %7.1f GFLOP/s (%3.0f%%)", r->gflops, r->pct_peak);
+    if (r->ratio > 0)
+        fprintf(stderr, "  eager/lazy %.2f", r->ratio);
+    if (r->has_diff)
+        fprintf(stderr, "  diff %.2g", r->max_abs_diff);
+    fprintf(stderr, "\n");
+}
+
+void bench_emit_machine(const bench_machine *m) {
+    printf("{\"suite\":\"machine\",\"cpu\":\"%s\",\"threads\":%d,\"triad_gbps\":%.4g,"
+           "\"triad_elems\":%lld,\"fma_gflops\":%.4g,\"vector_bits\":%d}\n",
+           m->cpu, m->threads, m->triad_gbps, (long long)m->triad_elems, m->fma_gflops,
+           m->vector_bits);
+    fflush(stdout);
+    fprintf(stderr, "machine: %s, %d threads: triad %.1f GB/s, FMA %.1f GFLOP/s (%d-bit)\n",
+            m->cpu, m->threads, m->triad_gbps, m->fma_gflops, m->vector_bits);
+}
+
+typedef struct mode_run {
+    kiln_mode mode;
+    double *t;
+    int64_t kernels;
+    float *out;
+    size_t n;
+} mode_run;
+
+/* One step: build, realize, and on the last step copy the output out. */
+static int step(kiln_ctx *ctx, const bench_workload *w, mode_run *r, double *secs, bool keep) {
+    kiln_ctx_set_mode(ctx, r->mode);
+    kiln_scope_begin(ctx);
+    int64_t k0 = kiln_ctx_stats(ctx).kernels;
+    double t0 = bench_now();
+    kiln_tensor *y = w->build(w->inputs, w->arg);
+    kiln_status st = kiln_realize(y);
+    double t1 = bench_now();
+    r->kernels += kiln_ctx_stats(ctx).kernels - k0;
+    if (st == KILN_OK && keep) {
+        r->n = (size_t)kiln_numel(y);
+        free(r->out);
+        r->out = malloc(r->n * sizeof(float));
+        st = r->out ? kiln_to_host(y, r->out, r->n * sizeof(float)) : KILN_ERR_OOM;
+    }
+    if (st != KILN_OK)
+        fprintf(stderr, "%s %s: %s\n", w->name, r->mode == KILN_LAZY ? "lazy" : "eager",
+                kiln_error_message(y)[0] ? kiln_error_message(y) : kiln_ctx_last_error(ctx));
+    kiln_scope_end(ctx);
+    *secs = t1 - t0;
+    return st != KILN_OK;
+}
+
+static void emit_mode(const bench_workload *w, const bench_opts *o, const bench_machine *m,
+                      const mode_run *r, double diff, double ratio) {
+    double min = r->t[0];
+    for (int i = 1; i < o->steps; i++)
+        if (r->t[i] < min)
+            min = r->t[i];
+    double med = bench_median(r->t, o->steps);
+    bench_record rec = {
+        .suite = w->suite,
+        .workload = w->name,
+        .shape = w->shape,
+        .impl = r->mode == KILN_LAZY ? "kiln-lazy" : "kiln-eager",
+        .median_ms = med * 1e3,
+        .min_ms = min * 1e3,
+        .steps = o->steps,
+        .kernels = (double)r->kernels / o->steps,
+        .bytes = w->bytes,
+        .flops = w->flops,
+        .has_diff = true,
+        .max_abs_diff = diff,
+        .ratio = ratio,
+    };
+    if (w->bytes > 0) {
+        rec.gbps = w->bytes / med * 1e-9;
+        rec.pct_bw = 100.0 * rec.gbps / m->triad_gbps;
+    }
+    if (w->flops > 0) {
+        rec.gflops = w->flops / med * 1e-9;
+        rec.pct_peak = 100.0 * rec.gflops / m->fma_gflops;
+    }
+    bench_emit(&rec);
+}
+
+int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o,
+                     const bench_machine *m, double tol) {
+    mode_run runs[2] = {{.mode = KILN_LAZY}, {.mode = KILN_EAGER}};
+    int rc = 0;
+    double dummy;
+    for (int k = 0; k < 2 && rc == 0; k++) {
+        runs[k].t = calloc((size_t)o->steps, sizeof(double));
+        rc = !runs[k].t;
+        for (int s = 0; s < o->warmup && rc == 0; s++)
+            rc = step(ctx, w, &runs[k], &dummy, false);
+        runs[k].kernels = 0;
+    }
+    for (int s = 0; s < o->steps && rc == 0; s++)
+        for (int k = 0; k < 2 && rc == 0; k++)
+            rc = step(ctx, w, &runs[k], &runs[k].t[s], s == o->steps - 1);
+    if (rc == 0 && runs[0].n != runs[1].n) {
+        fprintf(stderr, "%s %s: lazy and eager outputs differ in size\n", w->name, w->shape);
+        rc = 1;
+    }
+    if (rc == 0) {
+        double diff = 0, scale = 1;
+        for (size_t i = 0; i < runs[0].n; i++) {
+            double d = fabs((double)runs[0].out[i] - (double)runs[1].out[i]);
+            if (!(d <= diff))
+                diff = d;
+            if (fabs((double)runs[1].out[i]) > scale)
+                scale = fabs((double)runs[1].out[i]);
+        }
+        double tl = bench_median(runs[0].t, o->steps), te = bench_median(runs[1].t, o->steps);
+        emit_mode(w, o, m, &runs[0], diff, te / tl);
+        emit_mode(w, o, m, &runs[1], diff, 0);
+        if (!(diff <= tol * scale)) {
+            fprintf(stderr, "%s %s: lazy and eager differ by %g (scale %g)\n", w->name, w->shape,
+                    diff, scale);
+            rc = 1;
+        }
+    }
+    for (int k = 0; k < 2; k++) {
+        free(runs[k].t);
+        free(runs[k].out);
+    }
+    kiln_ctx_set_mode(ctx, KILN_LAZY);
+    return rc;
+}

@@ -1,0 +1,111 @@
+/* cuda.h — what jit/'s files share about the CUDA target: the renderer of
+ * kernel IR to CUDA C, NVRTC and the driver API (both loaded at run time, so
+ * kiln builds and runs where CUDA is absent), and the compile check that CI
+ * runs on every program the scheduler makes.
+ *
+ * The generated code's contract, which a launcher must follow:
+ * - One translation unit per program, with no host code and no includes.
+ *   Every kernel that is not LOWER_ALIAS is `extern "C" __global__` and named
+ *   k->name.
+ * - Parameters: one pointer per buffer of the kernel's buffer array, in its
+ *   order (k->nouts outputs, then k->ninputs inputs), each pointing at the
+ *   node's data in its storage type (f16 and bf16 as 16-bit patterns, bool as
+ *   one byte). Outputs never alias inputs. No other parameters: sizes are
+ *   compiled in.
+ * - Launch with jit_cuda_launch_dims' grid and block and no dynamic shared
+ *   memory. Every kernel loops over its work (grid-stride), so a smaller
+ *   grid is correct too; the block size is fixed per kernel and must be
+ *   exactly the one given. A kernel with k->numel == 0 need not run. */
+#ifndef KILN_JIT_CUDA_H
+#define KILN_JIT_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "api/kiln.h"
+#include "lower/lower.h"
+
+/* ---- rendering ---------------------------------------------------------- */
+
+/* The CUDA C translation unit of a program (malloc'd), or NULL when out of
+ * memory. */
+char *jit_cuda_render(const lower_program *p);
+
+/* How to launch kernel k of a rendered program. */
+typedef struct jit_cuda_dims {
+    unsigned grid, block;
+} jit_cuda_dims;
+jit_cuda_dims jit_cuda_launch_dims(const lower_kernel *k);
+
+/* ---- NVRTC --------------------------------------------------------------- */
+
+/* The compiled forms of one translation unit (each malloc'd; free with
+ * jit_cuda_binary_free). */
+typedef struct jit_cuda_binary {
+    char *ptx;    /* NUL-terminated */
+    size_t ptx_size;
+    void *cubin;  /* NULL unless asked for */
+    size_t cubin_size;
+    char *log;    /* NUL-terminated, possibly empty */
+} jit_cuda_binary;
+
+void jit_cuda_binary_free(jit_cuda_binary *b);
+
+/* Whether NVRTC can be loaded ($KILN_CUDA_PATH/lib64, /usr/local/cuda/lib64,
+ * then the plain sonames); if not, msg says why. */
+bool jit_cuda_nvrtc_available(char *msg, size_t cap);
+
+/* "nvrtc <major>.<minor>", or NULL when NVRTC is not available. */
+const char *jit_cuda_nvrtc_version(void);
+
+/* Compiles src for architecture arch (as 90 for sm_90; 0 means 90): PTX for
+ * compute_<arch>, and with want_cubin a cubin for sm_<arch>. Any error, and
+ * any warning in the log, is a failure: KILN_ERR_COMPILE with the log in msg
+ * (KILN_ERR_DEVICE when NVRTC is missing). out may be NULL when only the
+ * verdict is wanted. */
+kiln_status jit_cuda_compile(const char *src, int arch, bool want_cubin, jit_cuda_binary *out,
+                             char *msg, size_t cap);
+
+/* Renders p and compiles it for sm_90. Sources already compiled successfully
+ * in this process (by a hash of the source) are not compiled again. Thread
+ * safe. */
+kiln_status jit_cuda_check_program(const lower_program *p, char *msg, size_t cap);
+
+/* ---- the driver API ------------------------------------------------------ */
+
+typedef struct jit_cuda_device jit_cuda_device;
+typedef struct jit_cuda_module jit_cuda_module;
+typedef unsigned long long jit_cuda_ptr; /* a device address (CUdeviceptr) */
+
+/* Opens device ordinal (its primary context, made current on this thread).
+ * NULL with a message when there is no driver, no device, or it fails:
+ * never a crash. */
+jit_cuda_device *jit_cuda_device_open(int ordinal, char *msg, size_t cap);
+void jit_cuda_device_close(jit_cuda_device *d);
+/* The number of devices (0 when there is no driver), with the reason in msg
+ * when 0. */
+int jit_cuda_device_count(char *msg, size_t cap);
+/* Compute capability as major * 10 + minor, e.g. 90. */
+int jit_cuda_device_arch(const jit_cuda_device *d);
+const char *jit_cuda_device_name(const jit_cuda_device *d);
+
+/* Loads a module from a cubin, falling back to the PTX when the cubin is
+ * absent or the driver refuses it. */
+jit_cuda_module *jit_cuda_module_load(jit_cuda_device *d, const jit_cuda_binary *bin, char *msg,
+                                      size_t cap);
+void jit_cuda_module_unload(jit_cuda_module *m);
+
+/* Launches kernel `name` of m with one pointer argument per buffer and waits
+ * for it to finish. */
+kiln_status jit_cuda_launch(jit_cuda_module *m, const char *name, jit_cuda_dims dims, int nbufs,
+                            const jit_cuda_ptr *bufs, char *msg, size_t cap);
+
+kiln_status jit_cuda_alloc(jit_cuda_device *d, size_t bytes, jit_cuda_ptr *p, char *msg,
+                           size_t cap);
+void jit_cuda_free(jit_cuda_device *d, jit_cuda_ptr p);
+kiln_status jit_cuda_to_device(jit_cuda_device *d, jit_cuda_ptr dst, const void *src, size_t n,
+                               char *msg, size_t cap);
+kiln_status jit_cuda_to_host(jit_cuda_device *d, void *dst, jit_cuda_ptr src, size_t n, char *msg,
+                             size_t cap);
+
+#endif /* KILN_JIT_CUDA_H */
