@@ -139,14 +139,15 @@ static kiln_status check_names(kiln_ctx *ctx, const char *op, int n, const char 
     return st;
 }
 
-/* One sync realizes them all (they share a context: api_check saw to it). */
+/* One sync realizes them all (they share a context: api_check saw to it);
+ * a failure is recorded on the first tensor and in the context. */
 static kiln_status realize_all(kiln_ctx *ctx, int n, kiln_tensor *const *tensors) {
     graph_node **nodes = malloc(sizeof *nodes * (size_t)n);
     if (!nodes)
         return fail(ctx, KILN_ERR_OOM, "kiln_save: out of memory");
     for (int i = 0; i < n; i++)
         nodes[i] = tensors[i]->node;
-    kiln_status st = api_realize(ctx, n, nodes, NULL);
+    kiln_status st = api_realize(ctx, n, nodes, tensors[0]);
     free(nodes);
     return st;
 }

@@ -460,6 +460,43 @@ KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_ten
 
 /* ---- Optimisers and checkpoints -------------------------------------------- */
 
+/* Checkpoints are safetensors files, which other frameworks read and write:
+ * an 8-byte little-endian header length, a JSON header mapping each name to
+ * {"dtype", "shape", "data_offsets"} (dtypes F32 F64 F16 BF16 I32 I64 U8
+ * BOOL), then the tensors' raw little-endian data, each after the other. On
+ * failure these functions return the status and kiln_ctx_last_error of the
+ * tensors' context (or ctx) says why: a file that cannot be read or written,
+ * is truncated, or whose header is malformed, names an unknown dtype, or has
+ * offsets that overlap, leave holes, fall outside the data or do not match
+ * the shape and dtype is KILN_ERR_IO with the path and what is wrong. */
+
+/* Writes n tensors under n distinct, non-empty names (not "__metadata__",
+ * which the format reserves; KILN_ERR_ARG otherwise) to path. A sync point:
+ * the tensors, which must share one context, are realized first. The file is
+ * written under a temporary name and renamed, so path holds either the old
+ * file or the whole new one. */
+KILN_API kiln_status kiln_save(const char *path, int n, const char *const *names,
+                               kiln_tensor *const *tensors);
+
+/* Loads every tensor of a file, in the header's order: *n of them, with
+ * malloc'd arrays *names (each name malloc'd: free with kiln_free_names) and
+ * *tensors (new handles in ctx, holding realized data; free the array with
+ * free). On failure *n is 0 and both arrays are NULL. A "__metadata__" entry
+ * is checked (an object of strings) and skipped. */
+KILN_API kiln_status kiln_load(kiln_ctx *ctx, const char *path, int *n, char ***names,
+                               kiln_tensor ***tensors);
+
+/* Loads the named tensors of a file into existing tensors of one context,
+ * lazily, as kiln_assign does. Each must be in the file with the
+ * destination's dtype (KILN_ERR_DTYPE otherwise) and shape (KILN_ERR_SHAPE);
+ * the message names the tensor and the expected and found dtype and shape.
+ * Nothing is assigned unless every tensor can be. */
+KILN_API kiln_status kiln_load_into(const char *path, int n, const char *const *names,
+                                    kiln_tensor *const *tensors);
+
+/* Frees the names kiln_load returned. NULL is a no-op. */
+KILN_API void kiln_free_names(int n, char **names);
+
 /* ---- Debugging ------------------------------------------------------------ */
 
 /* Writes the graph that t depends on as Graphviz DOT to path. */
