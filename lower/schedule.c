@@ -23,6 +23,8 @@ typedef struct node_info {
     bool conflict;      /* consumers in different kernels */
     bool row;           /* a root with fused reductions: a row kernel */
     uint32_t row_axes;  /* its reduced axes */
+    graph_node *epilogue_of; /* a root whose kernel is this matmul's epilogue */
+    bool target;
 } node_info;
 
 static node_info *info(const graph_node *n) { return n->scratch; }
@@ -190,11 +192,49 @@ static void settle(graph_node **order, int64_t count) {
     } while (settle_kernels(order, count));
 }
 
+static bool elementwise(graph_op op) {
+    return graph_op_is_unary(op) || graph_op_is_binary(op) || op == GRAPH_WHERE;
+}
+
+static bool same_shape(const graph_node *a, const graph_node *b) {
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
+
+/* Bias and activation epilogues: a matmul whose one consumer is elementwise
+ * is computed inside the kernel of that consumer's root when every node from
+ * the matmul up to the root is elementwise over the matmul's shape, so that
+ * each output element reads the dot product of that same element. Fused nodes
+ * outside row kernels have one consumer each, so that path is unique. */
+static void choose_epilogues(graph_node **order, int64_t count) {
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *m = order[i];
+        node_info *mi = info(m);
+        if (m->op != GRAPH_MATMUL || mi->target || mi->consumers != 1)
+            continue;
+        graph_node *root = info(mi->last_consumer)->owner;
+        node_info *ri = info(root);
+        if (ri->row || ri->epilogue_of || ri->alias)
+            continue;
+        bool ok = true;
+        for (graph_node *x = mi->last_consumer; ok; x = info(x)->last_consumer) {
+            ok = elementwise(x->op) && same_shape(x, m) && info(x)->owner == root;
+            if (x == root)
+                break;
+            ok = ok && info(x)->consumers == 1 && !info(x)->materialize;
+        }
+        if (!ok)
+            continue;
+        mi->materialize = false;
+        mi->owner = root;
+        ri->epilogue_of = m;
+    }
+}
+
 static void mark(graph_node **order, int64_t count, int n, graph_node *const *targets,
                  bool fuse) {
     for (int r = 0; r < n; r++)
         if (pending(targets[r]))
-            info(targets[r])->materialize = true;
+            info(targets[r])->materialize = info(targets[r])->target = true;
     for (int64_t i = 0; i < count; i++) {
         graph_node *x = order[i];
         node_info *xi = info(x);
@@ -208,6 +248,8 @@ static void mark(graph_node **order, int64_t count, int n, graph_node *const *ta
             info(x->src[0])->materialize = true;
     }
     settle(order, count);
+    if (fuse)
+        choose_epilogues(order, count);
 }
 
 /* ---- lowering one kernel ---- */
@@ -233,7 +275,8 @@ typedef struct emitter {
     int ridx;
     uint32_t axes;
     int rd[KILN_MAX_DIMS];
-    graph_node *retry; /* a fused reduction that must be materialised after all */
+    graph_node *retry; /* a fused node that must be materialised after all */
+    graph_node *epilogue_of; /* the matmul whose dot products this kernel finishes */
     int ninputs_cap;
     memo_entry *memo; /* open addressing, a power of two in size */
     int nmemo, memo_cap;
@@ -363,6 +406,8 @@ static int emit_fused_reduce(emitter *e, graph_node *n, const ix *at, int valid)
 
 static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     ir_builder *b = &e->b;
+    if (n == e->epilogue_of)
+        return ir_acc(b, n->dtype);
     if (!pending(n) || (info(n)->materialize && n != e->k->out)) {
         int slot = input_slot(e, n);
         return ir_load(b, n->dtype, slot, flatten(e, at, n->ndim, n->shape), valid);
@@ -401,7 +446,10 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     }
     if (graph_op_is_reduce(n->op))
         return emit_fused_reduce(e, n, at, valid);
-    e->failed = true; /* matmuls are always materialised */
+    /* A matmul whose epilogue kernel changed since it was chosen: it becomes
+     * its own kernel and the program is lowered again. */
+    e->retry = n;
+    e->failed = true;
     return 0;
 }
 
@@ -479,12 +527,27 @@ static void name_kernel(lower_kernel *k) {
     const graph_node *shown = n;
     while (shown->op == GRAPH_VIEW && pending(shown->src[0]) && !info(shown->src[0])->materialize)
         shown = shown->src[0];
+    const graph_node *mm = info(n)->epilogue_of;
+    if (mm) {
+        /* matmul_add_relu_...: the epilogue's ops from the matmul up */
+        char ops[64] = "matmul";
+        size_t at = strlen(ops);
+        for (const graph_node *x = info(mm)->last_consumer; at < sizeof ops - 1;
+             x = info(x)->last_consumer) {
+            at += (size_t)snprintf(ops + at, sizeof ops - at, "_%s", graph_op_name(x->op));
+            if (x == n)
+                break;
+        }
+        snprintf(k->name, sizeof k->name, "%s_%s", ops, dims);
+        return;
+    }
     snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op),
              k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_ELEMENTWISE ? "e" : "", dims);
 }
 
-static bool lower_matmul(lower_kernel *k, emitter *e) {
-    graph_node *x = k->out;
+/* A matmul kernel computes x's dot products; its root (k->out) is x itself or
+ * an elementwise epilogue over them. */
+static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
     k->kind = LOWER_MATMUL;
     k->nbatch = x->ndim - 2;
     memcpy(k->batch, x->shape, sizeof(int64_t) * (size_t)k->nbatch);
@@ -498,8 +561,11 @@ static bool lower_matmul(lower_kernel *k, emitter *e) {
     k->b.buf = input_slot(e, bb);
     k->numel = graph_numel(x);
     k->rnumel = k->k;
-    k->store = ir_gidx(&e->b, k->numel);
-    k->result = ir_acc(&e->b, x->dtype);
+    int gidx = ir_gidx(&e->b, k->numel);
+    k->store = gidx;
+    e->epilogue_of = x;
+    ix oat = unflatten(e, gidx, x->ndim, x->shape);
+    k->result = emit(e, k->out, &oat, -1);
     return true;
 }
 
@@ -595,9 +661,10 @@ static bool lower_one(lower_kernel *k, graph_node *out, graph_node **retry) {
         e.failed = true;
     else
         k->outs[0] = k->out;
-    bool ok = info(out)->alias           ? lower_alias(k, &e)
-              : out->op == GRAPH_MATMUL ? lower_matmul(k, &e)
-                                        : lower_kernel_ir(k, &e);
+    graph_node *mm = out->op == GRAPH_MATMUL ? out : info(out)->epilogue_of;
+    bool ok = info(out)->alias ? lower_alias(k, &e)
+              : mm             ? lower_matmul(k, &e, mm)
+                               : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
     if (ok)
         k->results[0] = k->result;
@@ -649,6 +716,8 @@ static lower_program *lower_all(graph_node **order, int64_t count, graph_node **
         ok = lower_one(k, order[i], retry);
         /* Names are unique within a program: they are its symbols. */
         size_t len = strlen(k->name);
+        if (len > sizeof k->name - 16)
+            k->name[len = sizeof k->name - 16] = 0;
         snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
     }
     if (!ok) {
@@ -667,6 +736,9 @@ lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
         graph_node *retry = NULL;
         while (!(p = lower_all(order, count, &retry)) && retry) {
             info(retry)->materialize = true;
+            for (int64_t i = 0; i < count; i++)
+                if (info(order[i])->epilogue_of == retry)
+                    info(order[i])->epilogue_of = NULL;
             settle(order, count);
             retry = NULL;
         }

@@ -114,6 +114,83 @@ Test(fusion, layer_norm_over_rows_is_one_kernel) {
     cr_assert_eq(check_against_ref(layer_norm_rows, 2, dims, 3), 1);
 }
 
+/* relu(x @ w + bias), checked against the reference evaluator. */
+static kiln_tensor *linear_relu(kiln_ctx *ctx, int64_t n, int64_t k, int64_t m, uint64_t seed) {
+    const int64_t xd[2] = {n, k}, wd[2] = {k, m}, bd[1] = {m};
+    float *x = random_data(n * k, seed), *w = random_data(k * m, seed + 1),
+          *b = random_data(m, seed + 2);
+    kiln_tensor *y = kiln_relu(kiln_add(kiln_matmul(kiln_from_data(ctx, KILN_F32, 2, xd, x),
+                                                    kiln_from_data(ctx, KILN_F32, 2, wd, w)),
+                                        kiln_from_data(ctx, KILN_F32, 1, bd, b)));
+    free(x);
+    free(w);
+    free(b);
+    return y;
+}
+
+static void expect_like_ref(kiln_tensor *got, kiln_tensor *want) {
+    double *g = read_f64(got), *w = read_f64(want);
+    int64_t n = kiln_numel(want);
+    cr_assert(nmse(w, g, n) < 1e-10, "nmse %g", nmse(w, g, n));
+    free(g);
+    free(w);
+}
+
+Test(fusion, matmul_bias_relu_is_one_kernel) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *y = linear_relu(ctx, 37, 19, 70, 5);
+    cr_assert_eq(kernels_for(ctx, y), 1);
+    expect_like_ref(y, linear_relu(ref, 37, 19, 70, 5));
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
+
+Test(fusion, gelu_mlp_layer_is_two_kernels) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *out[2];
+    kiln_ctx *cs[2] = {ctx, ref};
+    for (int c = 0; c < 2; c++) {
+        const int64_t xd[2] = {24, 32}, w1d[2] = {32, 64}, w2d[2] = {64, 32}, bd[1] = {64};
+        float *x = random_data(24 * 32, 1), *w1 = random_data(32 * 64, 2),
+              *w2 = random_data(64 * 32, 3), *b1 = random_data(64, 4), *b2 = random_data(32, 5);
+        kiln_tensor *h = kiln_gelu(kiln_add(
+            kiln_matmul(kiln_from_data(cs[c], KILN_F32, 2, xd, x),
+                        kiln_from_data(cs[c], KILN_F32, 2, w1d, w1)),
+            kiln_from_data(cs[c], KILN_F32, 1, bd, b1)));
+        const int64_t b2d[1] = {32};
+        out[c] = kiln_add(kiln_matmul(h, kiln_from_data(cs[c], KILN_F32, 2, w2d, w2)),
+                          kiln_from_data(cs[c], KILN_F32, 1, b2d, b2));
+        free(x);
+        free(w1);
+        free(w2);
+        free(b1);
+        free(b2);
+    }
+    cr_assert_eq(kernels_for(ctx, out[0]), 2);
+    expect_like_ref(out[0], out[1]);
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
+
+static kiln_tensor *matmul_read_twice(kiln_ctx *ctx) {
+    const int64_t xd[2] = {8, 9}, wd[2] = {9, 10};
+    float *x = random_data(8 * 9, 7), *w = random_data(9 * 10, 8);
+    kiln_tensor *mm = kiln_matmul(kiln_from_data(ctx, KILN_F32, 2, xd, x),
+                                  kiln_from_data(ctx, KILN_F32, 2, wd, w));
+    free(x);
+    free(w);
+    return kiln_add(kiln_relu(mm), kiln_transpose(kiln_exp(kiln_transpose(mm, 0, 1)), 0, 1));
+}
+
+Test(fusion, a_matmul_read_twice_is_its_own_kernel) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *y = matmul_read_twice(ctx);
+    cr_assert_eq(kernels_for(ctx, y), 2);
+    expect_like_ref(y, matmul_read_twice(ref));
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
+
 Test(fusion, eager_mode_runs_one_kernel_per_op) {
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
     kiln_ctx_set_mode(ctx, KILN_EAGER);
