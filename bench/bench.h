@@ -44,10 +44,14 @@ typedef struct bench_record {
     bool has_diff;
     double max_abs_diff; /* against the other mode of the same run */
     double ratio;        /* eager/lazy, in the same run */
+    double compiles, memory_hits, disk_hits; /* kiln_stats counters of the step */
 } bench_record;
 
 /* Prints r as one JSON line on stdout and a readable line on stderr. */
 void bench_emit(const bench_record *r);
+/* Prints a failed measurement as a JSON line with "error": the message. */
+void bench_emit_error(const char *suite, const char *workload, const char *shape,
+                      const char *impl, const char *message);
 /* Prints the machine's measurement as a JSON line ("suite":"machine"). */
 void bench_emit_machine(const bench_machine *m);
 
@@ -69,7 +73,9 @@ typedef struct bench_workload {
  * change in the machine's speed hits both modes alike, and emits a record per
  * mode with the eager/lazy ratio on the lazy one. The outputs of the last step
  * of each mode are compared; max_abs_diff is their largest difference, and a
- * difference above tol (or a NaN) fails the run. Returns 0 or 1. */
+ * difference above tol times the largest output magnitude (at least 1), or a
+ * NaN, fails the run. A failure is emitted as an error record. Returns 0 or
+ * 1. */
 int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o,
                      const bench_machine *m, double tol);
 

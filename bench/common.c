@@ -71,6 +71,9 @@ void bench_emit(const bench_record *r) {
     if (r->has_diff)
         printf(",\"max_abs_diff\":%.6g", r->max_abs_diff);
     field("eager_over_lazy", r->ratio);
+    field("compiles", r->compiles);
+    field("memory_hits", r->memory_hits);
+    field("disk_hits", r->disk_hits);
     printf("}\n");
     fflush(stdout);
     fprintf(stderr, "%-8s %-22s %-18s %-11s %10.3f ms", r->suite, r->workload,
@@ -83,9 +86,37 @@ void bench_emit(const bench_record *r) {
         fprintf(stderr, "  %7.1f GFLOP/s (%3.0f%%)", r->gflops, r->pct_peak);
     if (r->ratio > 0)
         fprintf(stderr, "  eager/lazy %.2f", r->ratio);
+    if (r->compiles > 0 || r->disk_hits > 0)
+        fprintf(stderr, "  %.0f compiled, %.0f from disk", r->compiles, r->disk_hits);
     if (r->has_diff)
         fprintf(stderr, "  diff %.2g", r->max_abs_diff);
     fprintf(stderr, "\n");
+}
+
+static void json_string(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\')
+            fprintf(f, "\\%c", c);
+        else if (c < 0x20)
+            fprintf(f, "\\u%04x", c);
+        else
+            fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+void bench_emit_error(const char *suite, const char *workload, const char *shape,
+                      const char *impl, const char *message) {
+    printf("{\"suite\":\"%s\",\"workload\":\"%s\",\"impl\":\"%s\",\"shape\":\"%s\","
+           "\"dtype\":\"f32\",\"error\":",
+           suite, workload, impl, shape ? shape : "");
+    json_string(stdout, message);
+    printf("}\n");
+    fflush(stdout);
+    fprintf(stderr, "%-8s %-22s %-18s %-11s FAILED: %s\n", suite, workload, shape ? shape : "",
+            impl, message);
 }
 
 void bench_emit_machine(const bench_machine *m) {
@@ -123,8 +154,10 @@ static int step(kiln_ctx *ctx, const bench_workload *w, mode_run *r, double *sec
         st = r->out ? kiln_to_host(y, r->out, r->n * sizeof(float)) : KILN_ERR_OOM;
     }
     if (st != KILN_OK)
-        fprintf(stderr, "%s %s: %s\n", w->name, r->mode == KILN_LAZY ? "lazy" : "eager",
-                kiln_error_message(y)[0] ? kiln_error_message(y) : kiln_ctx_last_error(ctx));
+        bench_emit_error(w->suite, w->name, w->shape,
+                         r->mode == KILN_LAZY ? "kiln-lazy" : "kiln-eager",
+                         kiln_error_message(y)[0] ? kiln_error_message(y)
+                                                  : kiln_ctx_last_error(ctx));
     kiln_scope_end(ctx);
     *secs = t1 - t0;
     return st != KILN_OK;
@@ -179,7 +212,8 @@ int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o
         for (int k = 0; k < 2 && rc == 0; k++)
             rc = step(ctx, w, &runs[k], &runs[k].t[s], s == o->steps - 1);
     if (rc == 0 && runs[0].n != runs[1].n) {
-        fprintf(stderr, "%s %s: lazy and eager outputs differ in size\n", w->name, w->shape);
+        bench_emit_error(w->suite, w->name, w->shape, "kiln-lazy",
+                         "lazy and eager outputs differ in size");
         rc = 1;
     }
     if (rc == 0) {
@@ -195,8 +229,10 @@ int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o
         emit_mode(w, o, m, &runs[0], diff, te / tl);
         emit_mode(w, o, m, &runs[1], diff, 0);
         if (!(diff <= tol * scale)) {
-            fprintf(stderr, "%s %s: lazy and eager differ by %g (scale %g)\n", w->name, w->shape,
-                    diff, scale);
+            char msg[128];
+            snprintf(msg, sizeof msg, "lazy and eager differ by %g (largest output %g)", diff,
+                     scale);
+            bench_emit_error(w->suite, w->name, w->shape, "kiln-lazy", msg);
             rc = 1;
         }
     }

@@ -64,25 +64,52 @@ static void slowest(shared *sh, double *slot, double t) {
     pthread_mutex_unlock(&sh->lock);
 }
 
+/* The chains are named variables, not an array, so that they live in
+ * registers: an array indexed in a loop was kept in memory by the compiler. */
 static float fma_loop(float seed) {
-    vecf acc[FMA_CHAINS], mul, add;
+    vecf mul, add, a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11;
     for (int l = 0; l < VEC_LANES; l++) {
         mul[l] = 0.999999f;
         add[l] = 1e-6f * seed;
+        a0[l] = seed + (float)l;
     }
-    for (int k = 0; k < FMA_CHAINS; k++)
-        for (int l = 0; l < VEC_LANES; l++)
-            acc[k][l] = seed + (float)(k + l);
+    a1 = a0 + 1;
+    a2 = a0 + 2;
+    a3 = a0 + 3;
+    a4 = a0 + 4;
+    a5 = a0 + 5;
+    a6 = a0 + 6;
+    a7 = a0 + 7;
+    a8 = a0 + 8;
+    a9 = a0 + 9;
+    a10 = a0 + 10;
+    a11 = a0 + 11;
     for (long i = 0; i < FMA_ITERS; i++) {
-        for (int k = 0; k < FMA_CHAINS; k++)
-            acc[k] = acc[k] * mul + add;
+        a0 = a0 * mul + add;
+        a1 = a1 * mul + add;
+        a2 = a2 * mul + add;
+        a3 = a3 * mul + add;
+        a4 = a4 * mul + add;
+        a5 = a5 * mul + add;
+        a6 = a6 * mul + add;
+        a7 = a7 * mul + add;
+        a8 = a8 * mul + add;
+        a9 = a9 * mul + add;
+        a10 = a10 * mul + add;
+        a11 = a11 * mul + add;
         /* Keeps the compiler from proving the loop's result and folding it. */
-        __asm__ volatile("" : "+x"(mul));
+#if defined(__x86_64__) || defined(__i386__)
+        __asm__ volatile("" : "+v"(mul));
+#elif defined(__aarch64__)
+        __asm__ volatile("" : "+w"(mul));
+#else
+        __asm__ volatile("" : "+m"(mul));
+#endif
     }
+    vecf sum = a0 + a1 + a2 + a3 + a4 + a5 + a6 + a7 + a8 + a9 + a10 + a11;
     float s = 0;
-    for (int k = 0; k < FMA_CHAINS; k++)
-        for (int l = 0; l < VEC_LANES; l++)
-            s += acc[k][l];
+    for (int l = 0; l < VEC_LANES; l++)
+        s += sum[l];
     return s;
 }
 
@@ -90,11 +117,13 @@ static void *work(void *arg) {
     worker *w = arg;
     shared *sh = w->sh;
     int64_t lo = sh->n * w->id / sh->nthreads, hi = sh->n * (w->id + 1) / sh->nthreads;
-    float *a = sh->a, *b = sh->b, *c = sh->c;
+    float *restrict a = sh->a;
+    const float *restrict b = sh->b;
+    const float *restrict c = sh->c;
     for (int64_t i = lo; i < hi; i++) {
-        a[i] = 0.0f;
-        b[i] = 1.0f + (float)(i & 7);
-        c[i] = 2.0f;
+        sh->a[i] = 0.0f;
+        sh->b[i] = 1.0f + (float)(i & 7);
+        sh->c[i] = 2.0f;
     }
     const float s = 3.0f;
     for (int r = 0; r < sh->reps; r++) {

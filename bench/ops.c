@@ -6,7 +6,8 @@
  *
  * Usage: ops [--quick | --full] [--steps N]. One JSON line per measurement
  * on stdout (the machine's measured limits first), a readable line on
- * stderr. Memory-bound workloads report GB/s over the least traffic the work
+ * stderr. A workload that fails is reported ("error") and the others still
+ * run; the exit status is then 1. Memory-bound workloads report GB/s over the least traffic the work
  * needs (each input read once, the output written once) against the
  * machine's triad bandwidth; matmuls report GFLOP/s (2mnk) against its FMA
  * peak. */
@@ -109,11 +110,13 @@ int main(int argc, char **argv) {
         if (s->full_only && !o.full)
             continue;
         kiln_tensor *in[3];
+        int failed = 0;
         for (int j = 0; j < s->ninputs; j++) {
             in[j] = kiln_randn(ctx, KILN_F32, s->ndim[j], s->dims[j], 100 + (uint64_t)j);
-            if (kiln_realize(in[j]) != KILN_OK) {
-                fprintf(stderr, "%s: %s\n", s->name, kiln_error_message(in[j]));
-                rc = 1;
+            if (kiln_realize(in[j]) != KILN_OK && !failed) {
+                bench_emit_error("ops", s->name, s->shape, "kiln-lazy",
+                                 kiln_error_message(in[j]));
+                failed = 1;
             }
         }
         bench_workload w = {
@@ -126,12 +129,11 @@ int main(int argc, char **argv) {
             .bytes = s->bytes,
             .flops = s->flops,
         };
-        if (rc == 0)
-            rc = bench_lazy_eager(ctx, &w, &o, &m, s->tol);
+        if (!failed)
+            failed = bench_lazy_eager(ctx, &w, &o, &m, s->tol);
         for (int j = 0; j < s->ninputs; j++)
             kiln_release(in[j]);
-        if (rc)
-            break;
+        rc |= failed;
     }
     kiln_ctx_free(ctx);
     return rc;
