@@ -496,14 +496,23 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
     if ((e = check_index_data(ctx, op, T, L->shape[1], "targets", L)))
         return e;
     kiln_scope_begin(ctx);
-    kiln_tensor *ls = softmax_of(logits, 1, true);
-    kiln_tensor *hit = one_hot(targets, L->shape[1]);
-    /* where, not a product with the mask: a -inf log-probability in a column
-     * that is not the target must not turn the row into NaN. */
+    /* -log_softmax at the target is logsumexp(row) - row[target]: both are
+     * reductions of the logits themselves, so no [N, C] intermediate is
+     * materialised. where, not a product with the mask: a -inf logit in a
+     * column that is not the target must not turn the row into NaN. */
     int one = 1;
+    kiln_tensor *m = kiln_max(logits, 1, &one, true);
+    kiln_tensor *lse =
+        kiln_add(kiln_log(kiln_sum(kiln_exp(kiln_sub(logits, m)), 1, &one, true)), m);
+    kiln_tensor *hit = one_hot(targets, L->shape[1]);
     kiln_tensor *picked =
-        kiln_sum(kiln_where(hit, ls, kiln_scalar(ctx, L->dtype, 0)), 1, &one, false);
-    return finish(ctx, reduce_loss(kiln_neg(picked), reduction));
+        kiln_sum(kiln_where(hit, logits, kiln_scalar(ctx, L->dtype, 0)), 1, &one, false);
+    kiln_tensor *loss = kiln_sub(kiln_reshape(lse, 1, T->shape), picked);
+    /* A target out of range matched no column; its row contributes 0. */
+    kiln_tensor *zero = kiln_scalar(ctx, kiln_dtype_of(loss), 0);
+    loss = kiln_where(kiln_ge_scalar(targets, 0),
+                      kiln_where(kiln_lt_scalar(targets, (double)L->shape[1]), loss, zero), zero);
+    return finish(ctx, reduce_loss(loss, reduction));
 }
 
 kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduction) {
