@@ -1,27 +1,84 @@
 #!/usr/bin/env bash
-# Runs kiln's benchmarks and the NumPy peer on the same workloads, back to back
-# on this machine, and prints the ratios. Usage: bench/run.sh [steps]
-# (from the repository root; ./kiln.sh bench calls it).
+# Runs kiln's benchmarks (bench/ops.c, bench/compile_cost.c) and the peers in
+# bench/peers/ (NumPy, PyTorch eager, torch.compile, tinygrad) on the same
+# workloads back to back, keeps their JSON lines in bench/results/, and writes
+# bench/RESULTS.md and bench/results.png with bench/report.py.
+#
+# Usage (from anywhere): bench/run.sh [--quick | --full] [--steps N] [STEPS]
+#   --quick   3 timed steps, no 4096 matmul, a time budget per peer: under 5
+#             minutes on 2 cores
+#   --full    also the 4096 matmul
+# The peers are installed on first use into the virtual environment
+# bench/peers/.venv (several GiB: PyTorch's wheels bring CUDA libraries even
+# where only the CPU is used). Environment: BAZEL (default bazel),
+# BAZEL_STARTUP_OPTS and BAZEL_BUILD_OPTS for the build, BENCH_THREADS
+# (default: every online CPU) for kiln and the peers alike.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-steps="${1:-5}"
+
+args=()
+for a in "$@"; do
+    # A bare number is the step count (./kiln.sh bench STEPS).
+    if [[ $a =~ ^[0-9]+$ ]]; then args+=(--steps "$a"); else args+=("$a"); fi
+done
+quick=false
+for a in "${args[@]+"${args[@]}"}"; do [[ $a == --quick ]] && quick=true; done
+# In quick mode each peer gets a time budget (seconds) past which its
+# remaining workloads are reported as skipped: torch.compile's compiler alone
+# can take minutes on two busy cores.
+budget() { if $quick; then echo --budget "$1"; fi; }
+
+threads=${BENCH_THREADS:-$(nproc)}
+export KILN_THREADS=$threads BENCH_THREADS=$threads
 venv=bench/peers/.venv
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import numpy, scipy' 2>/dev/null; then
+results=bench/results
+start=$SECONDS
+stage() { echo "== $1 ($((SECONDS - start)) s)" >&2; }
+
+if [ ! -x "$venv/bin/python" ] ||
+    ! "$venv/bin/python" -c 'import numpy, scipy, matplotlib, torch, tinygrad' 2>/dev/null; then
+    stage "installing the peers into $venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install --quiet numpy scipy
+    "$venv/bin/pip" install --quiet numpy scipy matplotlib tinygrad torch
 fi
-bazel build --ui_event_filters=-info --noshow_progress //bench:lazy_vs_eager
-kiln_out=$(./bazel-bin/bench/lazy_vs_eager "$steps")
-echo "$kiln_out"
-# The peer gets its best: a current NumPy is slowed by these two settings.
-peer_out=$(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE "$venv/bin/python" \
-    bench/peers/numpy_peer.py "$steps")
-numpy_version=$("$venv/bin/python" -c 'import numpy; print(numpy.__version__)')
-echo
-printf '%-36s %12s %12s %14s\n' workload "kiln ms" "numpy ms" "numpy/kiln"
-while IFS=$'\t' read -r name ms; do
-    line=$(grep -F "$name" <<<"$kiln_out")
-    kms=$(awk '{print $(NF-1)}' <<<"$line")
-    awk -v n="$name" -v k="$kms" -v p="$ms" 'BEGIN { printf "%-36s %12.2f %12.2f %14.2f\n", n, k, p, p / k }'
-done <<<"$peer_out"
-echo "(NumPy $numpy_version; above 1: kiln is faster)"
+
+stage "building"
+read -r -a startup <<<"${BAZEL_STARTUP_OPTS:-}"
+read -r -a build <<<"${BAZEL_BUILD_OPTS:-}"
+bazel=${BAZEL:-bazel}
+"$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
+    --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost
+bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
+
+rm -rf "$results"
+mkdir -p "$results"
+printf '{"suite":"run","date":"%s","quick":%s,"threads":%s,"loadavg":"%s","commit":"%s"}\n' \
+    "$(date -u +%Y-%m-%d)" "$quick" "$threads" "$(cut -d' ' -f1-3 /proc/loadavg)" \
+    "$(git rev-parse --short HEAD 2>/dev/null || echo unknown)" >"$results/run.jsonl"
+
+status=0
+run() { # run NAME COMMAND...: JSON lines into results/NAME.jsonl
+    local name=$1
+    shift
+    stage "$name"
+    "$@" >"$results/$name.jsonl" || { echo "bench: $name failed" >&2; status=1; }
+}
+run kiln_ops "$bin/bench/ops" "${args[@]+"${args[@]}"}"
+run kiln_nn "$bin/bench/nn" "${args[@]+"${args[@]}"}"
+run kiln_compile "$bin/bench/compile_cost" "${args[@]+"${args[@]}"}"
+# The peers get their best: as many threads as kiln, and a current NumPy or
+# PyTorch with its bundled OpenBLAS is slowed by these two settings.
+peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"
+    OPENBLAS_NUM_THREADS="$threads" MKL_NUM_THREADS="$threads")
+py="$venv/bin/python"
+run numpy "${peer_env[@]}" "$py" bench/peers/numpy_peer.py $(budget 30) "${args[@]+"${args[@]}"}"
+run torch "${peer_env[@]}" "$py" bench/peers/torch_peer.py $(budget 30) "${args[@]+"${args[@]}"}"
+run torch_compile "${peer_env[@]}" "$py" bench/peers/torch_peer.py --compile $(budget 75) \
+    "${args[@]+"${args[@]}"}"
+run tinygrad "${peer_env[@]}" "$py" bench/peers/tinygrad_peer.py $(budget 45) \
+    "${args[@]+"${args[@]}"}"
+
+stage "report"
+"$py" bench/report.py "$results" bench/RESULTS.md bench/results.png
+stage "done: bench/RESULTS.md, bench/results.png"
+exit "$status"

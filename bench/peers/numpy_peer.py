@@ -1,16 +1,17 @@
-"""The workloads of bench/lazy_vs_eager.c in NumPy (erf from SciPy), same
-sizes and dtype, so that kiln's times can be put beside a peer's. Prints one
-line per workload: name, then the median milliseconds per step."""
+"""The workloads of bench/ops.c in NumPy (erf from SciPy), same sizes and
+dtype. Usage: numpy_peer.py [--quick | --full] [--steps N]; JSON lines on
+stdout. NumPy has no compiler, so it has no compile measurements."""
 import sys
-import time
 
 import numpy as np
 from scipy.special import erf
 
+import harness
+
 
 def gelu_chain(a, b, c):
     x = a * b + c
-    return 0.5 * x * (1.0 + erf(x * np.float32(0.7071067811865476)))
+    return np.float32(0.5) * x * (np.float32(1.0) + erf(x * np.float32(0.7071067811865476)))
 
 
 def softmax_rows(x):
@@ -24,36 +25,19 @@ def layer_norm_rows(x):
     return c / np.sqrt(var + np.float32(1e-5))
 
 
-def sum_all(x):
-    return x.sum()
-
-
-def matmul_bias_relu(a, b, bias):
-    return np.maximum(a @ b + bias[0:1], 0)
-
-
-WORKLOADS = [
-    ("gelu(a*b+c), 16M f32", 3, (1 << 24,), gelu_chain),
-    ("softmax rows, 4096x4096 f32", 1, (4096, 4096), softmax_rows),
-    ("layer-norm rows, 4096x4096 f32", 1, (4096, 4096), layer_norm_rows),
-    ("sum, 16M f32", 1, (1 << 24,), sum_all),
-    ("relu(a@b + bias), 512x512x512 f32", 3, (512, 512), matmul_bias_relu),
-]
+FNS = {
+    "gelu_chain": gelu_chain,
+    "softmax_rows": softmax_rows,
+    "layer_norm_rows": layer_norm_rows,
+    "sum_all": lambda x: x.sum(),
+    "matmul": lambda a, b: a @ b,
+    "matmul_bias_relu": lambda a, b, bias: np.maximum(a @ b + bias, np.float32(0)),
+}
 
 
 def main():
-    steps = int(sys.argv[1]) if len(sys.argv) > 1 else 5
-    rng = np.random.default_rng(100)
-    for name, nin, shape, fn in WORKLOADS:
-        args = [rng.standard_normal(shape, dtype=np.float32) for _ in range(nin)]
-        fn(*args)
-        times = []
-        for _ in range(steps):
-            t0 = time.perf_counter()
-            fn(*args)
-            times.append(time.perf_counter() - t0)
-        times.sort()
-        print(f"{name}\t{times[len(times) // 2] * 1e3:.3f}")
+    same = lambda x: x  # noqa: E731
+    sys.exit(harness.run_ops("numpy", FNS, same, same, same, sys.argv, np.__version__))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,124 @@
+/* nn.c — kiln's neural-network workloads, lazy against eager in one process
+ * (as bench/ops.c): a 3x3 convolution and the forward pass of a pre-norm
+ * transformer block (d=512, 8 heads, sequence 256, batch 8). Training steps
+ * (forward and backward) come when autograd has landed in the library.
+ *
+ * Usage: nn [--quick | --full] [--steps N]; JSON lines on stdout as ops.c's,
+ * rated in GFLOP/s (the matmul and attention arithmetic) against the
+ * machine's FMA peak. */
+#include <stdio.h>
+
+#include "bench/bench.h"
+
+enum { BATCH = 8, SEQ = 256, DIM = 512, HEADS = 8, HDIM = DIM / HEADS, FF = 4 * DIM };
+enum { CONV_N = 8, CONV_C = 64, CONV_HW = 32 };
+
+static kiln_tensor *conv3x3(kiln_tensor *const *in, const void *arg) {
+    (void)arg;
+    return kiln_conv2d(in[0], in[1], in[2], 1, 1, 1, 1, 1, 1, 1);
+}
+
+/* [B, S, D] -> [B, H, S, D/H] */
+static kiln_tensor *split_heads(kiln_tensor *t) {
+    const int64_t d[] = {BATCH, SEQ, HEADS, HDIM};
+    const int perm[] = {0, 2, 1, 3};
+    return kiln_permute(kiln_reshape(t, 4, d), perm);
+}
+
+/* x + attn(ln1(x)), then + mlp(ln2(.)), with the inputs
+ * x, ln1 w/b, Wqkv, bqkv, Wo, bo, ln2 w/b, W1, b1, W2, b2. */
+static kiln_tensor *transformer_block(kiln_tensor *const *in, const void *arg) {
+    (void)arg;
+    kiln_tensor *x = in[0];
+    kiln_tensor *h = kiln_layer_norm(x, 1, in[1], in[2], 1e-5);
+    kiln_tensor *qkv = kiln_linear(h, in[3], in[4]);
+    kiln_tensor *q = split_heads(kiln_slice(qkv, 2, 0, DIM, 1));
+    kiln_tensor *k = split_heads(kiln_slice(qkv, 2, DIM, 2 * DIM, 1));
+    kiln_tensor *v = split_heads(kiln_slice(qkv, 2, 2 * DIM, 3 * DIM, 1));
+    kiln_tensor *a = kiln_scaled_dot_product_attention(q, k, v, false, 0);
+    const int perm[] = {0, 2, 1, 3};
+    const int64_t merged[] = {BATCH, SEQ, DIM};
+    a = kiln_reshape(kiln_permute(a, perm), 3, merged);
+    kiln_tensor *x2 = kiln_add(x, kiln_linear(a, in[5], in[6]));
+    kiln_tensor *h2 = kiln_layer_norm(x2, 1, in[7], in[8], 1e-5);
+    kiln_tensor *m = kiln_linear(kiln_gelu(kiln_linear(h2, in[9], in[10])), in[11], in[12]);
+    return kiln_add(x2, m);
+}
+
+/* randn * scale, realized: weights scaled as an initialiser would, so that
+ * activations stay of order one through the block. */
+static kiln_tensor *input(kiln_ctx *ctx, int ndim, const int64_t *dims, uint64_t seed,
+                          double scale, int *failed) {
+    kiln_tensor *t = kiln_mul_scalar(kiln_randn(ctx, KILN_F32, ndim, dims, seed), scale);
+    if (kiln_realize(t) != KILN_OK && !*failed) {
+        bench_emit_error("nn", "input", "", "kiln-lazy", kiln_error_message(t));
+        *failed = 1;
+    }
+    return t;
+}
+
+int main(int argc, char **argv) {
+    bench_opts o = bench_parse_opts(argc, argv);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    if (!ctx) {
+        fprintf(stderr, "kiln_ctx_new: %s\n", kiln_last_ctx_error());
+        return 1;
+    }
+    bench_machine m;
+    if (bench_machine_measure(&m, 0, o.quick ? 3 : 5) != 0) {
+        fprintf(stderr, "machine: out of memory\n");
+        kiln_ctx_free(ctx);
+        return 1;
+    }
+    bench_emit_machine(&m);
+    int rc = 0, failed = 0;
+
+    kiln_scope_begin(ctx);
+    const int64_t xd[] = {CONV_N, CONV_C, CONV_HW, CONV_HW}, wd[] = {CONV_C, CONV_C, 3, 3},
+                  bd[] = {CONV_C};
+    kiln_tensor *conv_in[] = {input(ctx, 4, xd, 1, 1.0, &failed),
+                              input(ctx, 4, wd, 2, 1.0 / 24, &failed),
+                              input(ctx, 1, bd, 3, 1.0, &failed)};
+    bench_workload conv = {
+        .name = "conv2d_3x3",
+        .shape = "8x64x32x32,64x64x3x3",
+        .suite = "nn",
+        .ninputs = 3,
+        .inputs = conv_in,
+        .build = conv3x3,
+        .flops = 2.0 * CONV_N * CONV_C * CONV_HW * CONV_HW * CONV_C * 9,
+    };
+    rc |= failed || bench_lazy_eager(ctx, &conv, &o, &m, 1e-4);
+    kiln_scope_end(ctx);
+
+    failed = 0;
+    kiln_scope_begin(ctx);
+    const int64_t x3[] = {BATCH, SEQ, DIM}, d1[] = {DIM}, qkvw[] = {3 * DIM, DIM},
+                  qkvb[] = {3 * DIM}, ow[] = {DIM, DIM}, w1[] = {FF, DIM}, b1[] = {FF},
+                  w2[] = {DIM, FF};
+    const double ws = 1.0 / 22.6, ws2 = 1.0 / 45.3; /* 1/sqrt(fan_in) */
+    kiln_tensor *tb_in[] = {
+        input(ctx, 3, x3, 10, 1.0, &failed),   input(ctx, 1, d1, 11, 0.1, &failed),
+        input(ctx, 1, d1, 12, 0.1, &failed),   input(ctx, 2, qkvw, 13, ws, &failed),
+        input(ctx, 1, qkvb, 14, 0.1, &failed), input(ctx, 2, ow, 15, ws, &failed),
+        input(ctx, 1, d1, 16, 0.1, &failed),   input(ctx, 1, d1, 17, 0.1, &failed),
+        input(ctx, 1, d1, 18, 0.1, &failed),   input(ctx, 2, w1, 19, ws, &failed),
+        input(ctx, 1, b1, 20, 0.1, &failed),   input(ctx, 2, w2, 21, ws2, &failed),
+        input(ctx, 1, d1, 22, 0.1, &failed),
+    };
+    double tokens = (double)BATCH * SEQ;
+    bench_workload block = {
+        .name = "transformer_block_fwd",
+        .shape = "b8,s256,d512,h8",
+        .suite = "nn",
+        .ninputs = 13,
+        .inputs = tb_in,
+        .build = transformer_block,
+        .flops = 2.0 * tokens * DIM * (3 * DIM + DIM + 2 * FF) +
+                 2.0 * 2.0 * BATCH * HEADS * SEQ * SEQ * HDIM,
+    };
+    rc |= failed || bench_lazy_eager(ctx, &block, &o, &m, 1e-3);
+    kiln_scope_end(ctx);
+    kiln_ctx_free(ctx);
+    return rc;
+}
