@@ -16,6 +16,8 @@ struct kiln_tensor {
     char *msg;
     int depth; /* scope depth it belongs to */
     kiln_tensor *prev, *next;
+    bool requires_grad; /* autograd: a leaf kiln_backward accumulates into */
+    graph_node *grad;   /* autograd: the accumulated gradient, or NULL */
 };
 
 struct kiln_ctx {
@@ -28,11 +30,13 @@ struct kiln_ctx {
     graph_node **pending; /* values of assignments not yet realized */
     int npending, cappending;
     char last_error[512]; /* the message of the last error in this context */
+    int no_grad;          /* autograd: depth of kiln_no_grad_begin */
 };
 
 /* A handle owning the reference `node` (NULL node: out of memory while
- * recording `op`, turned into an error handle). In eager mode the node is
- * realized before the handle is returned. */
+ * recording `op`, turned into an error handle). Inside a no-grad scope the
+ * node is first detached (autograd treats it as a constant). In eager mode
+ * the node is realized before the handle is returned. */
 kiln_tensor *api_wrap(kiln_ctx *ctx, graph_node *node, const char *op);
 
 /* A handle in an error state with a formatted message. */

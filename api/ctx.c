@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "api/api.h"
+#include "autograd/autograd.h"
 
 static _Thread_local char ctx_error[256];
 
@@ -72,6 +73,7 @@ static void handle_free(kiln_tensor *t) {
     if (t->next)
         t->next->prev = t->prev;
     graph_unref(t->node);
+    graph_unref(t->grad);
     free(t->msg);
     free(t);
 }
@@ -145,6 +147,11 @@ kiln_tensor *api_pass(const kiln_tensor *t) {
 }
 
 kiln_tensor *api_wrap(kiln_ctx *ctx, graph_node *node, const char *op) {
+    if (node && ctx->no_grad > 0) {
+        graph_node *d = autograd_detach(node);
+        graph_unref(node);
+        node = d;
+    }
     if (!node)
         return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory while recording the op", op);
     kiln_tensor *t = handle_new(ctx);

@@ -336,6 +336,64 @@ KILN_API void kiln_release(kiln_tensor *t);
 
 /* ---- Autograd ------------------------------------------------------------- */
 
+/* Gradients are lazy tensors like any other: kiln_backward adds the nodes that
+ * compute them to the graph, so that the forward pass, the backward pass and
+ * an optimiser's update compile together at the next sync point. Gradients
+ * have their tensor's shape and dtype. Where several elements tie for a max
+ * or min (kiln_max, kiln_min, kiln_maximum, kiln_minimum), they share the
+ * gradient evenly; kiln_abs and kiln_relu have gradient 0 at 0. Comparisons,
+ * argmax/argmin, integer and bool tensors, casts to them, the condition of
+ * kiln_where and random numbers carry no gradient. */
+
+/* Marks t, a tensor of a float dtype, as a leaf whose gradient kiln_backward
+ * accumulates (on) or no longer accumulates (off; the gradient so far is
+ * kept). Marking gives t a buffer of its own, so unless t is already data
+ * (kiln_from_data) this is a sync point that realizes t; mark a tensor before
+ * using it, as ops recorded earlier read its old value. Returns KILN_OK,
+ * t's error, the sync's failure, KILN_ERR_DTYPE for an integer or bool tensor
+ * or KILN_ERR_ARG for NULL; the message is kiln_ctx_last_error's. */
+KILN_API kiln_status kiln_requires_grad(kiln_tensor *t, bool on);
+/* Whether t is marked (false for NULL). */
+KILN_API bool kiln_requires_grad_of(const kiln_tensor *t);
+
+/* Differentiates loss (any shape: the seed is ones) with respect to every
+ * marked leaf of its context that loss depends on, adding the lazy gradients
+ * into each leaf's gradient; several calls accumulate. A leaf is not looked
+ * through: what it was computed from gets nothing. Returns KILN_OK, loss's
+ * own error when it carries one, KILN_ERR_DTYPE when loss is not a float, or
+ * KILN_ERR_OOM; the message is kiln_ctx_last_error's. Nothing is computed. */
+KILN_API kiln_status kiln_backward(kiln_tensor *loss);
+
+/* A new handle (owned like any op result, by the current scope) to t's
+ * accumulated gradient, or NULL if it has none. */
+KILN_API kiln_tensor *kiln_grad(const kiln_tensor *t);
+
+/* Drops t's accumulated gradient. NULL is a no-op. */
+KILN_API void kiln_zero_grad(kiln_tensor *t);
+
+/* Functional form: out[i] = d(sum of y * seed)/d xs[i] as new lazy handles
+ * (owned by the current scope) with xs[i]'s shape and dtype; seed NULL means
+ * ones, else it broadcasts to y's shape and converts to y's dtype. The
+ * results are differentiable again (Hessian-vector products), and xs[i] may
+ * be any tensor y is computed from (the derivative is the total one, through
+ * the other xs too). A tensor that y does not depend on gets zeros. y, seed
+ * and the xs must be floats of one context. On failure every out[i] is NULL
+ * and the status (y's, seed's or an xs[i]'s own error, KILN_ERR_DTYPE,
+ * KILN_ERR_SHAPE naming the seed's and y's shapes, KILN_ERR_ARG) comes back
+ * with its message in kiln_ctx_last_error. */
+KILN_API kiln_status kiln_gradients(kiln_tensor *y, const kiln_tensor *seed, int n,
+                                    kiln_tensor *const *xs, kiln_tensor **out);
+
+/* Ops recorded between these calls give tensors that autograd treats as
+ * constants (optimiser updates, running statistics). They nest; an end
+ * without a begin is a no-op. */
+KILN_API void kiln_no_grad_begin(kiln_ctx *ctx);
+KILN_API void kiln_no_grad_end(kiln_ctx *ctx);
+
+/* A tensor with t's value that autograd treats as a constant (NULL for a NULL
+ * handle; t's error passes on). */
+KILN_API kiln_tensor *kiln_detach(kiln_tensor *t);
+
 /* ---- Neural-network ops ----------------------------------------------------
  * Each is composed from the ops above, so it fuses with its neighbours at a
  * sync point and is differentiated by the same rules. Tensor arguments must
@@ -496,6 +554,69 @@ KILN_API kiln_status kiln_load_into(const char *path, int n, const char *const *
 
 /* Frees the names kiln_load returned. NULL is a no-op. */
 KILN_API void kiln_free_names(int n, char **names);
+
+/* An optimiser updates a fixed list of parameters (float tensors of one
+ * context, each at most once) from their gradients (kiln_grad), with
+ * PyTorch's equations. A step records the updates with kiln_assign inside a
+ * no-grad scope and computes nothing: the next sync point runs them with the
+ * forward and backward passes, fused into their kernels. The learning rate
+ * and Adam's bias corrections enter each step as fresh 0-d inputs rather
+ * than constants, so every step has the same graph structure and replays the
+ * program the first one compiled even as the learning rate changes. The
+ * optimiser keeps the parameters' handles, which must stay alive (not
+ * released, nor ended with a scope) until it is freed; its own state lives
+ * until kiln_optim_free, which must come before kiln_ctx_free. State and
+ * arithmetic are f64 for f64 parameters and f32 for the others (half types
+ * included). A parameter with no gradient at a step is left alone, state and
+ * step count included. The constructors return NULL for bad arguments
+ * (non-finite or negative lr, momentum, weight_decay or eps; betas outside
+ * [0, 1); Nesterov without momentum; a parameter that is NULL, in an error
+ * state, of another context, not a float, or listed twice) and
+ * kiln_ctx_last_error says why. */
+typedef struct kiln_optim kiln_optim;
+
+/* SGD with momentum (dampening 0) and weight decay added to the gradient:
+ * g += wd*p; buf = momentum*buf + g (buf = g at the first step); g = buf, or
+ * g + momentum*buf with Nesterov; p -= lr*g. */
+KILN_API kiln_optim *kiln_sgd_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                                  double momentum, double weight_decay, bool nesterov);
+/* Adam with bias correction and weight decay added to the gradient (L2):
+ * g += wd*p; m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2; p -=
+ * lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps), t counting from 1. */
+KILN_API kiln_optim *kiln_adam_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                                   double beta1, double beta2, double eps, double weight_decay);
+/* AdamW: Adam with decoupled weight decay, p *= 1 - lr*wd before the update
+ * and nothing added to the gradient. */
+KILN_API kiln_optim *kiln_adamw_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                                    double beta1, double beta2, double eps, double weight_decay);
+/* Records one update of every parameter that has a gradient. Lazy: a sync
+ * point computes it. Returns KILN_OK, or the error of a gradient (then no
+ * parameter changes) with kiln_ctx_last_error saying which; KILN_ERR_ARG for
+ * NULL. */
+KILN_API kiln_status kiln_optim_step(kiln_optim *o);
+/* kiln_zero_grad of every parameter. */
+KILN_API void kiln_optim_zero_grad(kiln_optim *o);
+/* The learning rate of the next steps; a non-finite or negative one is
+ * refused (the old one stays, and kiln_ctx_last_error says so). */
+KILN_API void kiln_optim_set_lr(kiln_optim *o, double lr);
+/* The learning rate (NaN for NULL). */
+KILN_API double kiln_optim_lr(const kiln_optim *o);
+/* Frees the optimiser and its state; the parameters stay. NULL is a no-op. */
+KILN_API void kiln_optim_free(kiln_optim *o);
+
+/* Learning-rate schedules: the rate at step t (0-based; a negative t counts
+ * as 0), to pass to kiln_optim_set_lr before each step. */
+/* base * gamma^floor(t / step_size); NaN when step_size < 1. */
+KILN_API double kiln_lr_step(double base, int64_t t, int64_t step_size, double gamma);
+/* Cosine annealing from base at t = 0 to min_lr at t = total: min_lr +
+ * (base - min_lr) * (1 + cos(pi * t / total)) / 2, and min_lr after total;
+ * NaN when total < 1. */
+KILN_API double kiln_lr_cosine(double base, int64_t t, int64_t total, double min_lr);
+/* Linear warmup: base * (t + 1) / warmup for t < warmup, then base. base may
+ * be another schedule's value at t, so that
+ * kiln_lr_warmup_linear(kiln_lr_cosine(lr, t, total, 0), t, warmup) ramps up
+ * to the cosine curve and then follows it. */
+KILN_API double kiln_lr_warmup_linear(double base, int64_t t, int64_t warmup);
 
 /* ---- Debugging ------------------------------------------------------------ */
 

@@ -1,0 +1,250 @@
+/* backward.c — the rewrite itself: the walk over the part of the graph
+ * between an output and the nodes it is differentiated with respect to, and
+ * the accumulation of each node's gradient from all of its consumers, in
+ * reverse topological order. Also what a detached node is. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "autograd/internal.h"
+
+bool autograd_is_detached(const graph_node *n) { return n->op == GRAPH_CAT && n->nsrc == 1; }
+
+graph_node *autograd_detach(graph_node *n) {
+    bool constant = n->op == GRAPH_CONST || (n->op == GRAPH_VIEW && n->src[0]->op == GRAPH_CONST);
+    if (autograd_is_detached(n) || !graph_dtype_is_float(n->dtype) || constant)
+        return graph_ref(n);
+    if (n->ndim > 0)
+        return graph_cat(1, &n, 0);
+    /* cat needs an axis: a scalar goes through a one-element vector. */
+    const int64_t one = 1;
+    graph_node *v = graph_reshape(n, 1, &one);
+    graph_node *c = v ? graph_cat(1, &v, 0) : NULL;
+    graph_unref(v);
+    return autograd_take_reshape(c, 0, NULL);
+}
+
+/* What the rewrite knows of one node of the walk; a node's scratch holds its
+ * record's index + 1 while the rewrite runs. */
+typedef struct record {
+    graph_node *node;
+    graph_node *grad; /* accumulated so far (owned) */
+    bool is_x;
+    bool done;    /* finished by the walk */
+    bool reaches; /* an x lies at or below it, along nodes looked through */
+} record;
+
+typedef struct rewrite {
+    record *recs;
+    int64_t nrecs, cap;
+    bool stop_at_xs;
+} rewrite;
+
+static int64_t rec_of(const graph_node *n) { return (int64_t)(intptr_t)n->scratch - 1; }
+
+/* The record of n, made when n is new; -1 when out of memory. */
+static int64_t rec_get(rewrite *w, graph_node *n) {
+    if (n->scratch)
+        return rec_of(n);
+    if (w->nrecs == w->cap) {
+        int64_t cap = w->cap ? w->cap * 2 : 64;
+        record *r = realloc(w->recs, sizeof *r * (size_t)cap);
+        if (!r)
+            return -1;
+        w->recs = r;
+        w->cap = cap;
+    }
+    w->recs[w->nrecs] = (record){.node = n};
+    n->scratch = (void *)(intptr_t)(w->nrecs + 1);
+    return w->nrecs++;
+}
+
+/* Whether the rewrite looks through n to its sources. */
+static bool looks_through(const rewrite *w, const record *r) {
+    return graph_dtype_is_float(r->node->dtype) && !autograd_is_detached(r->node) &&
+           !(r->is_x && w->stop_at_xs);
+}
+
+/* Post-order over the float nodes below y that the rewrite looks through
+ * (every source before its consumers), as record indices. Iterative, as
+ * graphs can be deeper than the C stack. */
+static kiln_status walk(rewrite *w, graph_node *y, int64_t **order, int64_t *norder) {
+    typedef struct frame {
+        int64_t rec;
+        int next;
+    } frame;
+    frame *stack = NULL;
+    int64_t nstack = 0, scap = 0, ocap = 0;
+    int64_t *out = NULL;
+    *norder = 0;
+    int64_t root = rec_get(w, y);
+    if (root < 0)
+        return KILN_ERR_OOM;
+    kiln_status st = KILN_OK;
+    scap = 64;
+    if (!(stack = malloc(sizeof *stack * (size_t)scap)))
+        return KILN_ERR_OOM;
+    stack[nstack++] = (frame){root, 0};
+    while (nstack > 0 && st == KILN_OK) {
+        frame *top = &stack[nstack - 1];
+        record *r = &w->recs[top->rec];
+        graph_node *n = r->node;
+        if (looks_through(w, r) && top->next < n->nsrc) {
+            graph_node *s = n->src[top->next++];
+            if (!graph_dtype_is_float(s->dtype) || (s->scratch && w->recs[rec_of(s)].done))
+                continue;
+            /* New, or an x registered before the walk: a record that is
+             * not done is otherwise on the stack, which a graph without
+             * cycles never leads back to. */
+            int64_t k = rec_get(w, s);
+            if (k < 0) {
+                st = KILN_ERR_OOM;
+                break;
+            }
+            if (nstack == scap) {
+                frame *p = realloc(stack, sizeof *p * (size_t)(scap * 2));
+                if (!p) {
+                    st = KILN_ERR_OOM;
+                    break;
+                }
+                stack = p;
+                scap *= 2;
+            }
+            stack[nstack++] = (frame){k, 0};
+            continue;
+        }
+        bool reaches = r->is_x;
+        if (looks_through(w, r))
+            for (int j = 0; j < n->nsrc && !reaches; j++)
+                reaches = n->src[j]->scratch && w->recs[rec_of(n->src[j])].reaches &&
+                          graph_dtype_is_float(n->src[j]->dtype);
+        r->reaches = reaches;
+        r->done = true;
+        if (*norder == ocap) {
+            int64_t c = ocap ? ocap * 2 : 64;
+            int64_t *p = realloc(out, sizeof *p * (size_t)c);
+            if (!p) {
+                st = KILN_ERR_OOM;
+                break;
+            }
+            out = p;
+            ocap = c;
+        }
+        out[(*norder)++] = top->rec;
+        nstack--;
+    }
+    free(stack);
+    if (st != KILN_OK) {
+        free(out);
+        return st;
+    }
+    *order = out;
+    return KILN_OK;
+}
+
+/* Adds c (consumed) into the gradient of record k. */
+static bool accumulate(rewrite *w, int64_t k, graph_node *c) {
+    record *r = &w->recs[k];
+    if (!c)
+        return false;
+    if (!r->grad) {
+        r->grad = c;
+        return true;
+    }
+    r->grad = autograd_take_binary(GRAPH_ADD, r->grad, c);
+    return r->grad != NULL;
+}
+
+static kiln_status propagate(rewrite *w, const int64_t *order, int64_t norder, char *msg,
+                             size_t cap) {
+    bool *need = NULL;
+    graph_node **out = NULL;
+    int width = 0;
+    kiln_status st = KILN_OK;
+    for (int64_t i = norder - 1; i >= 0 && st == KILN_OK; i--) {
+        record *r = &w->recs[order[i]];
+        graph_node *n = r->node;
+        if (!r->reaches || !r->grad || !looks_through(w, r) || n->nsrc == 0)
+            continue;
+        if (n->nsrc > width) {
+            bool *nn = realloc(need, sizeof *nn * (size_t)n->nsrc);
+            graph_node **no = nn ? realloc(out, sizeof *no * (size_t)n->nsrc) : NULL;
+            if (nn)
+                need = nn;
+            if (no)
+                out = no;
+            if (!nn || !no) {
+                snprintf(msg, cap, "kiln_backward: out of memory");
+                st = KILN_ERR_OOM;
+                break;
+            }
+            width = n->nsrc;
+        }
+        bool any = false;
+        for (int j = 0; j < n->nsrc; j++) {
+            graph_node *s = n->src[j];
+            need[j] = graph_dtype_is_float(s->dtype) && s->scratch && w->recs[rec_of(s)].reaches;
+            any = any || need[j];
+        }
+        if (!any)
+            continue;
+        st = autograd_vjp(n, r->grad, need, out, msg, cap);
+        for (int j = 0; j < n->nsrc && st == KILN_OK; j++) {
+            if (!need[j])
+                continue;
+            graph_node *c = out[j];
+            out[j] = NULL;
+            if (!accumulate(w, rec_of(n->src[j]), c)) {
+                snprintf(msg, cap, "kiln_backward: out of memory");
+                st = KILN_ERR_OOM;
+            }
+        }
+        for (int j = 0; j < n->nsrc; j++)
+            if (need[j])
+                graph_unref(out[j]);
+        /* Interior gradients are not needed once passed on. */
+        if (!r->is_x) {
+            graph_unref(r->grad);
+            r->grad = NULL;
+        }
+    }
+    free(need);
+    free(out);
+    return st;
+}
+
+kiln_status autograd_gradients(graph_node *y, graph_node *seed, int n, graph_node *const *xs,
+                               bool stop_at_xs, graph_node **out, char *msg, size_t cap) {
+    rewrite w = {.stop_at_xs = stop_at_xs};
+    int64_t *order = NULL, norder = 0;
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < n; i++)
+        out[i] = NULL;
+    for (int i = 0; i < n && st == KILN_OK; i++) {
+        int64_t k = rec_get(&w, xs[i]);
+        if (k < 0)
+            st = KILN_ERR_OOM;
+        else
+            w.recs[k].is_x = true;
+    }
+    if (st == KILN_OK)
+        st = walk(&w, y, &order, &norder);
+    if (st == KILN_OK) {
+        int64_t k = rec_of(y);
+        w.recs[k].grad = graph_ref(seed);
+        st = propagate(&w, order, norder, msg, cap);
+    } else {
+        snprintf(msg, cap, "kiln_backward: out of memory");
+    }
+    for (int i = 0; i < n && st == KILN_OK; i++) {
+        record *r = &w.recs[rec_of(xs[i])];
+        out[i] = r->reaches ? graph_ref(r->grad) : NULL;
+    }
+    for (int64_t k = 0; k < w.nrecs; k++) {
+        w.recs[k].node->scratch = NULL;
+        graph_unref(w.recs[k].grad);
+    }
+    free(w.recs);
+    free(order);
+    return st;
+}

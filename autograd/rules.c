@@ -1,0 +1,235 @@
+/* rules.c — the vector-Jacobian product of every differentiable graph op,
+ * written with graph/'s constructors so that gradients are lazy nodes that
+ * fold, simplify and fuse like the forward pass (and can be differentiated
+ * again). Extreme-value reductions and maximum/minimum split the gradient
+ * evenly between tied elements. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "autograd/internal.h"
+
+/* ---- helpers that consume their arguments ---- */
+
+graph_node *autograd_take_binary(graph_op op, graph_node *a, graph_node *b) {
+    graph_node *r = a && b ? graph_binary(op, a, b) : NULL;
+    graph_unref(a);
+    graph_unref(b);
+    return r;
+}
+
+graph_node *autograd_take_unary(graph_op op, graph_node *a) {
+    graph_node *r = a ? graph_unary(op, a) : NULL;
+    graph_unref(a);
+    return r;
+}
+
+graph_node *autograd_take_where(graph_node *c, graph_node *a, graph_node *b) {
+    graph_node *r = c && a && b ? graph_where(c, a, b) : NULL;
+    graph_unref(c);
+    graph_unref(a);
+    graph_unref(b);
+    return r;
+}
+
+graph_node *autograd_take_reduce(graph_node *a, uint32_t axes) {
+    graph_node *r = a ? graph_reduce(GRAPH_SUM, a, axes, a->dtype) : NULL;
+    graph_unref(a);
+    return r;
+}
+
+graph_node *autograd_take_reshape(graph_node *a, int ndim, const int64_t *shape) {
+    graph_node *r = a ? graph_reshape(a, ndim, shape) : NULL;
+    graph_unref(a);
+    return r;
+}
+
+graph_node *autograd_full_shape(const graph_node *like, int ndim, const int64_t *shape, double v) {
+    return graph_full(like->g, like->dtype, ndim, shape, graph_scalar_from_double(v, like->dtype));
+}
+
+graph_node *autograd_full(const graph_node *like, double v) {
+    return autograd_full_shape(like, like->ndim, like->shape, v);
+}
+
+/* Short names for the rules below: R borrows (takes a reference of its own). */
+#define R(n) graph_ref(n)
+#define ADD(a, b) autograd_take_binary(GRAPH_ADD, (a), (b))
+#define SUB(a, b) autograd_take_binary(GRAPH_SUB, (a), (b))
+#define MUL(a, b) autograd_take_binary(GRAPH_MUL, (a), (b))
+#define DIV(a, b) autograd_take_binary(GRAPH_DIV, (a), (b))
+#define CMP(op, a, b) autograd_take_binary((op), (a), (b))
+#define UN(op, a) autograd_take_unary((op), (a))
+#define WHERE(c, a, b) autograd_take_where((c), (a), (b))
+#define K(like, v) autograd_full((like), (v))
+
+/* ---- rules ---- */
+
+static graph_node *unary_vjp(graph_node *n, graph_node *g) {
+    graph_node *x = n->src[0];
+    switch (n->op) {
+    case GRAPH_NEG:
+        return UN(GRAPH_NEG, R(g));
+    case GRAPH_ABS: /* sign(x), 0 at 0 */
+        return WHERE(CMP(GRAPH_GT, R(x), K(x, 0)), R(g),
+                     WHERE(CMP(GRAPH_LT, R(x), K(x, 0)), UN(GRAPH_NEG, R(g)), K(g, 0)));
+    case GRAPH_EXP:
+        return MUL(R(g), R(n));
+    case GRAPH_LOG:
+        return DIV(R(g), R(x));
+    case GRAPH_SQRT:
+        return DIV(MUL(R(g), K(g, 0.5)), R(n));
+    case GRAPH_RSQRT: /* -x^(-3/2) / 2 = -y^3 / 2 */
+        return MUL(MUL(R(g), K(g, -0.5)), MUL(R(n), MUL(R(n), R(n))));
+    case GRAPH_SIN:
+        return MUL(R(g), UN(GRAPH_COS, R(x)));
+    case GRAPH_COS:
+        return UN(GRAPH_NEG, MUL(R(g), UN(GRAPH_SIN, R(x))));
+    case GRAPH_TANH:
+        return MUL(R(g), SUB(K(n, 1), MUL(R(n), R(n))));
+    case GRAPH_SIGMOID:
+        return MUL(R(g), MUL(R(n), SUB(K(n, 1), R(n))));
+    case GRAPH_RELU:
+        return WHERE(CMP(GRAPH_GT, R(x), K(x, 0)), R(g), K(g, 0));
+    case GRAPH_GELU: {
+        /* gelu(x) = x Phi(x), so gelu' = Phi(x) + x phi(x); with no erf among
+         * the ops, Phi(x) is gelu(x) / x (1/2 at 0, where x is replaced by 1
+         * so that no branch of the where divides by zero). */
+        graph_node *zero = CMP(GRAPH_EQ, R(x), K(x, 0));
+        graph_node *safe = WHERE(R(zero), K(x, 1), R(x));
+        graph_node *cdf = WHERE(R(zero), K(x, 0.5), DIV(R(n), safe));
+        graph_node *pdf = MUL(K(x, 0.3989422804014327),
+                              UN(GRAPH_EXP, MUL(K(x, -0.5), MUL(R(x), R(x)))));
+        graph_unref(zero);
+        return MUL(R(g), ADD(cdf, MUL(R(x), pdf)));
+    }
+    case GRAPH_SILU: { /* s (1 + x (1 - s)), s = sigmoid(x) */
+        graph_node *s = UN(GRAPH_SIGMOID, R(x));
+        graph_node *d = MUL(R(s), ADD(K(x, 1), MUL(R(x), SUB(K(x, 1), R(s)))));
+        graph_unref(s);
+        return MUL(R(g), d);
+    }
+    case GRAPH_RECIP:
+        return UN(GRAPH_NEG, MUL(R(g), MUL(R(n), R(n))));
+    case GRAPH_CAST:
+        return graph_cast(g, x->dtype);
+    default:
+        return NULL;
+    }
+}
+
+/* maximum (gt) or minimum (lt): the winner takes g, a tie halves it. */
+static graph_node *extreme_vjp(graph_op wins, graph_node *self, graph_node *other,
+                               graph_node *g) {
+    return WHERE(CMP(wins, R(self), R(other)), R(g),
+                 WHERE(CMP(GRAPH_EQ, R(self), R(other)), MUL(R(g), K(g, 0.5)), K(g, 0)));
+}
+
+static graph_node *binary_vjp(graph_node *n, graph_node *g, int j) {
+    graph_node *a = n->src[0], *b = n->src[1];
+    switch (n->op) {
+    case GRAPH_ADD:
+        return R(g);
+    case GRAPH_SUB:
+        return j == 0 ? R(g) : UN(GRAPH_NEG, R(g));
+    case GRAPH_MUL:
+        return MUL(R(g), R(j == 0 ? b : a));
+    case GRAPH_DIV:
+        return j == 0 ? DIV(R(g), R(b)) : UN(GRAPH_NEG, DIV(MUL(R(g), R(n)), R(b)));
+    case GRAPH_POW:
+        if (j == 0) /* b a^(b-1) */
+            return MUL(R(g), MUL(R(b), autograd_take_binary(GRAPH_POW, R(a),
+                                                            SUB(R(b), K(b, 1)))));
+        /* y log(a); 0 where a is 0 (as 0^b does not move with b > 0) */
+        return WHERE(CMP(GRAPH_EQ, R(a), K(a, 0)), K(g, 0),
+                     MUL(R(g), MUL(R(n), UN(GRAPH_LOG, R(a)))));
+    case GRAPH_MAXIMUM:
+        return extreme_vjp(GRAPH_GT, j == 0 ? a : b, j == 0 ? b : a, g);
+    case GRAPH_MINIMUM:
+        return extreme_vjp(GRAPH_LT, j == 0 ? a : b, j == 0 ? b : a, g);
+    default:
+        return NULL;
+    }
+}
+
+/* max and min: the elements equal to the extreme share g evenly; a NaN row
+ * (whose extreme equals nothing) gets no gradient. */
+static graph_node *reduce_extreme_vjp(graph_node *n, graph_node *g) {
+    graph_node *x = n->src[0];
+    graph_node *hit = CMP(GRAPH_EQ, R(x), graph_expand(n, x->shape));
+    graph_node *count = hit ? autograd_take_reduce(graph_cast(hit, x->dtype), n->p.axes) : NULL;
+    graph_node *share = DIV(R(g), count);
+    graph_node *spread = share ? graph_expand(share, x->shape) : NULL;
+    graph_unref(share);
+    return WHERE(hit, spread, K(x, 0));
+}
+
+static graph_node *matmul_vjp(graph_node *n, graph_node *g, int j) {
+    graph_node *other = n->src[1 - j];
+    int perm[KILN_MAX_DIMS];
+    for (int d = 0; d < other->ndim; d++)
+        perm[d] = d;
+    perm[other->ndim - 2] = other->ndim - 1;
+    perm[other->ndim - 1] = other->ndim - 2;
+    graph_node *t = graph_permute(other, perm);
+    graph_node *r = t ? (j == 0 ? graph_matmul(g, t) : graph_matmul(t, g)) : NULL;
+    graph_unref(t);
+    return r;
+}
+
+static graph_node *cat_vjp(graph_node *n, graph_node *g, int j) {
+    int ax = n->p.axis;
+    int64_t lo = 0;
+    for (int i = 0; i < j; i++)
+        lo += n->src[i]->shape[ax];
+    int64_t start[KILN_MAX_DIMS] = {0}, step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
+    for (int d = 0; d < n->ndim; d++) {
+        step[d] = 1;
+        len[d] = n->shape[d];
+    }
+    start[ax] = lo;
+    len[ax] = n->src[j]->shape[ax];
+    return graph_slice(g, start, step, len);
+}
+
+kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_node **out,
+                         char *msg, size_t cap) {
+    bool bad = false;
+    for (int j = 0; j < n->nsrc; j++) {
+        out[j] = NULL;
+        if (!need[j])
+            continue;
+        if (graph_op_is_unary(n->op))
+            out[j] = unary_vjp(n, g);
+        else if (graph_op_is_binary(n->op))
+            out[j] = binary_vjp(n, g, j);
+        else if (n->op == GRAPH_WHERE)
+            out[j] = j == 1 ? WHERE(R(n->src[0]), R(g), K(g, 0))
+                            : WHERE(R(n->src[0]), K(g, 0), R(g));
+        else if (n->op == GRAPH_SUM)
+            out[j] = graph_expand(g, n->src[0]->shape);
+        else if (n->op == GRAPH_RMAX || n->op == GRAPH_RMIN)
+            out[j] = reduce_extreme_vjp(n, g);
+        else if (n->op == GRAPH_VIEW)
+            out[j] = autograd_view_vjp(n, R(g), &bad);
+        else if (n->op == GRAPH_CAT)
+            out[j] = cat_vjp(n, g, j);
+        else if (n->op == GRAPH_MATMUL)
+            out[j] = matmul_vjp(n, g, j);
+        if (!out[j]) {
+            for (int i = 0; i < j; i++) {
+                graph_unref(out[i]);
+                out[i] = NULL;
+            }
+            if (bad) {
+                snprintf(msg, cap, "kiln_backward: cannot invert a view of shape %s",
+                         "(overlapping strides)");
+                return KILN_ERR_ARG;
+            }
+            snprintf(msg, cap, "kiln_backward: out of memory while differentiating %s",
+                     graph_op_name(n->op));
+            return KILN_ERR_OOM;
+        }
+    }
+    return KILN_OK;
+}

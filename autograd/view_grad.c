@@ -1,0 +1,161 @@
+/* view_grad.c — the gradient of a view: the transpose of its index map. A
+ * view reads element i of its shape from flat element offset + sum(i*stride)
+ * of its source inside its mask, so the source's gradient scatters g back:
+ * the masked-off border is cut away, broadcast (stride 0) axes are summed,
+ * reversed axes flipped, the axes sorted by stride, and the elements spread
+ * over the source's flat range by padding each axis to its stride. Views that
+ * a chain of permutes, slices, reshapes, expands, pads and flips can make are
+ * all of this form. */
+#include <string.h>
+
+#include "autograd/internal.h"
+
+static graph_node *zeros_like_src(const graph_node *v) { return autograd_full(v->src[0], 0); }
+
+static graph_node *take_slice_axis(graph_node *a, int axis, int64_t start, int64_t len) {
+    if (!a)
+        return NULL;
+    int64_t st[KILN_MAX_DIMS] = {0}, step[KILN_MAX_DIMS], ln[KILN_MAX_DIMS];
+    for (int d = 0; d < a->ndim; d++) {
+        step[d] = 1;
+        ln[d] = a->shape[d];
+    }
+    st[axis] = start;
+    ln[axis] = len;
+    graph_node *r = graph_slice(a, st, step, ln);
+    graph_unref(a);
+    return r;
+}
+
+static graph_node *take_pad_axis(graph_node *a, int axis, int64_t before, int64_t after) {
+    if (!a)
+        return NULL;
+    int64_t lo[KILN_MAX_DIMS] = {0}, hi[KILN_MAX_DIMS] = {0};
+    lo[axis] = before;
+    hi[axis] = after;
+    graph_node *r = graph_pad(a, lo, hi);
+    graph_unref(a);
+    return r;
+}
+
+graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
+    const graph_view *vw = &v->p.view;
+    const graph_node *s = v->src[0];
+    int nd = v->ndim;
+    int64_t base = graph_numel(s);
+    int64_t off = vw->offset;
+    if (graph_numel(v) == 0 || base == 0) {
+        graph_unref(g);
+        return zeros_like_src(v);
+    }
+    /* The masked-off border reads nothing. */
+    if (vw->masked) {
+        int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
+        for (int d = 0; d < nd; d++) {
+            if (vw->mask_hi[d] <= vw->mask_lo[d]) {
+                graph_unref(g);
+                return zeros_like_src(v);
+            }
+            start[d] = vw->mask_lo[d];
+            step[d] = 1;
+            len[d] = vw->mask_hi[d] - vw->mask_lo[d];
+            off += vw->mask_lo[d] * vw->strides[d];
+        }
+        graph_node *c = g ? graph_slice(g, start, step, len) : NULL;
+        graph_unref(g);
+        g = c;
+    }
+    if (!g)
+        return NULL;
+    int64_t stride[KILN_MAX_DIMS];
+    memcpy(stride, vw->strides, sizeof stride);
+    /* Broadcast axes read one element many times: their gradients add up. */
+    uint32_t sum = 0;
+    for (int d = 0; d < nd; d++)
+        if (stride[d] == 0 && g->shape[d] > 1)
+            sum |= 1u << d;
+    if (sum)
+        g = autograd_take_reduce(g, sum);
+    if (!g)
+        return NULL;
+    uint32_t flip = 0;
+    int keep[KILN_MAX_DIMS], m = 0;
+    for (int d = 0; d < nd; d++) {
+        if (g->shape[d] == 1)
+            continue;
+        if (stride[d] < 0) {
+            flip |= 1u << d;
+            off += (g->shape[d] - 1) * stride[d];
+            stride[d] = -stride[d];
+        }
+        keep[m++] = d;
+    }
+    if (flip) {
+        graph_node *f = graph_flip(g, flip);
+        graph_unref(g);
+        if (!(g = f))
+            return NULL;
+    }
+    /* Outermost (largest stride) first: insertion sort, stable. */
+    for (int i = 1; i < m; i++)
+        for (int k = i; k > 0 && stride[keep[k - 1]] < stride[keep[k]]; k--) {
+            int t = keep[k];
+            keep[k] = keep[k - 1];
+            keep[k - 1] = t;
+        }
+    int perm[KILN_MAX_DIMS], np = 0;
+    for (int i = 0; i < m; i++)
+        perm[np++] = keep[i];
+    for (int d = 0; d < nd; d++)
+        if (g->shape[d] == 1)
+            perm[np++] = d;
+    int64_t n[KILN_MAX_DIMS + 1], st[KILN_MAX_DIMS];
+    for (int i = 0; i < m; i++) {
+        n[i] = g->shape[keep[i]];
+        st[i] = stride[keep[i]];
+    }
+    /* Each axis must step past everything inside it: then no two elements
+     * of the view read one source element. */
+    int64_t extent = 1;
+    for (int k = m - 1; k >= 0; k--) {
+        if (st[k] < extent) {
+            *bad = true;
+            graph_unref(g);
+            return NULL;
+        }
+        extent += (n[k] - 1) * st[k];
+    }
+    graph_node *p = graph_permute(g, perm);
+    graph_unref(g);
+    g = autograd_take_reshape(p, m, n);
+    /* A view that reads its whole source once in order only needs reshaping. */
+    int64_t count = 1;
+    for (int i = 0; i < m; i++)
+        count *= n[i];
+    bool dense = off == 0 && count == base && (m == 0 || st[m - 1] == 1);
+    for (int i = 0; dense && i + 1 < m; i++)
+        dense = st[i] == st[i + 1] * n[i + 1];
+    if (dense || !g)
+        return autograd_take_reshape(g, s->ndim, s->shape);
+    /* Spread each axis over its stride, innermost first, merging as it goes:
+     * shape [n0..nk, w] becomes [n0..n(k-1), w'], where w' = (nk-1)*stride_k
+     * + w is the extent of axis k and everything inside it. */
+    n[m] = 1;
+    g = autograd_take_reshape(g, m + 1, n);
+    int64_t w = 1;
+    for (int k = m - 1; k >= 0 && g; k--) {
+        if (st[k] > w)
+            g = take_pad_axis(g, k + 1, 0, st[k] - w);
+        int64_t merged[KILN_MAX_DIMS + 1];
+        memcpy(merged, n, sizeof(int64_t) * (size_t)k);
+        merged[k] = n[k] * st[k];
+        g = autograd_take_reshape(g, k + 1, merged);
+        if (st[k] > w)
+            g = take_slice_axis(g, k, 0, (n[k] - 1) * st[k] + w);
+        w = (n[k] - 1) * st[k] + w;
+    }
+    /* g now covers flat source elements [off, off + w), inside the source. */
+    if (g && w < base)
+        g = take_pad_axis(g, 0, off, base - off - w);
+    return autograd_take_reshape(g, s->ndim, s->shape);
+}

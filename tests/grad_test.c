@@ -1,0 +1,555 @@
+/* Tests of autograd: every differentiable op's gradient against central
+ * finite differences in float64 (through broadcasting, views, reductions over
+ * several axes and batched matmul), on the reference evaluator and the
+ * compiled CPU path; a Hessian-vector product; accumulation across backward
+ * calls; no-grad scopes, detach and zero_grad; error cases; and a small
+ * training loop that must converge and stop compiling after its first step. */
+#include "test_util.h"
+
+/* The executors the gradient checks run on. */
+static const tu_exec grad_execs[] = {
+    {KILN_REF, KILN_LAZY, "ref/lazy"},
+    {KILN_CPU, KILN_LAZY, "cpu/lazy"},
+};
+
+static void run_grad(void (*body)(kiln_ctx *), const char *test) {
+    int ran = 0;
+    for (size_t i = 0; i < sizeof grad_execs / sizeof grad_execs[0]; i++) {
+        kiln_ctx *ctx = kiln_ctx_new(grad_execs[i].dev);
+        if (!ctx)
+            continue;
+        kiln_ctx_set_mode(ctx, grad_execs[i].mode);
+        *tu_cur_exec_slot() = &grad_execs[i];
+        body(ctx);
+        kiln_ctx_free(ctx);
+        ran++;
+    }
+    *tu_cur_exec_slot() = NULL;
+    cr_assert(ran > 0, "%s: no executor is available", test);
+}
+
+#define GRAD_TEST(name)                                                                            \
+    static void grad_body_##name(kiln_ctx *ctx);                                                   \
+    Test(grad, name) { run_grad(grad_body_##name, "grad/" #name); }                                \
+    static void grad_body_##name(kiln_ctx *ctx)
+
+/* ---- finite-difference checks --------------------------------------------- */
+
+#define MAXIN 3
+
+/* How inputs are drawn: uniform in [lo, hi]; or magnitudes in [lo, hi] with a
+ * random sign (away from a kink at 0); or lo + an integer + a fraction in
+ * [0.2, 0.8] (away from the jumps of a cast to an integer). */
+typedef enum { GEN_UNIFORM, GEN_SIGNED, GEN_FRACTION } gen_mode;
+
+typedef struct fd_case {
+    const char *name;
+    int nin;
+    int ndim[MAXIN];
+    int64_t dims[MAXIN][4];
+    gen_mode gen;
+    double lo, hi;
+    kiln_tensor *(*f)(kiln_tensor **x);
+    double tol; /* 0: the default */
+    double h;   /* the finite-difference step; 0: the default */
+} fd_case;
+
+static kiln_tensor *make(kiln_ctx *ctx, int ndim, const int64_t *dims, const double *v) {
+    return kiln_from_data(ctx, KILN_F64, ndim, dims, v);
+}
+
+/* sum(f(x) * w) for inputs vals. */
+static double weighted(kiln_ctx *ctx, const fd_case *c, double *const *vals, const double *w) {
+    kiln_scope_begin(ctx);
+    kiln_tensor *x[MAXIN];
+    for (int i = 0; i < c->nin; i++)
+        x[i] = make(ctx, c->ndim[i], c->dims[i], vals[i]);
+    kiln_tensor *y = c->f(x);
+    kiln_tensor *wt = make(ctx, kiln_ndim(y), kiln_shape(y), w);
+    double s = TU_ITEM(kiln_sum(kiln_mul(y, wt), 0, NULL, false));
+    kiln_scope_end(ctx);
+    return s;
+}
+
+static void fill(tu_rng *r, const fd_case *c, double *v, int64_t n) {
+    for (int64_t k = 0; k < n; k++) {
+        switch (c->gen) {
+        case GEN_UNIFORM:
+            v[k] = tu_unif(r, c->lo, c->hi);
+            break;
+        case GEN_SIGNED:
+            v[k] = tu_unif(r, c->lo, c->hi) * (tu_next(r) & 1 ? 1 : -1);
+            break;
+        case GEN_FRACTION:
+            v[k] = c->lo + (double)tu_int(r, 0, (int64_t)(c->hi - c->lo) - 1) + tu_unif(r, 0.2, 0.8);
+            break;
+        }
+    }
+}
+
+/* Checks kiln_gradients of sum(f(x) * w), w random, against central
+ * differences; returns the worst relative error over the inputs. */
+static double fd_check(kiln_ctx *ctx, const fd_case *c) {
+    tu_rng r = tu_rng_from(c->name, 7);
+    double *vals[MAXIN];
+    int64_t n[MAXIN];
+    for (int i = 0; i < c->nin; i++) {
+        n[i] = tu_numel(c->ndim[i], c->dims[i]);
+        vals[i] = malloc(sizeof(double) * (size_t)n[i]);
+        fill(&r, c, vals[i], n[i]);
+    }
+    kiln_scope_begin(ctx);
+    kiln_tensor *x[MAXIN], *g[MAXIN];
+    for (int i = 0; i < c->nin; i++)
+        x[i] = make(ctx, c->ndim[i], c->dims[i], vals[i]);
+    kiln_tensor *y = c->f(x);
+    TU_ASSERT_DTYPE(y, KILN_F64);
+    int64_t ny = kiln_numel(y);
+    double *w = malloc(sizeof(double) * (size_t)(ny ? ny : 1));
+    for (int64_t k = 0; k < ny; k++)
+        w[k] = tu_unif(&r, -1, 1);
+    kiln_tensor *wt = make(ctx, kiln_ndim(y), kiln_shape(y), w);
+    kiln_status st = kiln_gradients(y, wt, c->nin, x, g);
+    cr_assert(st == KILN_OK, "[%s] %s: kiln_gradients: %s", tu_exec_name(), c->name,
+              kiln_ctx_last_error(ctx));
+    double worst = 0;
+    const double h = c->h ? c->h : 1e-6;
+    for (int i = 0; i < c->nin; i++) {
+        TU_ASSERT_SHAPE_N(g[i], c->ndim[i], c->dims[i]);
+        double *got = malloc(sizeof(double) * (size_t)n[i]);
+        TU_READ(g[i], got, n[i]);
+        double maxerr = 0, scale = 0;
+        for (int64_t k = 0; k < n[i]; k++) {
+            double keep = vals[i][k];
+            vals[i][k] = keep + h;
+            double up = weighted(ctx, c, vals, w);
+            vals[i][k] = keep - h;
+            double down = weighted(ctx, c, vals, w);
+            vals[i][k] = keep;
+            double fd = (up - down) / (2 * h);
+            maxerr = fmax(maxerr, fabs(fd - got[k]));
+            scale = fmax(scale, fabs(fd));
+        }
+        double rel = maxerr / fmax(scale, 1e-3);
+        worst = fmax(worst, rel);
+        cr_assert(rel <= (c->tol ? c->tol : 1e-6),
+                  "[%s] %s: input %d: gradient off by %.3g relative to finite differences",
+                  tu_exec_name(), c->name, i, rel);
+        free(got);
+    }
+    kiln_scope_end(ctx);
+    for (int i = 0; i < c->nin; i++)
+        free(vals[i]);
+    free(w);
+    return worst;
+}
+
+static void fd_run(kiln_ctx *ctx, const fd_case *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        double e = fd_check(ctx, &cases[i]);
+        printf("grad [%s] %-22s worst relative error %.2e\n", tu_exec_name(), cases[i].name, e);
+    }
+}
+
+/* ---- elementwise ----------------------------------------------------------- */
+
+static kiln_tensor *f_neg(kiln_tensor **x) { return kiln_neg(x[0]); }
+static kiln_tensor *f_abs(kiln_tensor **x) { return kiln_abs(x[0]); }
+static kiln_tensor *f_exp(kiln_tensor **x) { return kiln_exp(x[0]); }
+static kiln_tensor *f_log(kiln_tensor **x) { return kiln_log(x[0]); }
+static kiln_tensor *f_sqrt(kiln_tensor **x) { return kiln_sqrt(x[0]); }
+static kiln_tensor *f_rsqrt(kiln_tensor **x) { return kiln_rsqrt(x[0]); }
+static kiln_tensor *f_sin(kiln_tensor **x) { return kiln_sin(x[0]); }
+static kiln_tensor *f_cos(kiln_tensor **x) { return kiln_cos(x[0]); }
+static kiln_tensor *f_tanh(kiln_tensor **x) { return kiln_tanh(x[0]); }
+static kiln_tensor *f_sigmoid(kiln_tensor **x) { return kiln_sigmoid(x[0]); }
+static kiln_tensor *f_relu(kiln_tensor **x) { return kiln_relu(x[0]); }
+static kiln_tensor *f_gelu(kiln_tensor **x) { return kiln_gelu(x[0]); }
+static kiln_tensor *f_silu(kiln_tensor **x) { return kiln_silu(x[0]); }
+static kiln_tensor *f_recip(kiln_tensor **x) { return kiln_recip(x[0]); }
+
+#define UNARY(nm, fn, gen, lo, hi)                                                                 \
+    {nm, 1, {2}, {{3, 4}}, gen, lo, hi, fn, 0, 0}
+
+static const fd_case unary_cases[] = {
+    UNARY("neg", f_neg, GEN_UNIFORM, -2, 2),
+    UNARY("abs", f_abs, GEN_SIGNED, 0.1, 2),
+    UNARY("exp", f_exp, GEN_UNIFORM, -2, 2),
+    UNARY("log", f_log, GEN_UNIFORM, 0.2, 3),
+    UNARY("sqrt", f_sqrt, GEN_UNIFORM, 0.2, 3),
+    UNARY("rsqrt", f_rsqrt, GEN_UNIFORM, 0.2, 3),
+    UNARY("sin", f_sin, GEN_UNIFORM, -3, 3),
+    UNARY("cos", f_cos, GEN_UNIFORM, -3, 3),
+    UNARY("tanh", f_tanh, GEN_UNIFORM, -2, 2),
+    UNARY("sigmoid", f_sigmoid, GEN_UNIFORM, -3, 3),
+    UNARY("relu", f_relu, GEN_SIGNED, 0.1, 2),
+    UNARY("gelu", f_gelu, GEN_SIGNED, 0.05, 3),
+    UNARY("silu", f_silu, GEN_UNIFORM, -3, 3),
+    UNARY("recip", f_recip, GEN_SIGNED, 0.3, 2),
+};
+
+GRAD_TEST(unary) { fd_run(ctx, unary_cases, sizeof unary_cases / sizeof unary_cases[0]); }
+
+static kiln_tensor *f_add(kiln_tensor **x) { return kiln_add(x[0], x[1]); }
+static kiln_tensor *f_sub(kiln_tensor **x) { return kiln_sub(x[0], x[1]); }
+static kiln_tensor *f_mul(kiln_tensor **x) { return kiln_mul(x[0], x[1]); }
+static kiln_tensor *f_div(kiln_tensor **x) { return kiln_div(x[0], kiln_add_scalar(x[1], 2.5)); }
+static kiln_tensor *f_pow(kiln_tensor **x) {
+    return kiln_pow(kiln_add_scalar(x[0], 2.2), x[1]);
+}
+static kiln_tensor *f_pow_scalar(kiln_tensor **x) {
+    return kiln_pow_scalar(kiln_add_scalar(x[0], 2.2), 3);
+}
+static kiln_tensor *f_maximum(kiln_tensor **x) { return kiln_maximum(x[0], x[1]); }
+static kiln_tensor *f_minimum(kiln_tensor **x) { return kiln_minimum(x[0], x[1]); }
+static kiln_tensor *f_where(kiln_tensor **x) {
+    return kiln_where(kiln_gt_scalar(x[2], 0), x[0], x[1]);
+}
+static kiln_tensor *f_scalar_ops(kiln_tensor **x) {
+    return kiln_div_scalar(kiln_sub_scalar(kiln_mul_scalar(x[0], 3), 1), 4);
+}
+
+/* [3,1] with [1,4]: broadcasting is reduced back by the expand rule. */
+#define BIN(nm, fn)                                                                                \
+    {nm, 2, {2, 2}, {{3, 1}, {1, 4}}, GEN_UNIFORM, -2, 2, fn, 0, 0}
+
+static const fd_case binary_cases[] = {
+    BIN("add [3,1]+[1,4]", f_add),
+    BIN("sub", f_sub),
+    BIN("mul", f_mul),
+    BIN("div", f_div),
+    BIN("pow", f_pow),
+    BIN("maximum", f_maximum),
+    BIN("minimum", f_minimum),
+    {"pow_scalar", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_pow_scalar, 0, 0},
+    {"scalar ops", 1, {1}, {{5}}, GEN_UNIFORM, -2, 2, f_scalar_ops, 0, 0},
+    {"where", 3, {2, 2, 2}, {{2, 3}, {1, 3}, {2, 1}}, GEN_UNIFORM, -2, 2, f_where, 0, 0},
+};
+
+GRAD_TEST(binary) { fd_run(ctx, binary_cases, sizeof binary_cases / sizeof binary_cases[0]); }
+
+/* ---- casts, reductions, views, cat, matmul ------------------------------- */
+
+static kiln_tensor *f_cast_f32(kiln_tensor **x) {
+    return kiln_cast(kiln_mul_scalar(kiln_cast(x[0], KILN_F32), 3), KILN_F64);
+}
+/* The integer copy of x is a constant to autograd: d/dx = trunc(x). */
+static kiln_tensor *f_cast_int(kiln_tensor **x) {
+    return kiln_mul(x[0], kiln_cast(kiln_cast(x[0], KILN_I32), KILN_F64));
+}
+static kiln_tensor *f_sum02(kiln_tensor **x) { return kiln_sum(x[0], TU_AXES(0, 2), false); }
+static kiln_tensor *f_sum_keep(kiln_tensor **x) { return kiln_sum(x[0], TU_AXES(-1, 1), true); }
+static kiln_tensor *f_sum_all(kiln_tensor **x) { return kiln_sum(kiln_exp(x[0]), 0, NULL, false); }
+static kiln_tensor *f_mean1(kiln_tensor **x) { return kiln_mean(x[0], TU_AXES(1), false); }
+static kiln_tensor *f_max1(kiln_tensor **x) { return kiln_max(x[0], TU_AXES(1), false); }
+static kiln_tensor *f_max_all(kiln_tensor **x) { return kiln_max(x[0], 0, NULL, true); }
+static kiln_tensor *f_min02(kiln_tensor **x) { return kiln_min(x[0], TU_AXES(0, 2), true); }
+static kiln_tensor *f_softmax(kiln_tensor **x) {
+    kiln_tensor *m = kiln_max(x[0], TU_AXES(-1), true);
+    kiln_tensor *e = kiln_exp(kiln_sub(x[0], m));
+    return kiln_div(e, kiln_sum(e, TU_AXES(-1), true));
+}
+
+static const fd_case reduce_cases[] = {
+    {"cast f64-f32-f64", 1, {2}, {{2, 3}}, GEN_UNIFORM, -2, 2, f_cast_f32, 1e-3, 0x1p-10},
+    {"cast to i32 stops", 1, {1}, {{6}}, GEN_FRACTION, -3, 3, f_cast_int, 0, 0},
+    {"sum axes 0,2", 1, {3}, {{2, 3, 4}}, GEN_UNIFORM, -2, 2, f_sum02, 0, 0},
+    {"sum keepdim -1,1", 1, {3}, {{2, 3, 4}}, GEN_UNIFORM, -2, 2, f_sum_keep, 0, 0},
+    {"sum all of exp", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_sum_all, 0, 0},
+    {"mean axis 1", 1, {3}, {{2, 3, 2}}, GEN_UNIFORM, -2, 2, f_mean1, 0, 0},
+    {"max axis 1", 1, {3}, {{2, 4, 3}}, GEN_UNIFORM, -2, 2, f_max1, 0, 0},
+    {"max all keepdim", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_max_all, 0, 0},
+    {"min axes 0,2 keepdim", 1, {3}, {{2, 3, 4}}, GEN_UNIFORM, -2, 2, f_min02, 0, 0},
+    {"softmax rows", 1, {2}, {{3, 5}}, GEN_UNIFORM, -2, 2, f_softmax, 0, 0},
+};
+
+GRAD_TEST(reduce_cast) { fd_run(ctx, reduce_cases, sizeof reduce_cases / sizeof reduce_cases[0]); }
+
+static kiln_tensor *f_permute(kiln_tensor **x) {
+    return kiln_mul(kiln_permute(x[0], (const int[]){2, 0, 1}), kiln_permute(x[0], (const int[]){2, 0, 1}));
+}
+static kiln_tensor *f_slice_step(kiln_tensor **x) {
+    return kiln_sin(kiln_slice(kiln_slice(x[0], 1, 1, KILN_END, 2), 0, -1, KILN_BEGIN_REV, -2));
+}
+static kiln_tensor *f_pad_flip(kiln_tensor **x) {
+    const int64_t pads[] = {1, 2, 0, 1};
+    return kiln_exp(kiln_flip(kiln_pad(x[0], pads, 0.5), TU_AXES(1)));
+}
+static kiln_tensor *f_expand(kiln_tensor **x) {
+    return kiln_mul(kiln_expand(x[0], TU_S(2, 3, 4)), kiln_arange(kiln_ctx_of(x[0]), KILN_F64, 0, 4, 1));
+}
+static kiln_tensor *f_reshape_t(kiln_tensor **x) {
+    /* A reshape that no view expresses (of a transpose), then a slice. */
+    kiln_tensor *t = kiln_reshape(kiln_transpose(x[0], 0, 1), TU_S(2, 6));
+    return kiln_tanh(kiln_slice(t, 1, 1, 5, 3));
+}
+static kiln_tensor *f_squeeze(kiln_tensor **x) {
+    return kiln_unsqueeze(kiln_squeeze(kiln_mul(x[0], x[0]), 0, NULL), 0);
+}
+static kiln_tensor *f_cat(kiln_tensor **x) {
+    kiln_tensor *parts[3] = {x[0], kiln_exp(x[1]), x[0]};
+    return kiln_cat(3, parts, 1);
+}
+static kiln_tensor *f_view_chain(kiln_tensor **x) {
+    /* slice with a step, permute, pad and flip composed into one view */
+    const int64_t pads[] = {1, 0, 0, 2};
+    kiln_tensor *s = kiln_slice(x[0], 1, 0, KILN_END, 2);
+    return kiln_cos(kiln_flip(kiln_pad(kiln_transpose(s, 0, 1), pads, 0), 0, NULL));
+}
+
+static const fd_case view_cases[] = {
+    {"permute", 1, {3}, {{2, 3, 4}}, GEN_UNIFORM, -2, 2, f_permute, 0, 0},
+    {"slice with steps", 1, {2}, {{5, 6}}, GEN_UNIFORM, -2, 2, f_slice_step, 0, 0},
+    {"pad and flip", 1, {2}, {{2, 3}}, GEN_UNIFORM, -2, 2, f_pad_flip, 0, 0},
+    {"expand [3,1]->[2,3,4]", 1, {2}, {{3, 1}}, GEN_UNIFORM, -2, 2, f_expand, 0, 0},
+    {"reshape of transpose", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_reshape_t, 0, 0},
+    {"squeeze/unsqueeze", 1, {3}, {{1, 3, 1}}, GEN_UNIFORM, -2, 2, f_squeeze, 0, 0},
+    {"cat", 2, {2, 2}, {{2, 3}, {2, 2}}, GEN_UNIFORM, -2, 2, f_cat, 0, 0},
+    {"view chain", 1, {2}, {{4, 5}}, GEN_UNIFORM, -2, 2, f_view_chain, 0, 0},
+};
+
+GRAD_TEST(views) { fd_run(ctx, view_cases, sizeof view_cases / sizeof view_cases[0]); }
+
+static kiln_tensor *f_matmul(kiln_tensor **x) { return kiln_matmul(x[0], x[1]); }
+static kiln_tensor *f_linear(kiln_tensor **x) {
+    return kiln_tanh(kiln_add(kiln_matmul(x[0], x[1]), x[2]));
+}
+
+static const fd_case matmul_cases[] = {
+    {"matmul 2-d", 2, {2, 2}, {{3, 4}, {4, 2}}, GEN_UNIFORM, -2, 2, f_matmul, 0, 0},
+    {"matmul batch bcast", 2, {4, 3}, {{2, 1, 3, 4}, {3, 4, 2}}, GEN_UNIFORM, -2, 2, f_matmul, 0, 0},
+    {"matmul vec @ mat", 2, {1, 2}, {{4}, {4, 3}}, GEN_UNIFORM, -2, 2, f_matmul, 0, 0},
+    {"matmul mat @ vec", 2, {3, 1}, {{2, 3, 4}, {4}}, GEN_UNIFORM, -2, 2, f_matmul, 0, 0},
+    {"linear+bias+tanh", 3, {2, 2, 1}, {{4, 3}, {3, 2}, {2}}, GEN_UNIFORM, -1, 1, f_linear, 0, 0},
+};
+
+GRAD_TEST(matmul) { fd_run(ctx, matmul_cases, sizeof matmul_cases / sizeof matmul_cases[0]); }
+
+/* ---- second order ---------------------------------------------------------- */
+
+/* f(x) = sum(tanh(x) * x^2) + sum(x)^2 / 2: its Hessian couples elements. */
+static kiln_tensor *hess_f(kiln_tensor *x) {
+    kiln_tensor *s = kiln_sum(x, 0, NULL, false);
+    return kiln_add(kiln_sum(kiln_mul(kiln_tanh(x), kiln_mul(x, x)), 0, NULL, false),
+                    kiln_mul_scalar(kiln_mul(s, s), 0.5));
+}
+
+static void grad_at(kiln_ctx *ctx, const double *xv, int64_t n, double *out) {
+    kiln_scope_begin(ctx);
+    kiln_tensor *x = make(ctx, 1, &n, xv), *g;
+    cr_assert(kiln_gradients(hess_f(x), NULL, 1, &x, &g) == KILN_OK);
+    TU_READ(g, out, n);
+    kiln_scope_end(ctx);
+}
+
+GRAD_TEST(hessian_vector_product) {
+    enum { N = 5 };
+    TU_RNG(r);
+    double xv[N], v[N], hv[N], up[N], down[N], xp[N];
+    for (int i = 0; i < N; i++) {
+        xv[i] = tu_unif(&r, -1.5, 1.5);
+        v[i] = tu_unif(&r, -1, 1);
+    }
+    int64_t n = N;
+    kiln_scope_begin(ctx);
+    kiln_tensor *x = make(ctx, 1, &n, xv), *vt = make(ctx, 1, &n, v), *g, *h;
+    cr_assert(kiln_gradients(hess_f(x), NULL, 1, &x, &g) == KILN_OK);
+    /* H v = d(g . v)/dx */
+    cr_assert(kiln_gradients(g, vt, 1, &x, &h) == KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    TU_READ(h, hv, N);
+    kiln_scope_end(ctx);
+    const double eps = 1e-5;
+    for (int i = 0; i < N; i++)
+        xp[i] = xv[i] + eps * v[i];
+    grad_at(ctx, xp, N, up);
+    for (int i = 0; i < N; i++)
+        xp[i] = xv[i] - eps * v[i];
+    grad_at(ctx, xp, N, down);
+    double err = 0, scale = 0;
+    for (int i = 0; i < N; i++) {
+        double fd = (up[i] - down[i]) / (2 * eps);
+        err = fmax(err, fabs(fd - hv[i]));
+        scale = fmax(scale, fabs(fd));
+    }
+    printf("grad [%s] %-22s worst relative error %.2e\n", tu_exec_name(), "hessian-vector", err / scale);
+    cr_assert(err / scale < 1e-6, "[%s] Hessian-vector product off by %.3g", tu_exec_name(),
+              err / scale);
+}
+
+/* ---- leaves, accumulation, no-grad ------------------------------------------ */
+
+static kiln_tensor *rand_leaf(kiln_ctx *ctx, tu_rng *r, int64_t n, double *v) {
+    for (int64_t i = 0; i < n; i++)
+        v[i] = tu_unif(r, -2, 2);
+    kiln_tensor *t = make(ctx, 1, &n, v);
+    cr_assert(kiln_requires_grad(t, true) == KILN_OK);
+    cr_assert(kiln_requires_grad_of(t));
+    return t;
+}
+
+GRAD_TEST(backward_accumulates) {
+    TU_RNG(r);
+    double wv[4], xv[4], got[4], want[4];
+    kiln_tensor *w = rand_leaf(ctx, &r, 4, wv);
+    kiln_tensor *x = rand_leaf(ctx, &r, 4, xv);
+    cr_assert(kiln_grad(w) == NULL, "a fresh leaf has no gradient");
+    /* loss1 = sum(w^2 x), loss2 = sum(sin(w)) */
+    kiln_tensor *l1 = kiln_sum(kiln_mul(kiln_mul(w, w), x), 0, NULL, false);
+    cr_assert(kiln_backward(l1) == KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    for (int i = 0; i < 4; i++)
+        want[i] = 2 * wv[i] * xv[i];
+    TU_EXPECT(kiln_grad(w), KILN_F64, want, 4);
+    TU_EXPECT(kiln_grad(x), KILN_F64, ((double[]){wv[0] * wv[0], wv[1] * wv[1], wv[2] * wv[2], wv[3] * wv[3]}), 4);
+    cr_assert(kiln_backward(kiln_sum(kiln_sin(w), 0, NULL, false)) == KILN_OK);
+    for (int i = 0; i < 4; i++)
+        want[i] += cos(wv[i]);
+    TU_EXPECT(kiln_grad(w), KILN_F64, want, 4);
+    /* x took nothing from the second loss */
+    TU_READ(kiln_grad(x), got, 4);
+    for (int i = 0; i < 4; i++)
+        cr_assert(fabs(got[i] - wv[i] * wv[i]) < 1e-12);
+    kiln_zero_grad(w);
+    cr_assert(kiln_grad(w) == NULL, "kiln_zero_grad leaves a gradient");
+    cr_assert(kiln_backward(l1) == KILN_OK);
+    for (int i = 0; i < 4; i++)
+        want[i] = 2 * wv[i] * xv[i];
+    TU_EXPECT(kiln_grad(w), KILN_F64, want, 4);
+    cr_assert(kiln_requires_grad(x, false) == KILN_OK && !kiln_requires_grad_of(x));
+}
+
+GRAD_TEST(shared_zero_leaves_stay_apart) {
+    /* Two zero-initialised tensors are one lazy value; as leaves they must not
+     * share a gradient. */
+    kiln_tensor *a = kiln_zeros(ctx, KILN_F64, TU_S(3));
+    kiln_tensor *b = kiln_zeros(ctx, KILN_F64, TU_S(3));
+    cr_assert(kiln_requires_grad(a, true) == KILN_OK && kiln_requires_grad(b, true) == KILN_OK);
+    kiln_tensor *x = make(ctx, 1, TU_DIMS(3), (double[]){1, 2, 3});
+    kiln_tensor *loss = kiln_sum(kiln_add(kiln_mul(a, x), kiln_mul_scalar(b, 5)), 0, NULL, false);
+    cr_assert(kiln_backward(loss) == KILN_OK);
+    TU_EXPECT_VALS(kiln_grad(a), KILN_F64, 1, 2, 3);
+    TU_EXPECT_VALS(kiln_grad(b), KILN_F64, 5, 5, 5);
+}
+
+GRAD_TEST(no_grad_and_detach) {
+    TU_RNG(r);
+    double wv[3], want[3];
+    kiln_tensor *w = rand_leaf(ctx, &r, 3, wv);
+    /* d/dw sum(w * detach(w)) = detach(w) */
+    cr_assert(kiln_backward(kiln_sum(kiln_mul(w, kiln_detach(w)), 0, NULL, false)) == KILN_OK);
+    TU_EXPECT(kiln_grad(w), KILN_F64, wv, 3);
+    kiln_zero_grad(w);
+    /* z made under no_grad is a constant: d/dw sum(z * w) = z = 2w */
+    kiln_no_grad_begin(ctx);
+    kiln_no_grad_begin(ctx);
+    kiln_tensor *z = kiln_mul_scalar(w, 2);
+    kiln_no_grad_end(ctx);
+    kiln_tensor *z2 = kiln_mul_scalar(w, 3);
+    kiln_no_grad_end(ctx);
+    kiln_no_grad_end(ctx); /* unbalanced: a no-op */
+    kiln_tensor *after = kiln_mul_scalar(w, 4);
+    cr_assert(kiln_backward(kiln_sum(kiln_mul(kiln_add(z, z2), w), 0, NULL, false)) == KILN_OK);
+    for (int i = 0; i < 3; i++)
+        want[i] = 5 * wv[i];
+    TU_EXPECT(kiln_grad(w), KILN_F64, want, 3);
+    /* outside the scope ops differentiate again */
+    kiln_tensor *g;
+    cr_assert(kiln_gradients(kiln_sum(after, 0, NULL, false), NULL, 1, &w, &g) == KILN_OK);
+    TU_EXPECT_VALS(g, KILN_F64, 4, 4, 4);
+    /* a tensor y does not depend on gets zeros */
+    kiln_tensor *other = make(ctx, 2, TU_DIMS(1, 2), (double[]){1, 2});
+    cr_assert(kiln_gradients(kiln_sum(kiln_detach(w), 0, NULL, false), NULL, 1, &other, &g) ==
+              KILN_OK);
+    TU_EXPECT_VALS(g, KILN_F64, 0, 0);
+    cr_assert(kiln_gradients(kiln_sum(kiln_detach(w), 0, NULL, false), NULL, 1, &w, &g) == KILN_OK);
+    TU_EXPECT_VALS(g, KILN_F64, 0, 0, 0);
+    /* a 0-d detach keeps its shape and value */
+    kiln_tensor *s = kiln_detach(kiln_sum(w, 0, NULL, false));
+    TU_ASSERT_SCALAR_SHAPE(s);
+    cr_assert(fabs(TU_ITEM(s) - (wv[0] + wv[1] + wv[2])) < 1e-12);
+}
+
+GRAD_TEST(errors) {
+    kiln_tensor *i = kiln_arange(ctx, KILN_I32, 0, 4, 1);
+    cr_assert(kiln_requires_grad(i, true) == KILN_ERR_DTYPE);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_requires_grad") &&
+              strstr(kiln_ctx_last_error(ctx), "i32"), "message: %s", kiln_ctx_last_error(ctx));
+    cr_assert(kiln_requires_grad(NULL, true) == KILN_ERR_ARG);
+    cr_assert(kiln_backward(NULL) == KILN_ERR_ARG);
+    kiln_tensor *bad = kiln_add(kiln_ones(ctx, KILN_F64, TU_S(3)), kiln_ones(ctx, KILN_F64, TU_S(4)));
+    cr_assert(kiln_backward(bad) == KILN_ERR_SHAPE);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_add"), "message: %s", kiln_ctx_last_error(ctx));
+    cr_assert(kiln_backward(kiln_sum(i, 0, NULL, false)) == KILN_ERR_DTYPE);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_backward") &&
+              strstr(kiln_ctx_last_error(ctx), "i64"), "message: %s", kiln_ctx_last_error(ctx));
+    kiln_tensor *x = make(ctx, 2, TU_DIMS(2, 2), (double[]){1, 2, 3, 4}), *g = NULL;
+    kiln_tensor *seed = kiln_ones(ctx, KILN_F64, TU_S(3));
+    cr_assert(kiln_gradients(kiln_exp(x), seed, 1, &x, &g) == KILN_ERR_SHAPE && g == NULL);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "[3]") && strstr(kiln_ctx_last_error(ctx), "[2,2]"),
+              "message: %s", kiln_ctx_last_error(ctx));
+    cr_assert(kiln_gradients(kiln_exp(x), NULL, 1, &i, &g) == KILN_ERR_DTYPE && g == NULL);
+    cr_assert(kiln_gradients(bad, NULL, 1, &x, &g) == KILN_ERR_SHAPE);
+    cr_assert(kiln_gradients(kiln_exp(x), NULL, 1, &bad, &g) == KILN_ERR_SHAPE);
+    cr_assert(kiln_gradients(kiln_exp(x), NULL, 1, NULL, &g) == KILN_ERR_ARG);
+    TU_ASSERT_STATUS(kiln_detach(bad), KILN_ERR_SHAPE);
+    cr_assert(kiln_detach(NULL) == NULL);
+    cr_assert(kiln_grad(NULL) == NULL);
+    kiln_zero_grad(NULL);
+    kiln_no_grad_begin(NULL);
+    kiln_no_grad_end(NULL);
+    /* a scalar seed broadcasts */
+    cr_assert(kiln_gradients(kiln_exp(x), kiln_scalar(ctx, KILN_F64, 2), 1, &x, &g) == KILN_OK);
+    TU_EXPECT(g, KILN_F64, ((double[]){2 * exp(1), 2 * exp(2), 2 * exp(3), 2 * exp(4)}), 4);
+}
+
+/* ---- training -------------------------------------------------------------- */
+
+GRAD_TEST(linear_regression) {
+    enum { N = 32, D = 3 };
+    TU_RNG(r);
+    double xv[N * D], yv[N], wtrue[D] = {1.5, -2.0, 0.7}, btrue = 0.3;
+    for (int i = 0; i < N; i++) {
+        yv[i] = btrue;
+        for (int j = 0; j < D; j++) {
+            xv[i * D + j] = tu_unif(&r, -1, 1);
+            yv[i] += xv[i * D + j] * wtrue[j];
+        }
+    }
+    float xf[N * D], yf[N];
+    for (int i = 0; i < N * D; i++)
+        xf[i] = (float)xv[i];
+    for (int i = 0; i < N; i++)
+        yf[i] = (float)yv[i];
+    kiln_tensor *x = kiln_from_data(ctx, KILN_F32, 2, TU_DIMS(N, D), xf);
+    kiln_tensor *y = kiln_from_data(ctx, KILN_F32, 2, TU_DIMS(N, 1), yf);
+    kiln_tensor *w = kiln_zeros(ctx, KILN_F32, TU_S(D, 1));
+    kiln_tensor *b = kiln_zeros(ctx, KILN_F32, TU_S(1));
+    cr_assert(kiln_requires_grad(w, true) == KILN_OK && kiln_requires_grad(b, true) == KILN_OK);
+    double first = 0, last = 0;
+    /* Programs built after the first step: compiled, or loaded from disk. */
+    int64_t built_after_first = 0;
+    for (int step = 0; step < 60; step++) {
+        kiln_scope_begin(ctx);
+        kiln_tensor *d = kiln_sub(kiln_add(kiln_matmul(x, w), b), y);
+        kiln_tensor *loss = kiln_mean(kiln_mul(d, d), 0, NULL, false);
+        cr_assert(kiln_backward(loss) == KILN_OK, "%s", kiln_ctx_last_error(ctx));
+        kiln_no_grad_begin(ctx);
+        cr_assert(kiln_assign(w, kiln_sub(w, kiln_mul_scalar(kiln_grad(w), 0.3))) == KILN_OK);
+        cr_assert(kiln_assign(b, kiln_sub(b, kiln_mul_scalar(kiln_grad(b), 0.3))) == KILN_OK);
+        kiln_no_grad_end(ctx);
+        kiln_zero_grad(w);
+        kiln_zero_grad(b);
+        last = TU_ITEM(loss); /* one sync: loss and both updates */
+        if (step == 0) {
+            first = last;
+            built_after_first = kiln_ctx_stats(ctx).compiles + kiln_ctx_stats(ctx).disk_hits;
+        }
+        kiln_scope_end(ctx);
+    }
+    printf("grad [%s] linear regression loss %.3g -> %.3g, %lld compiles\n", tu_exec_name(),
+           first, last, (long long)kiln_ctx_stats(ctx).compiles);
+    cr_assert(last < first / 10, "[%s] loss went from %g to %g", tu_exec_name(), first, last);
+    kiln_stats st = kiln_ctx_stats(ctx);
+    cr_assert(st.compiles + st.disk_hits == built_after_first,
+              "[%s] %lld programs built after the first step", tu_exec_name(),
+              (long long)(st.compiles + st.disk_hits - built_after_first));
+}
