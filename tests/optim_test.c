@@ -1,0 +1,324 @@
+/* Tests of the optimisers and learning-rate schedules: parameters after a few
+ * steps of a least-squares problem against a plain-C float64 implementation
+ * of PyTorch's update equations (gradients computed by hand), on every
+ * executor; the compiled-program cache replaying the whole training step
+ * while the learning rate changes; argument errors; schedule values. */
+#include "test_util.h"
+
+/* ---- the problem: mean((x @ w + b - y)^2) -------------------------------- */
+
+enum { PN = 8, PK = 5, PM = 3 };
+
+typedef struct problem {
+    double x[PN * PK], y[PN * PM], w[PK * PM], b[PM];
+} problem;
+
+static void problem_init(problem *pb, tu_rng *r) {
+    for (int i = 0; i < PN * PK; i++)
+        pb->x[i] = tu_unif(r, -1, 1);
+    for (int i = 0; i < PN * PM; i++)
+        pb->y[i] = tu_unif(r, -1, 1);
+    for (int i = 0; i < PK * PM; i++)
+        pb->w[i] = tu_unif(r, -1, 1);
+    for (int i = 0; i < PM; i++)
+        pb->b[i] = tu_unif(r, -1, 1);
+}
+
+/* The gradients of the loss at (w, b), by hand. */
+static void problem_grad(const problem *pb, const double *w, const double *b, double *gw,
+                         double *gb) {
+    memset(gw, 0, sizeof(double) * PK * PM);
+    memset(gb, 0, sizeof(double) * PM);
+    for (int i = 0; i < PN; i++)
+        for (int j = 0; j < PM; j++) {
+            double pred = b[j];
+            for (int k = 0; k < PK; k++)
+                pred += pb->x[i * PK + k] * w[k * PM + j];
+            double d = 2 * (pred - pb->y[i * PM + j]) / (PN * PM);
+            gb[j] += d;
+            for (int k = 0; k < PK; k++)
+                gw[k * PM + j] += pb->x[i * PK + k] * d;
+        }
+}
+
+/* ---- the reference optimisers (PyTorch's torch.optim equations) ---------- */
+
+typedef enum ref_kind { REF_SGD, REF_ADAM, REF_ADAMW } ref_kind;
+
+typedef struct ref_opt {
+    ref_kind kind;
+    double lr, momentum, wd, b1, b2, eps;
+    bool nesterov;
+    int64_t t;
+    double m[PK * PM + PM], v[PK * PM + PM];
+} ref_opt;
+
+/* One step over the n values of p (the state at offset off). */
+static void ref_update(ref_opt *o, double *p, const double *grad, int n, int off) {
+    for (int i = 0; i < n; i++) {
+        double g = grad[i], *m = &o->m[off + i], *v = &o->v[off + i];
+        if (o->kind == REF_SGD) {
+            if (o->wd != 0)
+                g += o->wd * p[i];
+            if (o->momentum != 0) {
+                *m = o->t == 1 ? g : o->momentum * *m + g;
+                g = o->nesterov ? g + o->momentum * *m : *m;
+            }
+            p[i] -= o->lr * g;
+            continue;
+        }
+        if (o->kind == REF_ADAMW)
+            p[i] *= 1 - o->lr * o->wd;
+        else if (o->wd != 0)
+            g += o->wd * p[i];
+        *m += (g - *m) * (1 - o->b1);
+        *v = *v * o->b2 + (1 - o->b2) * g * g;
+        double bc1 = 1 - pow(o->b1, (double)o->t), bc2 = 1 - pow(o->b2, (double)o->t);
+        double denom = sqrt(*v) / sqrt(bc2) + o->eps;
+        p[i] -= o->lr / bc1 * *m / denom;
+    }
+}
+
+/* ---- kiln's side --------------------------------------------------------- */
+
+typedef struct model {
+    kiln_tensor *x, *y, *w, *b;
+} model;
+
+static model model_new(kiln_ctx *ctx, const problem *pb, kiln_dtype dt) {
+    model md;
+    md.x = tu_tensor(ctx, dt, TU_S(PN, PK), pb->x);
+    md.y = tu_tensor(ctx, dt, TU_S(PN, PM), pb->y);
+    md.w = tu_tensor(ctx, dt, TU_S(PK, PM), pb->w);
+    md.b = tu_tensor(ctx, dt, TU_S(PM), pb->b);
+    kiln_requires_grad(md.w, true);
+    kiln_requires_grad(md.b, true);
+    return md;
+}
+
+/* Forward, backward and the optimiser's step; the loss is returned unsynced. */
+static kiln_tensor *train_step(kiln_optim *o, const model *md) {
+    kiln_optim_zero_grad(o);
+    kiln_tensor *d = kiln_sub(kiln_add(kiln_matmul(md->x, md->w), md->b), md->y);
+    kiln_tensor *loss = kiln_mean(kiln_mul(d, d), 0, NULL, false);
+    cr_assert_eq(kiln_backward(loss), KILN_OK, "[%s] %s", tu_exec_name(),
+                 kiln_error_message(loss));
+    cr_assert_eq(kiln_optim_step(o), KILN_OK, "[%s] %s", tu_exec_name(),
+                 kiln_ctx_last_error(kiln_ctx_of(md->w)));
+    return loss;
+}
+
+typedef struct optim_case {
+    const char *name;
+    ref_kind kind;
+    double lr, momentum, wd, b1, b2, eps;
+    bool nesterov;
+} optim_case;
+
+static const optim_case cases[] = {
+    {"sgd", REF_SGD, 0.1, 0, 0, 0, 0, 0, false},
+    {"sgd momentum wd", REF_SGD, 0.05, 0.9, 0.01, 0, 0, 0, false},
+    {"sgd nesterov", REF_SGD, 0.05, 0.8, 0.02, 0, 0, 0, true},
+    {"adam", REF_ADAM, 0.01, 0, 0, 0.9, 0.999, 1e-8, false},
+    {"adam wd", REF_ADAM, 0.02, 0, 0.05, 0.8, 0.99, 1e-6, false},
+    {"adamw", REF_ADAMW, 0.03, 0, 0.1, 0.9, 0.95, 1e-8, false},
+};
+
+static kiln_optim *make_optim(kiln_ctx *ctx, const optim_case *c, kiln_tensor **params) {
+    switch (c->kind) {
+    case REF_SGD:
+        return kiln_sgd_new(ctx, 2, params, c->lr, c->momentum, c->wd, c->nesterov);
+    case REF_ADAM:
+        return kiln_adam_new(ctx, 2, params, c->lr, c->b1, c->b2, c->eps, c->wd);
+    case REF_ADAMW:
+        return kiln_adamw_new(ctx, 2, params, c->lr, c->b1, c->b2, c->eps, c->wd);
+    }
+    return NULL;
+}
+
+static void expect_close(const char *what, const optim_case *c, const double *got,
+                         const double *want, int n, double rel) {
+    for (int i = 0; i < n; i++)
+        cr_assert(fabs(got[i] - want[i]) <= rel * fmax(fabs(want[i]), 0.1),
+                  "[%s] %s, %s[%d]: %.9g, expected %.9g", tu_exec_name(), c->name, what, i,
+                  got[i], want[i]);
+}
+
+/* Three steps of each optimiser against the reference, in f64 (tight) and
+ * f32 (to 1e-5 relative). */
+static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng *r) {
+    problem pb;
+    problem_init(&pb, r);
+    kiln_scope_begin(ctx);
+    model md = model_new(ctx, &pb, dt);
+    kiln_tensor *params[] = {md.w, md.b};
+    kiln_optim *o = make_optim(ctx, c, params);
+    cr_assert(o != NULL, "%s: %s", c->name, kiln_ctx_last_error(ctx));
+    ref_opt ro = {.kind = c->kind, .lr = c->lr, .momentum = c->momentum, .wd = c->wd,
+                  .b1 = c->b1, .b2 = c->b2, .eps = c->eps, .nesterov = c->nesterov};
+    double w[PK * PM], b[PM], gw[PK * PM], gb[PM];
+    for (int i = 0; i < PK * PM; i++)
+        w[i] = tu_round(dt, pb.w[i]);
+    for (int i = 0; i < PM; i++)
+        b[i] = tu_round(dt, pb.b[i]);
+    for (int s = 0; s < 3; s++) {
+        kiln_scope_begin(ctx);
+        train_step(o, &md);
+        kiln_scope_end(ctx);
+        problem_grad(&pb, w, b, gw, gb);
+        ro.t++;
+        ref_update(&ro, w, gw, PK * PM, 0);
+        ref_update(&ro, b, gb, PM, PK * PM);
+    }
+    double got[PK * PM];
+    double rel = dt == KILN_F64 ? 1e-10 : 1e-5;
+    TU_READ(md.w, got, PK * PM);
+    expect_close("w", c, got, w, PK * PM, rel);
+    TU_READ(md.b, got, PM);
+    expect_close("b", c, got, b, PM, rel);
+    kiln_optim_free(o);
+    kiln_scope_end(ctx);
+}
+
+TU_TEST(optim, three_steps_against_reference) {
+    TU_RNG(r);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        check_case(ctx, &cases[k], KILN_F64, &r);
+        check_case(ctx, &cases[k], KILN_F32, &r);
+    }
+}
+
+/* A parameter without a gradient is left alone, state and all. */
+TU_TEST(optim, parameter_without_gradient) {
+    TU_RNG(r);
+    double a[4], z[4];
+    kiln_tensor *p = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(4), -1, 1, a);
+    kiln_tensor *unused = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(4), -1, 1, z);
+    kiln_requires_grad(p, true);
+    kiln_requires_grad(unused, true);
+    kiln_tensor *params[] = {p, unused};
+    kiln_optim *o = kiln_adamw_new(ctx, 2, params, 0.1, 0.9, 0.999, 1e-8, 0.1);
+    cr_assert(o != NULL, "%s", kiln_ctx_last_error(ctx));
+    cr_assert_eq(kiln_backward(kiln_sum(kiln_mul(p, p), 0, NULL, false)), KILN_OK);
+    cr_assert_eq(kiln_optim_step(o), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    TU_EXPECT_EXACT(unused, KILN_F32, z, 4);
+    /* Adam's first step moves each element by lr*(1 + tiny) toward zero,
+     * after the decay */
+    double got[4];
+    TU_READ(p, got, 4);
+    for (int i = 0; i < 4; i++) {
+        double want = a[i] * (1 - 0.1 * 0.1) - 0.1 * (a[i] > 0 ? 1 : -1);
+        cr_assert(fabs(got[i] - want) < 1e-5, "[%s] p[%d]: %g, expected %g", tu_exec_name(), i,
+                  got[i], want);
+    }
+    kiln_optim_free(o);
+}
+
+/* ---- the compiled-program cache ------------------------------------------ */
+
+/* Five training steps with a learning rate that changes every step: after
+ * the second, nothing compiles again and every step replays. */
+static void replay_check(const optim_case *c) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    if (!ctx)
+        cr_skip_test("no CPU compiler: %s", kiln_last_ctx_error());
+    tu_rng r = tu_rng_from(c->name, 7);
+    problem pb;
+    problem_init(&pb, &r);
+    model md = model_new(ctx, &pb, KILN_F32);
+    kiln_tensor *params[] = {md.w, md.b};
+    kiln_optim *o = make_optim(ctx, c, params);
+    cr_assert(o != NULL, "%s", kiln_ctx_last_error(ctx));
+    kiln_stats after2 = {0};
+    double first = 0, last = 0;
+    for (int s = 0; s < 5; s++) {
+        kiln_optim_set_lr(o, kiln_lr_cosine(c->lr, s, 5, c->lr / 10));
+        cr_assert_float_eq(kiln_optim_lr(o), kiln_lr_cosine(c->lr, s, 5, c->lr / 10), 0);
+        kiln_scope_begin(ctx);
+        double loss = kiln_item(train_step(o, &md));
+        kiln_scope_end(ctx);
+        cr_assert(isfinite(loss), "%s step %d: %s", c->name, s, kiln_ctx_last_error(ctx));
+        if (s == 0)
+            first = loss;
+        last = loss;
+        if (s == 1)
+            after2 = kiln_ctx_stats(ctx);
+    }
+    kiln_stats end = kiln_ctx_stats(ctx);
+    cr_assert_eq(end.compiles, after2.compiles, "%s: %lld programs compiled after step 2",
+                 c->name, (long long)(end.compiles - after2.compiles));
+    cr_assert_eq(end.graph_hits - after2.graph_hits, 3,
+                 "%s: steps 3 to 5 made %lld syncs but only %lld replayed a cached program",
+                 c->name, (long long)(end.syncs - after2.syncs),
+                 (long long)(end.graph_hits - after2.graph_hits));
+    cr_assert(last < first, "%s: the loss went from %g to %g", c->name, first, last);
+    kiln_optim_free(o);
+    kiln_ctx_free(ctx);
+}
+
+Test(optim, sgd_momentum_replays) { replay_check(&cases[1]); }
+Test(optim, adamw_replays) { replay_check(&cases[5]); }
+
+/* ---- errors --------------------------------------------------------------- */
+
+Test(optim, bad_arguments) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_REF);
+    const int64_t d[] = {3};
+    kiln_tensor *p = kiln_zeros(ctx, KILN_F32, 1, d);
+    kiln_tensor *ip = kiln_zeros(ctx, KILN_I32, 1, d);
+    kiln_tensor *pp[] = {p, p};
+    cr_assert_null(kiln_sgd_new(ctx, 1, &p, -0.1, 0, 0, false));
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "lr -0.1"), "%s", kiln_ctx_last_error(ctx));
+    cr_assert_null(kiln_sgd_new(ctx, 1, &p, 0.1, 0, 0, true));
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "Nesterov"), "%s", kiln_ctx_last_error(ctx));
+    cr_assert_null(kiln_adam_new(ctx, 1, &p, 0.1, 1.0, 0.999, 1e-8, 0));
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "beta1 1"), "%s", kiln_ctx_last_error(ctx));
+    cr_assert_null(kiln_adamw_new(ctx, 1, &ip, 0.1, 0.9, 0.999, 1e-8, 0));
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "i32"), "%s", kiln_ctx_last_error(ctx));
+    cr_assert_null(kiln_sgd_new(ctx, 2, pp, 0.1, 0, 0, false));
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "same tensor"), "%s", kiln_ctx_last_error(ctx));
+    cr_assert_null(kiln_sgd_new(NULL, 1, &p, 0.1, 0, 0, false));
+    cr_assert_eq(kiln_optim_step(NULL), KILN_ERR_ARG);
+
+    kiln_optim *o = kiln_sgd_new(ctx, 1, &p, 0.1, 0, 0, false);
+    cr_assert_not_null(o);
+    kiln_optim_set_lr(o, NAN);
+    cr_assert_eq(kiln_optim_lr(o), 0.1);
+    kiln_optim_set_lr(o, 0.25);
+    cr_assert_eq(kiln_optim_lr(o), 0.25);
+    kiln_optim_free(o);
+    kiln_optim_free(NULL);
+    kiln_ctx_free(ctx);
+}
+
+/* ---- schedules ------------------------------------------------------------ */
+
+Test(optim, lr_step) {
+    const double want[] = {0.1, 0.1, 0.1, 0.05, 0.05, 0.05, 0.025};
+    for (int t = 0; t < 7; t++)
+        cr_assert_float_eq(kiln_lr_step(0.1, t, 3, 0.5), want[t], 1e-15, "t=%d", t);
+    cr_assert_float_eq(kiln_lr_step(2, 100, 10, 0.9), 2 * pow(0.9, 10), 1e-14);
+    cr_assert(isnan(kiln_lr_step(0.1, 5, 0, 0.5)));
+}
+
+Test(optim, lr_cosine) {
+    cr_assert_float_eq(kiln_lr_cosine(1.0, 0, 10, 0.1), 1.0, 1e-15);
+    cr_assert_float_eq(kiln_lr_cosine(1.0, 5, 10, 0.1), 0.55, 1e-15);
+    /* t = total/4: min + (base - min) (1 + cos(pi/4)) / 2 */
+    cr_assert_float_eq(kiln_lr_cosine(0.3, 3, 12, 0.0), 0.3 * (1 + sqrt(0.5)) / 2, 1e-15);
+    cr_assert_float_eq(kiln_lr_cosine(1.0, 10, 10, 0.1), 0.1, 1e-15);
+    cr_assert_float_eq(kiln_lr_cosine(1.0, 50, 10, 0.1), 0.1, 1e-15);
+    cr_assert(isnan(kiln_lr_cosine(1.0, 1, 0, 0.1)));
+}
+
+Test(optim, lr_warmup_linear) {
+    const double want[] = {0.125, 0.25, 0.375, 0.5, 0.5, 0.5};
+    for (int t = 0; t < 6; t++)
+        cr_assert_float_eq(kiln_lr_warmup_linear(0.5, t, 4), want[t], 1e-15, "t=%d", t);
+    cr_assert_float_eq(kiln_lr_warmup_linear(0.5, 0, 0), 0.5, 0);
+    /* warmup over a cosine decay: the ramp reaches the cosine curve */
+    double at2 = kiln_lr_warmup_linear(kiln_lr_cosine(1.0, 2, 20, 0), 2, 4);
+    cr_assert_float_eq(at2, 0.75 * (1 + cos(acos(-1.0) * 0.1)) / 2, 1e-15);
+    cr_assert_float_eq(kiln_lr_warmup_linear(kiln_lr_cosine(1.0, 10, 20, 0), 10, 4), 0.5,
+                       1e-15);
+}
