@@ -21,7 +21,7 @@ graph_node *autograd_detach(graph_node *n) {
     graph_node *v = graph_reshape(n, 1, &one);
     graph_node *c = v ? graph_cat(1, &v, 0) : NULL;
     graph_unref(v);
-    return autograd_take_reshape(c, 0, NULL);
+    return autograd_take_reshape(c, 0, &one);
 }
 
 /* What the rewrite knows of one node of the walk; a node's scratch holds its
