@@ -15,6 +15,7 @@
 
 #include "cache/cache.h"
 #include "jit/cpu/cpu.h"
+#include "jit/cpu/llvm.h"
 #include "jit/jit.h"
 
 typedef void (*kernel_fn)(char **bufs, int nthreads);
@@ -36,6 +37,7 @@ struct jit_backend {
     cache *cache;
     int nthreads;
     int debug; /* KILN_DEBUG */
+    bool llvm;       /* KILN_CPU_COMPILER=llvm: LLVM through ORC instead of cc */
     jit_counters counters;
     pool pool;
 };
@@ -66,6 +68,15 @@ jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
         j->nthreads = 1;
     const char *dbg = getenv("KILN_DEBUG");
     j->debug = dbg ? atoi(dbg) : 0;
+    const char *cpu_cc = getenv("KILN_CPU_COMPILER");
+    j->llvm = cpu_cc && !strcmp(cpu_cc, "llvm");
+    bool bad_cc = cpu_cc && *cpu_cc && !j->llvm && strcmp(cpu_cc, "cc");
+    if (bad_cc)
+        snprintf(msg, cap, "kiln: KILN_CPU_COMPILER is '%s'; it must be cc or llvm", cpu_cc);
+    if (bad_cc || (j->llvm && !jit_llvm_available(msg, cap))) {
+        jit_backend_free(j);
+        return NULL;
+    }
     return j;
 }
 
@@ -123,33 +134,41 @@ static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes)
 
 /* A compiled program: its object and each kernel's entry, looked up once. */
 typedef struct loaded {
-    void *handle;
+    void *handle; /* a dlopen handle, or a jit_llvm_program */
+    bool llvm;
     int nkernels;
     kernel_fn fns[];
 } loaded;
 
 static void unload(void *v) {
     loaded *l = v;
-    dlclose(l->handle);
+    if (l->llvm)
+        jit_llvm_free(l->handle);
+    else
+        dlclose(l->handle);
     free(l);
 }
 
 /* Resolves every kernel of p in handle h (which the result then owns). */
-static loaded *resolve(void *h, const lower_program *p, char *msg, size_t cap) {
+static loaded *resolve(void *h, bool llvm, const lower_program *p, char *msg, size_t cap) {
     loaded *l = malloc(sizeof *l + sizeof(kernel_fn) * (size_t)p->nkernels);
     if (!l) {
-        dlclose(h);
+        if (llvm)
+            jit_llvm_free(h);
+        else
+            dlclose(h);
         snprintf(msg, cap, "kiln_realize: out of memory");
         return NULL;
     }
     l->handle = h;
+    l->llvm = llvm;
     l->nkernels = p->nkernels;
     for (int i = 0; i < p->nkernels; i++) {
         if (p->kernels[i].kind == LOWER_ALIAS) {
             l->fns[i] = NULL;
             continue;
         }
-        l->fns[i] = (kernel_fn)(uintptr_t)dlsym(h, p->kernels[i].name);
+        l->fns[i] = llvm ? jit_llvm_kernel(h, i) : (kernel_fn)(uintptr_t)dlsym(h, p->kernels[i].name);
         if (!l->fns[i]) {
             snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program",
                      p->kernels[i].name);
@@ -163,15 +182,16 @@ static loaded *resolve(void *h, const lower_program *p, char *msg, size_t cap) {
 /* The loaded program for src: from memory, else the disk cache, else built. */
 static const loaded *find_program(jit_backend *j, const lower_program *p, const char *src,
                                   char *msg, size_t cap) {
-    cache_key key = jit_cpu_key(src);
+    cache_key key = j->llvm ? jit_llvm_key(src) : jit_cpu_key(src);
     loaded *l = cache_mem_get(j->cache, key);
     if (l) {
         j->counters.memory_hits++;
         return l;
     }
-    bool compiled;
-    void *h = jit_cpu_load(j->cache, src, key, &compiled, msg, cap);
-    if (!h || !(l = resolve(h, p, msg, cap)))
+    bool compiled = true;
+    void *h = j->llvm ? (void *)jit_llvm_compile(p, msg, cap)
+                      : jit_cpu_load(j->cache, src, key, &compiled, msg, cap);
+    if (!h || !(l = resolve(h, j->llvm, p, msg, cap)))
         return NULL;
     if (compiled)
         j->counters.compiles++;
