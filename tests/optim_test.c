@@ -214,6 +214,41 @@ TU_TEST(optim, parameter_without_gradient) {
     kiln_optim_free(o);
 }
 
+/* Half-precision parameters keep their dtype; the update is computed in f32
+ * and rounded once. The optimiser's state outlives the scope it was made
+ * in. */
+TU_TEST(optim, half_parameters) {
+    TU_RNG(r);
+    const kiln_dtype dts[] = {KILN_F16, KILN_BF16};
+    for (int k = 0; k < 2; k++) {
+        double a[6];
+        kiln_scope_begin(ctx);
+        kiln_tensor *p = kiln_keep(tu_rand_tensor(ctx, &r, dts[k], TU_S(2, 3), -4, 4, a));
+        cr_assert_eq(kiln_requires_grad(p, true), KILN_OK);
+        kiln_optim *o = kiln_sgd_new(ctx, 1, &p, 0.125, 0.5, 0, false);
+        cr_assert(o != NULL, "%s", kiln_ctx_last_error(ctx));
+        kiln_scope_end(ctx);
+        /* loss = sum(p^2): the gradient 2p is exact in any float dtype */
+        for (int s = 0; s < 2; s++) {
+            kiln_optim_zero_grad(o);
+            cr_assert_eq(kiln_backward(kiln_sum(kiln_mul(p, p), 0, NULL, false)), KILN_OK);
+            cr_assert_eq(kiln_optim_step(o), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+            cr_assert_eq(kiln_sync(ctx), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+        }
+        TU_ASSERT_DTYPE(p, dts[k]);
+        /* step 1: buf = 2p0, p1 = p0 - lr buf; step 2: buf = 0.5 buf + 2p1 */
+        double want[6];
+        for (int i = 0; i < 6; i++) {
+            double buf = 2 * a[i];
+            double p1 = tu_round(dts[k], a[i] - 0.125 * buf);
+            buf = 0.5 * buf + 2 * p1;
+            want[i] = tu_round(dts[k], p1 - 0.125 * buf);
+        }
+        TU_EXPECT_EXACT(p, dts[k], want, 6);
+        kiln_optim_free(o);
+    }
+}
+
 /* ---- the compiled-program cache ------------------------------------------ */
 
 /* Five training steps with a learning rate that changes every step: after
