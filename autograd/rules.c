@@ -222,11 +222,13 @@ kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_n
                 out[i] = NULL;
             }
             if (bad) {
-                snprintf(msg, cap, "kiln_backward: cannot invert a view of shape %s",
-                         "(overlapping strides)");
+                char shape[KILN_MAX_DIMS * 21 + 3];
+                graph_format_shape(shape, sizeof shape, n->ndim, n->shape);
+                snprintf(msg, cap, "autograd: a view of shape %s reads source elements twice",
+                         shape);
                 return KILN_ERR_ARG;
             }
-            snprintf(msg, cap, "kiln_backward: out of memory while differentiating %s",
+            snprintf(msg, cap, "autograd: out of memory while differentiating %s",
                      graph_op_name(n->op));
             return KILN_ERR_OOM;
         }
