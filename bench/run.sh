@@ -29,7 +29,7 @@ for a in "${args[@]+"${args[@]}"}"; do [[ $a == --quick ]] && quick=true; done
 budget() { if $quick; then echo --budget "$1"; fi; }
 
 threads=${BENCH_THREADS:-$(nproc)}
-export KILN_THREADS=$threads BENCH_THREADS=$threads
+export KILN_THREADS=$threads BENCH_THREADS=$threads PYTHONDONTWRITEBYTECODE=1
 venv=bench/peers/.venv
 results=bench/results
 start=$SECONDS
