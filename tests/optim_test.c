@@ -164,6 +164,8 @@ static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng
     for (int s = 0; s < 3; s++) {
         kiln_scope_begin(ctx);
         train_step(o, &md);
+        /* a sync per step, as a training loop has: steps 2 and 3 replay */
+        cr_assert_eq(kiln_sync(ctx), KILN_OK, "%s", kiln_ctx_last_error(ctx));
         kiln_scope_end(ctx);
         problem_grad(&pb, w, b, gw, gb);
         ro.t++;
