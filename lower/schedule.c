@@ -25,7 +25,25 @@ typedef struct node_info {
     uint32_t row_axes;  /* its reduced axes */
     graph_node *epilogue_of; /* a root whose kernel is this matmul's epilogue */
     bool target;
+    int64_t pos;        /* index in the post-order */
+    bool ident;         /* computed at its kernel root's own element index */
+    /* Sibling kernels: a root's group (its members share one kernel, lowered
+     * where the last member is) and, per root, what its kernel reads from
+     * outside itself. */
+    int group;          /* -1: none */
+    bool group_last;
+    struct ext_read *ext;
+    int next, ext_cap;
+    graph_node **readers; /* a materialised node's reading roots */
+    int nreaders, readers_cap;
 } node_info;
+
+/* A root's kernel reads base (a materialised node or a leaf), at its own
+ * element index when ident. */
+typedef struct ext_read {
+    graph_node *base;
+    bool ident;
+} ext_read;
 
 static node_info *info(const graph_node *n) { return n->scratch; }
 
@@ -43,9 +61,13 @@ static bool cheap(const graph_node *n) {
 static bool collect(int n, graph_node *const *targets, graph_node ***order, int64_t *count) {
     if (graph_postorder(n, targets, true, order, count) != KILN_OK)
         return false;
-    for (int64_t i = 0; i < *count; i++)
-        if (!((*order)[i]->scratch = calloc(1, sizeof(node_info))))
+    for (int64_t i = 0; i < *count; i++) {
+        node_info *xi = calloc(1, sizeof(node_info));
+        if (!((*order)[i]->scratch = xi))
             return false;
+        xi->pos = i;
+        xi->group = -1;
+    }
     for (int64_t i = 0; i < *count; i++) {
         graph_node *x = (*order)[i];
         for (int j = 0; j < x->nsrc; j++) {
@@ -230,6 +252,170 @@ static void choose_epilogues(graph_node **order, int64_t count) {
     }
 }
 
+/* ---- sibling kernels ---- */
+
+static graph_node *root_of(graph_node *x) {
+    node_info *xi = info(x);
+    return xi->materialize ? x : xi->owner;
+}
+
+static bool add_ext(node_info *ri, graph_node *base, bool ident) {
+    for (int i = 0; i < ri->next; i++)
+        if (ri->ext[i].base == base) {
+            ri->ext[i].ident = ri->ext[i].ident && ident;
+            return true;
+        }
+    if (ri->next == ri->ext_cap) {
+        int cap = ri->ext_cap ? ri->ext_cap * 2 : 4;
+        ext_read *e = realloc(ri->ext, sizeof *e * (size_t)cap);
+        if (!e)
+            return false;
+        ri->ext = e;
+        ri->ext_cap = cap;
+    }
+    ri->ext[ri->next++] = (ext_read){base, ident};
+    return true;
+}
+
+/* Fills each root's external reads; false when out of memory. */
+static bool find_reads(graph_node **order, int64_t count) {
+    for (int64_t i = count - 1; i >= 0; i--) {
+        graph_node *x = order[i];
+        node_info *xi = info(x);
+        graph_node *c = xi->last_consumer;
+        xi->ident = xi->materialize ||
+                    (xi->owner && xi->consumers == 1 && info(c)->ident && elementwise(c->op));
+    }
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *x = order[i];
+        graph_node *r = root_of(x);
+        if (!r || (cheap(x) && !info(x)->materialize))
+            continue;
+        for (int j = 0; j < x->nsrc; j++) {
+            graph_node *s = x->src[j];
+            if (pending(s) && !info(s)->materialize && !cheap(s))
+                continue; /* fused into the same kernel */
+            graph_node *base = s;
+            while (pending(base) && !info(base)->materialize && base->op == GRAPH_VIEW)
+                base = base->src[0];
+            if (!add_ext(info(r), base, base == s && info(x)->ident && elementwise(x->op)))
+                return false;
+            if (!pending(base))
+                continue;
+            node_info *bi = info(base);
+            if (bi->nreaders && bi->readers[bi->nreaders - 1] == r)
+                continue;
+            if (bi->nreaders == bi->readers_cap) {
+                int cap = bi->readers_cap ? bi->readers_cap * 2 : 4;
+                graph_node **rd = realloc(bi->readers, sizeof *rd * (size_t)cap);
+                if (!rd)
+                    return false;
+                bi->readers = rd;
+                bi->readers_cap = cap;
+            }
+            bi->readers[bi->nreaders++] = r;
+        }
+    }
+    return true;
+}
+
+static bool sibling_candidate(const graph_node *x) {
+    const node_info *xi = info(x);
+    return xi->materialize && !xi->alias && !xi->row && !xi->epilogue_of && elementwise(x->op);
+}
+
+/* Whether r can join the group whose members are m[0..n): it reads members
+ * only at its own element index, every other kernel that reads a member runs
+ * after r (the group's kernel runs where its last member is), and it shares
+ * something with them worth sharing: an input, or a member's value. */
+static bool can_join(graph_node *r, graph_node **m, int n, int gid) {
+    node_info *ri = info(r);
+    bool shares = false;
+    for (int i = 0; i < ri->next; i++) {
+        graph_node *b = ri->ext[i].base;
+        bool member = pending(b) && info(b)->group == gid;
+        if (member && !ri->ext[i].ident)
+            return false;
+        shares = shares || member;
+        for (int k = 0; k < n && !shares; k++)
+            for (int e = 0; e < info(m[k])->next && !shares; e++)
+                shares = info(m[k])->ext[e].base == b;
+    }
+    return shares;
+}
+
+/* Whether every kernel outside the group that reads a member runs after r. */
+static bool readers_after(graph_node *r, graph_node **m, int n, int gid) {
+    for (int k = 0; k < n; k++) {
+        node_info *mi = info(m[k]);
+        for (int i = 0; i < mi->nreaders; i++) {
+            node_info *xi = info(mi->readers[i]);
+            if (xi->group != gid && mi->readers[i] != r && xi->pos < info(r)->pos)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Groups elementwise kernels of one shape that share inputs into
+ * multi-output kernels, greedily in post-order; a few recent groups are
+ * tried, which bounds the cost on large graphs. */
+static bool choose_siblings(graph_node **order, int64_t count) {
+    if (!find_reads(order, count))
+        return false;
+    enum { RECENT = 8, MAX_MEMBERS = 8 };
+    graph_node *members[RECENT][MAX_MEMBERS];
+    int nmembers[RECENT] = {0}, gids[RECENT], ngroups = 0, next_gid = 0;
+    for (int64_t i = 0; i < count; i++) {
+        graph_node *r = order[i];
+        if (!sibling_candidate(r))
+            continue;
+        int joined = -1;
+        for (int g = 0; g < ngroups && joined < 0; g++) {
+            graph_node *first = members[g][0];
+            if (nmembers[g] == MAX_MEMBERS || !same_shape(first, r))
+                continue;
+            if (can_join(r, members[g], nmembers[g], gids[g]) &&
+                readers_after(r, members[g], nmembers[g], gids[g]))
+                joined = g;
+        }
+        if (joined < 0) {
+            if (ngroups == RECENT) {
+                memmove(&members[0], &members[1], sizeof members[0] * (RECENT - 1));
+                memmove(&nmembers[0], &nmembers[1], sizeof nmembers[0] * (RECENT - 1));
+                memmove(&gids[0], &gids[1], sizeof gids[0] * (RECENT - 1));
+                ngroups--;
+            }
+            joined = ngroups++;
+            nmembers[joined] = 0;
+            gids[joined] = next_gid++;
+        }
+        members[joined][nmembers[joined]++] = r;
+        info(r)->group = gids[joined];
+    }
+    /* Groups of one are no groups; the last member lowers the others. */
+    int *size = calloc((size_t)next_gid + 1, sizeof *size);
+    if (!size)
+        return false;
+    for (int64_t i = 0; i < count; i++)
+        if (info(order[i])->group >= 0)
+            size[info(order[i])->group]++;
+    for (int64_t i = count - 1; i >= 0; i--) {
+        node_info *xi = info(order[i]);
+        if (xi->group < 0)
+            continue;
+        if (size[xi->group] == 1) {
+            xi->group = -1;
+            continue;
+        }
+        xi->group_last = size[xi->group] > 0;
+        if (xi->group_last)
+            size[xi->group] = -size[xi->group];
+    }
+    free(size);
+    return true;
+}
+
 static void mark(graph_node **order, int64_t count, int n, graph_node *const *targets,
                  bool fuse) {
     for (int r = 0; r < n; r++)
@@ -250,6 +436,10 @@ static void mark(graph_node **order, int64_t count, int n, graph_node *const *ta
     settle(order, count);
     if (fuse)
         choose_epilogues(order, count);
+    /* Siblings only save work; without memory for them, kernels stay single. */
+    if (fuse && !choose_siblings(order, count))
+        for (int64_t i = 0; i < count; i++)
+            info(order[i])->group = -1;
 }
 
 /* ---- lowering one kernel ---- */
@@ -404,11 +594,18 @@ static int emit_fused_reduce(emitter *e, graph_node *n, const ix *at, int valid)
     return ir_reduce(b, n->op, n->dtype, emit(e, s, &sat, valid), e->ridx);
 }
 
+static bool is_output(const lower_kernel *k, const graph_node *n) {
+    for (int o = 0; o < k->nouts; o++)
+        if (k->outs[o] == n)
+            return true;
+    return false;
+}
+
 static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     ir_builder *b = &e->b;
     if (n == e->epilogue_of)
         return ir_acc(b, n->dtype);
-    if (!pending(n) || (info(n)->materialize && n != e->k->out)) {
+    if (!pending(n) || (info(n)->materialize && !is_output(e->k, n))) {
         int slot = input_slot(e, n);
         return ir_load(b, n->dtype, slot, flatten(e, at, n->ndim, n->shape), valid);
     }
@@ -543,6 +740,10 @@ static void name_kernel(lower_kernel *k) {
     }
     snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op),
              k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_ELEMENTWISE ? "e" : "", dims);
+    if (k->nouts > 1) {
+        size_t len = strlen(k->name);
+        snprintf(k->name + len, sizeof k->name - len, "_%douts", k->nouts);
+    }
 }
 
 /* A matmul kernel computes x's dot products; its root (k->out) is x itself or
@@ -629,11 +830,14 @@ static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
         k->result = emit(e, out, &at, -1);
         k->store = flatten(e, &at, out->ndim, out->shape);
     } else {
+        /* siblings too: every output is elementwise over the same shape */
         k->kind = LOWER_ELEMENTWISE;
         k->numel = graph_numel(out);
         int gidx = ir_gidx(b, k->numel);
         ix oat = unflatten(e, gidx, out->ndim, out->shape);
-        k->result = emit(e, out, &oat, -1);
+        for (int o = 0; o < k->nouts; o++)
+            k->results[o] = emit(e, k->outs[o], &oat, -1);
+        k->result = k->results[0];
         k->store = gidx;
     }
     return !b->failed && !e->failed;
@@ -647,26 +851,34 @@ static bool lower_alias(lower_kernel *k, emitter *e) {
     return true;
 }
 
-static bool lower_one(lower_kernel *k, graph_node *out, graph_node **retry) {
+/* Lowers the kernel whose outputs are outs[0..n): one root, or siblings. */
+static bool lower_one(lower_kernel *k, graph_node **outs, int n, graph_node **retry) {
     emitter e;
     memset(&e, 0, sizeof e);
     ir_init(&e.b);
     e.k = k;
     e.ridx = -1;
-    k->out = graph_ref(out);
-    k->nouts = 1;
-    k->outs = malloc(sizeof *k->outs);
-    k->results = malloc(sizeof *k->results);
-    if (!k->outs || !k->results)
+    graph_node *out = outs[0];
+    k->outs = malloc(sizeof *k->outs * (size_t)n);
+    k->results = calloc((size_t)n, sizeof *k->results);
+    if (!k->outs || !k->results) {
+        free(k->outs);
+        k->outs = NULL;
+        k->out = graph_ref(out);
         e.failed = true;
-    else
-        k->outs[0] = k->out;
+    } else {
+        for (int o = 0; o < n; o++)
+            k->outs[o] = graph_ref(outs[o]);
+        k->nouts = n;
+        k->out = k->outs[0];
+    }
     graph_node *mm = out->op == GRAPH_MATMUL ? out : info(out)->epilogue_of;
-    bool ok = info(out)->alias ? lower_alias(k, &e)
-              : mm             ? lower_matmul(k, &e, mm)
-                               : lower_kernel_ir(k, &e);
+    bool ok = e.failed          ? false
+              : info(out)->alias ? lower_alias(k, &e)
+              : mm               ? lower_matmul(k, &e, mm)
+                                 : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
-    if (ok)
+    if (ok && k->nouts == 1)
         k->results[0] = k->result;
     k->ins = e.b.ins;
     k->nins = e.b.n;
@@ -710,10 +922,19 @@ static lower_program *lower_all(graph_node **order, int64_t count, graph_node **
         nk += info(order[i])->materialize;
     bool ok = p && (p->kernels = calloc((size_t)(nk ? nk : 1), sizeof *p->kernels));
     for (int64_t i = 0; ok && i < count; i++) {
-        if (!info(order[i])->materialize)
+        node_info *xi = info(order[i]);
+        if (!xi->materialize || (xi->group >= 0 && !xi->group_last))
             continue;
+        graph_node *outs[8] = {order[i]};
+        int n = 1;
+        if (xi->group >= 0) {
+            n = 0;
+            for (int64_t j = 0; j <= i; j++)
+                if (info(order[j])->group == xi->group)
+                    outs[n++] = order[j];
+        }
         lower_kernel *k = &p->kernels[p->nkernels];
-        ok = lower_one(k, order[i], retry);
+        ok = lower_one(k, outs, n, retry);
         /* Names are unique within a program: they are its symbols. */
         size_t len = strlen(k->name);
         if (len > sizeof k->name - 16)
@@ -744,7 +965,12 @@ lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
         }
     }
     for (int64_t i = 0; i < count; i++) {
-        free(order[i]->scratch);
+        node_info *xi = info(order[i]);
+        if (xi) {
+            free(xi->ext);
+            free(xi->readers);
+        }
+        free(xi);
         order[i]->scratch = NULL;
     }
     free(order);

@@ -389,10 +389,12 @@ static void needs(const lower_kernel *k, int target, bool inner_only, bool *in) 
 
 static void params(sbuf *b, const lower_kernel *k) {
     put(b, "void %s(char **bufs, int nthreads) {\n", k->name);
-    put(b, "  %s *restrict out = (%s *)bufs[0];\n", stype(k->out->dtype), stype(k->out->dtype));
+    for (int o = 0; o < k->nouts; o++)
+        put(b, "  %s *restrict out%d = (%s *)bufs[%d];\n", stype(k->outs[o]->dtype), o,
+            stype(k->outs[o]->dtype), o);
     for (int i = 0; i < k->ninputs; i++)
         put(b, "  const %s *restrict in%d = (const %s *)bufs[%d];\n", stype(k->inputs[i]->dtype),
-            i + 1, stype(k->inputs[i]->dtype), i + 1);
+            k->nouts + i, stype(k->inputs[i]->dtype), k->nouts + i);
     put(b, "  (void)nthreads;\n");
 }
 
@@ -439,17 +441,20 @@ static void reduce_result(sbuf *b, const lower_ins *red, int id) {
 }
 
 static void store_stmt(sbuf *b, const lower_kernel *k, const char *indent) {
-    char val[32];
-    snprintf(val, sizeof val, "v%d", k->result);
-    put(b, "%sout[v%d] = ", indent, k->store);
-    store_expr(b, k->out->dtype, val);
-    put(b, ";\n");
+    for (int o = 0; o < k->nouts; o++) {
+        char val[32];
+        snprintf(val, sizeof val, "v%d", k->results[o]);
+        put(b, "%sout%d[v%d] = ", indent, o, k->store);
+        store_expr(b, k->outs[o]->dtype, val);
+        put(b, ";\n");
+    }
 }
 
 /* Elementwise: a tile of output elements per program instance, its loop
  * vectorised. */
 static void render_elementwise(sbuf *b, const lower_kernel *k, bool *live) {
-    needs(k, k->result, false, live);
+    for (int o = 0; o < k->nouts; o++)
+        needs(k, k->results[o], false, live);
     needs(k, k->store, false, live);
     put(b, "  const int64_t N = %lldLL, T = %lldLL;\n", (long long)k->numel, (long long)k->tile);
     put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) if(N >= 32768)\n");
