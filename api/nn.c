@@ -45,10 +45,9 @@ static kiln_tensor *check_args(const char *op, int n, const nn_arg *a, kiln_ctx 
         return e;
     for (int i = 0; i < n; i++)
         if (a[i].t && !a[i].any_dtype && !graph_dtype_is_float(a[i].t->node->dtype))
-            return api_fail(ctx, KILN_ERR_DTYPE,
-                            "%s: %s of shape %s is %s; a floating-point dtype is required", op,
-                            a[i].name, api_shape_str(a[i].t->node),
-                            kiln_dtype_name(a[i].t->node->dtype));
+            return api_fail(
+                ctx, KILN_ERR_DTYPE, "%s: %s of shape %s is %s; a floating-point dtype is required",
+                op, a[i].name, api_shape_str(a[i].t->node), kiln_dtype_name(a[i].t->node->dtype));
     return NULL;
 }
 
@@ -78,9 +77,7 @@ static kiln_tensor *check_index_data(kiln_ctx *ctx, const char *op, const graph_
     return NULL;
 }
 
-static bool index_dtype(kiln_dtype dt) {
-    return dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8;
-}
+static bool index_dtype(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8; }
 
 /* A 1-d [C] tensor seen as [C, 1, ..., 1] with `trailing` ones, so that it
  * broadcasts along axis 1 of a tensor with trailing + 2 dimensions. */
@@ -96,9 +93,8 @@ static kiln_tensor *per_channel(kiln_tensor *t, int trailing) {
 
 kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b) {
     const char *op = "kiln_linear";
-    const nn_arg args[] = {{x, "input", false, false},
-                           {w, "weight", false, false},
-                           {b, "bias", true, false}};
+    const nn_arg args[] = {
+        {x, "input", false, false}, {w, "weight", false, false}, {b, "bias", true, false}};
     kiln_ctx *ctx;
     kiln_tensor *e = check_args(op, 3, args, &ctx);
     if (e || !ctx)
@@ -124,8 +120,8 @@ kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b) {
 
 /* The strided tap of a padded [..., Hp, Wp] tensor that kernel offset (i, j)
  * reads for every output position: [..., oh, ow]. */
-static kiln_tensor *tap(kiln_tensor *xp, int64_t i, int64_t j, int64_t oh, int64_t ow,
-                        int64_t sh, int64_t sw) {
+static kiln_tensor *tap(kiln_tensor *xp, int64_t i, int64_t j, int64_t oh, int64_t ow, int64_t sh,
+                        int64_t sw) {
     int nd = kiln_ndim(xp);
     kiln_tensor *r = kiln_slice(xp, nd - 2, i, i + (oh - 1) * sh + 1, sh);
     return kiln_slice(r, nd - 1, j, j + (ow - 1) * sw + 1, sw);
@@ -146,25 +142,23 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t
                          int64_t stride_w, int64_t pad_h, int64_t pad_w, int64_t dil_h,
                          int64_t dil_w, int64_t groups) {
     const char *op = "kiln_conv2d";
-    const nn_arg args[] = {{x, "input", false, false},
-                           {w, "weight", false, false},
-                           {b, "bias", true, false}};
+    const nn_arg args[] = {
+        {x, "input", false, false}, {w, "weight", false, false}, {b, "bias", true, false}};
     kiln_ctx *ctx;
     kiln_tensor *e = check_args(op, 3, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node, *W = w->node;
     if (stride_h < 1 || stride_w < 1 || dil_h < 1 || dil_w < 1 || groups < 1 || pad_h < 0 ||
-        pad_w < 0 || stride_h > NN_MAX_PARAM || stride_w > NN_MAX_PARAM ||
-        dil_h > NN_MAX_PARAM || dil_w > NN_MAX_PARAM || pad_h > NN_MAX_PARAM ||
-        pad_w > NN_MAX_PARAM)
+        pad_w < 0 || stride_h > NN_MAX_PARAM || stride_w > NN_MAX_PARAM || dil_h > NN_MAX_PARAM ||
+        dil_w > NN_MAX_PARAM || pad_h > NN_MAX_PARAM || pad_w > NN_MAX_PARAM)
         return api_fail(ctx, KILN_ERR_ARG,
                         "kiln_conv2d: input %s, weight %s: stride (%lld, %lld), padding (%lld, "
                         "%lld), dilation (%lld, %lld), groups %lld: strides, dilations and "
                         "groups must be >= 1, paddings >= 0",
                         api_shape_str(X), api_shape_str(W), (long long)stride_h,
-                        (long long)stride_w, (long long)pad_h, (long long)pad_w,
-                        (long long)dil_h, (long long)dil_w, (long long)groups);
+                        (long long)stride_w, (long long)pad_h, (long long)pad_w, (long long)dil_h,
+                        (long long)dil_w, (long long)groups);
     if (X->ndim != 4 || W->ndim != 4)
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "kiln_conv2d: input %s and weight %s must be [N, C, H, W] and [OC, "
@@ -180,8 +174,8 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t
                         api_shape_str(X), api_shape_str(W), (long long)groups,
                         c % groups ? 0LL : (long long)(c / groups));
     int64_t span_h = dil_h * (kh - 1) + 1, span_w = dil_w * (kw - 1) + 1;
-    if (kh < 1 || kw < 1 || kh > NN_MAX_PARAM || kw > NN_MAX_PARAM ||
-        h + 2 * pad_h < span_h || wd + 2 * pad_w < span_w)
+    if (kh < 1 || kw < 1 || kh > NN_MAX_PARAM || kw > NN_MAX_PARAM || h + 2 * pad_h < span_h ||
+        wd + 2 * pad_w < span_w)
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "kiln_conv2d: the %lldx%lld kernel of weight %s with dilation (%lld, "
                         "%lld) does not fit input %s padded by (%lld, %lld)",
@@ -226,8 +220,7 @@ static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t 
         return e;
     graph_node *X = x->node;
     if (kh < 1 || kw < 1 || sh < 1 || sw < 1 || ph < 0 || pw < 0 || kh > NN_MAX_PARAM ||
-        kw > NN_MAX_PARAM || sh > NN_MAX_PARAM || sw > NN_MAX_PARAM || 2 * ph > kh ||
-        2 * pw > kw)
+        kw > NN_MAX_PARAM || sh > NN_MAX_PARAM || sw > NN_MAX_PARAM || 2 * ph > kh || 2 * pw > kw)
         return api_fail(ctx, KILN_ERR_ARG,
                         "%s: input %s, kernel (%lld, %lld), stride (%lld, %lld), padding (%lld, "
                         "%lld): kernel sizes and strides must be >= 1 and each padding at most "
@@ -235,13 +228,13 @@ static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t 
                         op, api_shape_str(X), (long long)kh, (long long)kw, (long long)sh,
                         (long long)sw, (long long)ph, (long long)pw);
     if (X->ndim != 3 && X->ndim != 4)
-        return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s must be [N, C, H, W] or [C, H, W]",
-                        op, api_shape_str(X));
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s must be [N, C, H, W] or [C, H, W]", op,
+                        api_shape_str(X));
     int64_t h = X->shape[X->ndim - 2], wd = X->shape[X->ndim - 1];
     if (h + 2 * ph < kh || wd + 2 * pw < kw)
         return api_fail(ctx, KILN_ERR_SHAPE,
-                        "%s: the %lldx%lld window does not fit input %s padded by (%lld, %lld)",
-                        op, (long long)kh, (long long)kw, api_shape_str(X), (long long)ph,
+                        "%s: the %lldx%lld window does not fit input %s padded by (%lld, %lld)", op,
+                        (long long)kh, (long long)kw, api_shape_str(X), (long long)ph,
                         (long long)pw);
     int64_t oh = (h + 2 * ph - kh) / sh + 1, ow = (wd + 2 * pw - kw) / sw + 1;
     kiln_scope_begin(ctx);
@@ -257,14 +250,13 @@ static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t 
     return finish(ctx, acc);
 }
 
-kiln_tensor *kiln_max_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w,
-                             int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w) {
-    return pool2d("kiln_max_pool2d", true, x, kernel_h, kernel_w, stride_h, stride_w, pad_h,
-                  pad_w);
+kiln_tensor *kiln_max_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
+                             int64_t stride_w, int64_t pad_h, int64_t pad_w) {
+    return pool2d("kiln_max_pool2d", true, x, kernel_h, kernel_w, stride_h, stride_w, pad_h, pad_w);
 }
 
-kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w,
-                             int64_t stride_h, int64_t stride_w, int64_t pad_h, int64_t pad_w) {
+kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
+                             int64_t stride_w, int64_t pad_h, int64_t pad_w) {
     return pool2d("kiln_avg_pool2d", false, x, kernel_h, kernel_w, stride_h, stride_w, pad_h,
                   pad_w);
 }
@@ -290,9 +282,8 @@ static kiln_tensor *normalise(kiln_tensor *x, int naxes, const int *axes, double
 kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight, kiln_tensor *bias,
                              double eps) {
     const char *op = "kiln_layer_norm";
-    const nn_arg args[] = {{x, "input", false, false},
-                           {weight, "weight", true, false},
-                           {bias, "bias", true, false}};
+    const nn_arg args[] = {
+        {x, "input", false, false}, {weight, "weight", true, false}, {bias, "bias", true, false}};
     kiln_ctx *ctx;
     kiln_tensor *e = check_args(op, 3, args, &ctx);
     if (e || !ctx)
@@ -331,15 +322,15 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight, kiln_te
 
 /* running = (1 - momentum) * running + momentum * batch, recorded lazily. */
 static kiln_status update_running(kiln_tensor *running, kiln_tensor *batch, double momentum) {
-    kiln_tensor *v = kiln_add(kiln_mul_scalar(running, 1.0 - momentum),
-                              kiln_mul_scalar(kiln_reshape(batch, 1, kiln_shape(running)),
-                                              momentum));
+    kiln_tensor *v =
+        kiln_add(kiln_mul_scalar(running, 1.0 - momentum),
+                 kiln_mul_scalar(kiln_reshape(batch, 1, kiln_shape(running)), momentum));
     return kiln_error(v) != KILN_OK ? kiln_error(v) : kiln_assign(running, v);
 }
 
-kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean,
-                             kiln_tensor *running_var, kiln_tensor *weight, kiln_tensor *bias,
-                             bool training, double momentum, double eps) {
+kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_tensor *running_var,
+                             kiln_tensor *weight, kiln_tensor *bias, bool training, double momentum,
+                             double eps) {
     const char *op = "kiln_batch_norm";
     const nn_arg args[] = {{x, "input", false, false},
                            {running_mean, "running_mean", training, false},
@@ -368,8 +359,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean,
         if (p->ndim != 1 || p->shape[0] != c)
             return api_fail(ctx, KILN_ERR_SHAPE,
                             "kiln_batch_norm: %s %s does not fit input %s: it must be [%lld]",
-                            args[i + 1].name, api_shape_str(p), api_shape_str(X),
-                            (long long)c);
+                            args[i + 1].name, api_shape_str(p), api_shape_str(X), (long long)c);
     }
     if (training && running_mean && !running_var)
         return api_fail(ctx, KILN_ERR_ARG,
@@ -395,13 +385,18 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean,
         kiln_tensor *mean, *var;
         y = normalise(x, naxes, axes, eps, &mean, &var);
         if (running_mean) {
+            /* The running statistics are state, not a function of the
+             * parameters that a loss could be differentiated through. */
+            kiln_no_grad_begin(ctx);
             kiln_status st = update_running(running_mean, mean, momentum);
             if (st == KILN_OK)
                 st = update_running(running_var,
                                     kiln_mul_scalar(var, (double)count / (double)(count - 1)),
                                     momentum);
+            kiln_no_grad_end(ctx);
             if (st != KILN_OK)
-                y = api_fail(ctx, st, "kiln_batch_norm: updating the running statistics of "
+                y = api_fail(ctx, st,
+                             "kiln_batch_norm: updating the running statistics of "
                              "input %s failed: %s",
                              api_shape_str(X), kiln_ctx_last_error(ctx));
         }
@@ -570,8 +565,8 @@ kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training
         return api_wrap(ctx, graph_ref(X), op);
     kiln_scope_begin(ctx);
     kiln_tensor *keep = kiln_ge_scalar(kiln_rand(ctx, KILN_F32, X->ndim, X->shape, seed), p);
-    kiln_tensor *y = kiln_where(keep, kiln_mul_scalar(x, 1.0 / (1.0 - p)),
-                                kiln_scalar(ctx, X->dtype, 0));
+    kiln_tensor *y =
+        kiln_where(keep, kiln_mul_scalar(x, 1.0 / (1.0 - p)), kiln_scalar(ctx, X->dtype, 0));
     return finish(ctx, y);
 }
 
@@ -604,18 +599,18 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
 kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
                                                bool causal, double scale) {
     const char *op = "kiln_scaled_dot_product_attention";
-    const nn_arg args[] = {{q, "query", false, false},
-                           {k, "key", false, false},
-                           {v, "value", false, false}};
+    const nn_arg args[] = {
+        {q, "query", false, false}, {k, "key", false, false}, {v, "value", false, false}};
     kiln_ctx *ctx;
     kiln_tensor *e = check_args(op, 3, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *Q = q->node, *K = k->node, *V = v->node;
     if (!isfinite(scale))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: query %s, key %s, value %s: scale %g is not "
-                        "finite", op, api_shape_str(Q), api_shape_str(K), api_shape_str(V),
-                        scale);
+        return api_fail(ctx, KILN_ERR_ARG,
+                        "%s: query %s, key %s, value %s: scale %g is not "
+                        "finite",
+                        op, api_shape_str(Q), api_shape_str(K), api_shape_str(V), scale);
     int n1, nb;
     int64_t b1[KILN_MAX_DIMS], bshape[KILN_MAX_DIMS];
     bool ok = Q->ndim >= 2 && K->ndim >= 2 && V->ndim >= 2 &&

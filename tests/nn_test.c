@@ -57,9 +57,8 @@ static void ref_conv(const conv_cfg *k, const double *x, const double *w, const 
 }
 
 /* Pooling over [planes, h, w]. */
-static void ref_pool(bool is_max, const double *x, int64_t planes, int64_t h, int64_t w,
-                     int64_t kh, int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw,
-                     double *y) {
+static void ref_pool(bool is_max, const double *x, int64_t planes, int64_t h, int64_t w, int64_t kh,
+                     int64_t kw, int64_t sh, int64_t sw, int64_t ph, int64_t pw, double *y) {
     int64_t oh = (h + 2 * ph - kh) / sh + 1, ow = (w + 2 * pw - kw) / sw + 1;
     for (int64_t c = 0; c < planes; c++)
         for (int64_t i = 0; i < oh; i++)
@@ -111,8 +110,8 @@ static void ref_softmax(const double *x, int64_t outer, int64_t len, int64_t inn
         }
 }
 
-static double ref_cross_entropy(const double *l, const int64_t *t, int64_t n, int64_t c,
-                                bool mean, double *rows) {
+static double ref_cross_entropy(const double *l, const int64_t *t, int64_t n, int64_t c, bool mean,
+                                double *rows) {
     double total = 0;
     for (int64_t i = 0; i < n; i++) {
         double m = -INFINITY, s = 0;
@@ -133,9 +132,8 @@ static double gelu_tanh_ref(double x) {
 }
 
 /* Attention over `batch` independent [l, d] x [s, d] x [s, dv] problems. */
-static void ref_sdpa(const double *q, const double *k, const double *v, int64_t batch,
-                     int64_t l, int64_t s, int64_t d, int64_t dv, bool causal, double scale,
-                     double *y) {
+static void ref_sdpa(const double *q, const double *k, const double *v, int64_t batch, int64_t l,
+                     int64_t s, int64_t d, int64_t dv, bool causal, double scale, double *y) {
     double *p = malloc(sizeof(double) * (size_t)s);
     for (int64_t bt = 0; bt < batch; bt++)
         for (int64_t i = 0; i < l; i++) {
@@ -194,8 +192,8 @@ static void check_conv(kiln_ctx *ctx, tu_rng *r, const conv_cfg *k, bool bias) {
     kiln_tensor *tw =
         tu_rand_tensor(ctx, r, KILN_F32, TU_S(k->oc, k->c / k->groups, k->kh, k->kw), -1, 1, w);
     kiln_tensor *tb = tu_rand_tensor(ctx, r, KILN_F32, TU_S(k->oc), -1, 1, b);
-    kiln_tensor *out = kiln_conv2d(tx, tw, bias ? tb : NULL, k->sh, k->sw, k->ph, k->pw, k->dh,
-                                   k->dw, k->groups);
+    kiln_tensor *out =
+        kiln_conv2d(tx, tw, bias ? tb : NULL, k->sh, k->sw, k->ph, k->pw, k->dh, k->dw, k->groups);
     TU_ASSERT_SHAPE(out, k->n, k->oc, oh, ow);
     ref_conv(k, x, w, bias ? b : NULL, y);
     TU_EXPECT(out, KILN_F32, y, ny);
@@ -277,8 +275,7 @@ static void ref_batch_norm(const double *x, int64_t n, int64_t c, int64_t sp, co
         for (int64_t ch = 0; ch < c; ch++)
             for (int64_t s = 0; s < sp; s++) {
                 int64_t f = (i * c + ch) * sp + s;
-                y[f] = (x[f] - mean[ch]) / sqrt(var[ch] + eps) * (w ? w[ch] : 1) +
-                       (b ? b[ch] : 0);
+                y[f] = (x[f] - mean[ch]) / sqrt(var[ch] + eps) * (w ? w[ch] : 1) + (b ? b[ch] : 0);
             }
 }
 
@@ -319,8 +316,8 @@ TU_TEST(nn, batch_norm) {
     TU_EXPECT(trv, KILN_F32, erv, C);
 
     /* training without running statistics or affine parameters, on [N, C] */
-    kiln_tensor *flat = kiln_reshape(kiln_permute(tx, (const int[]){0, 2, 3, 1}), 2,
-                                     TU_DIMS(N * SP, C));
+    kiln_tensor *flat =
+        kiln_reshape(kiln_permute(tx, (const int[]){0, 2, 3, 1}), 2, TU_DIMS(N * SP, C));
     static double xf[N * SP * C], yf[N * SP * C];
     for (int64_t i = 0; i < N; i++)
         for (int64_t s = 0; s < SP; s++)
@@ -375,9 +372,9 @@ TU_TEST(nn, cross_entropy) {
     int64_t bad[N];
     memcpy(bad, t, sizeof bad);
     bad[2] = C;
-    TU_ASSERT_ERROR(kiln_cross_entropy(tl, tu_tensor_i64(ctx, KILN_I64, TU_S(N), bad),
-                                       KILN_REDUCTION_MEAN),
-                    KILN_ERR_ARG, "kiln_cross_entropy", "[6,5]", "5");
+    TU_ASSERT_ERROR(
+        kiln_cross_entropy(tl, tu_tensor_i64(ctx, KILN_I64, TU_S(N), bad), KILN_REDUCTION_MEAN),
+        KILN_ERR_ARG, "kiln_cross_entropy", "[6,5]", "5");
     /* Computed ones cannot be seen lazily: the row contributes 0, the mean
      * still divides by N. Eager mode has computed them, and reports them. */
     bad[2] = -1;
@@ -516,20 +513,20 @@ TU_TEST(nn, errors) {
                     "kiln_linear", "[4,5]", "[3,4]");
     TU_ASSERT_ERROR(kiln_linear(m, kiln_ones(ctx, KILN_F32, TU_S(3, 5)), i32), KILN_ERR_DTYPE,
                     "kiln_linear", "bias");
-    TU_ASSERT_ERROR(kiln_linear(m, kiln_ones(ctx, KILN_F32, TU_S(3, 5)),
-                                kiln_ones(ctx, KILN_F32, TU_S(4))),
-                    KILN_ERR_SHAPE, "kiln_linear", "[4]", "[3,5]");
+    TU_ASSERT_ERROR(
+        kiln_linear(m, kiln_ones(ctx, KILN_F32, TU_S(3, 5)), kiln_ones(ctx, KILN_F32, TU_S(4))),
+        KILN_ERR_SHAPE, "kiln_linear", "[4]", "[3,5]");
     TU_ASSERT_ERROR(kiln_linear(m, NULL, NULL), KILN_ERR_ARG, "kiln_linear", "weight");
 
     TU_ASSERT_ERROR(kiln_conv2d(x4, w4, NULL, 0, 1, 0, 0, 1, 1, 1), KILN_ERR_ARG, "kiln_conv2d",
                     "[2,3,8,8]", "[4,3,3,3]");
-    TU_ASSERT_ERROR(kiln_conv2d(x4, w4, NULL, 1, 1, 0, 0, 1, 1, 2), KILN_ERR_SHAPE,
-                    "kiln_conv2d", "[2,3,8,8]", "groups");
-    TU_ASSERT_ERROR(kiln_conv2d(x4, kiln_ones(ctx, KILN_F32, TU_S(4, 3, 9, 3)), NULL, 1, 1, 0, 0,
-                                1, 1, 1),
-                    KILN_ERR_SHAPE, "kiln_conv2d", "[4,3,9,3]");
-    TU_ASSERT_ERROR(kiln_conv2d(x4, w4, NULL, 1, 1, 0, 0, 4, 4, 1), KILN_ERR_SHAPE,
-                    "kiln_conv2d", "dilation");
+    TU_ASSERT_ERROR(kiln_conv2d(x4, w4, NULL, 1, 1, 0, 0, 1, 1, 2), KILN_ERR_SHAPE, "kiln_conv2d",
+                    "[2,3,8,8]", "groups");
+    TU_ASSERT_ERROR(
+        kiln_conv2d(x4, kiln_ones(ctx, KILN_F32, TU_S(4, 3, 9, 3)), NULL, 1, 1, 0, 0, 1, 1, 1),
+        KILN_ERR_SHAPE, "kiln_conv2d", "[4,3,9,3]");
+    TU_ASSERT_ERROR(kiln_conv2d(x4, w4, NULL, 1, 1, 0, 0, 4, 4, 1), KILN_ERR_SHAPE, "kiln_conv2d",
+                    "dilation");
     TU_ASSERT_ERROR(kiln_conv2d(m, w4, NULL, 1, 1, 0, 0, 1, 1, 1), KILN_ERR_SHAPE, "kiln_conv2d",
                     "[4,5]");
     TU_ASSERT_ERROR(kiln_conv2d(x4, w4, kiln_ones(ctx, KILN_F32, TU_S(3)), 1, 1, 0, 0, 1, 1, 1),
@@ -555,18 +552,16 @@ TU_TEST(nn, errors) {
                     "kiln_batch_norm", "running_mean", "[4]", "[2,3,8,8]");
     TU_ASSERT_ERROR(kiln_batch_norm(x4, c3, c3, NULL, NULL, true, 1.5, 1e-5), KILN_ERR_ARG,
                     "kiln_batch_norm", "momentum");
-    TU_ASSERT_ERROR(kiln_batch_norm(kiln_ones(ctx, KILN_F32, TU_S(1, 3)), c3, c3, NULL, NULL,
-                                    true, 0.1, 1e-5),
-                    KILN_ERR_SHAPE, "kiln_batch_norm", "[1,3]");
+    TU_ASSERT_ERROR(
+        kiln_batch_norm(kiln_ones(ctx, KILN_F32, TU_S(1, 3)), c3, c3, NULL, NULL, true, 0.1, 1e-5),
+        KILN_ERR_SHAPE, "kiln_batch_norm", "[1,3]");
 
     TU_ASSERT_ERROR(kiln_softmax(m, 2), KILN_ERR_ARG, "kiln_softmax", "[4,5]");
     TU_ASSERT_ERROR(kiln_log_softmax(i32, 0), KILN_ERR_DTYPE, "kiln_log_softmax", "i32");
 
-    TU_ASSERT_ERROR(kiln_cross_entropy(m, kiln_zeros(ctx, KILN_F32, TU_S(4)),
-                                       KILN_REDUCTION_MEAN),
+    TU_ASSERT_ERROR(kiln_cross_entropy(m, kiln_zeros(ctx, KILN_F32, TU_S(4)), KILN_REDUCTION_MEAN),
                     KILN_ERR_DTYPE, "kiln_cross_entropy", "f32");
-    TU_ASSERT_ERROR(kiln_cross_entropy(m, kiln_zeros(ctx, KILN_I64, TU_S(5)),
-                                       KILN_REDUCTION_SUM),
+    TU_ASSERT_ERROR(kiln_cross_entropy(m, kiln_zeros(ctx, KILN_I64, TU_S(5)), KILN_REDUCTION_SUM),
                     KILN_ERR_SHAPE, "kiln_cross_entropy", "[4,5]", "[5]");
     TU_ASSERT_ERROR(kiln_cross_entropy(m, i32, (kiln_reduction)7), KILN_ERR_ARG,
                     "kiln_cross_entropy", "reduction");
@@ -592,8 +587,7 @@ TU_TEST(nn, errors) {
     /* an error handle passes its error on */
     kiln_tensor *bad = kiln_reshape(m, TU_S(7));
     TU_ASSERT_ERROR(kiln_softmax(bad, 0), KILN_ERR_SHAPE, "kiln_reshape");
-    TU_ASSERT_ERROR(kiln_conv2d(x4, w4, bad, 1, 1, 0, 0, 1, 1, 1), KILN_ERR_SHAPE,
-                    "kiln_reshape");
+    TU_ASSERT_ERROR(kiln_conv2d(x4, w4, bad, 1, 1, 0, 0, 1, 1, 1), KILN_ERR_SHAPE, "kiln_reshape");
     TU_ASSERT_ERROR(kiln_cross_entropy(m, bad, KILN_REDUCTION_MEAN), KILN_ERR_SHAPE,
                     "kiln_reshape");
     cr_assert_null(kiln_softmax(NULL, 0));
@@ -615,7 +609,8 @@ Test(nn_kernels, lazy_counts) {
     kiln_tensor *x = kiln_randn(ctx, KILN_F32, TU_S(16, 40), 1);
     kiln_tensor *img = kiln_randn(ctx, KILN_F32, TU_S(2, 3, 10, 10), 4);
     kiln_tensor *q = kiln_randn(ctx, KILN_F32, TU_S(2, 8, 16), 7);
-    kiln_tensor *g = kiln_randn(ctx, KILN_F32, TU_S(40), 2), *b = kiln_randn(ctx, KILN_F32, TU_S(40), 3);
+    kiln_tensor *g = kiln_randn(ctx, KILN_F32, TU_S(40), 2),
+                *b = kiln_randn(ctx, KILN_F32, TU_S(40), 3);
     kiln_tensor *w = kiln_randn(ctx, KILN_F32, TU_S(8, 3, 3, 3), 5);
     kiln_tensor *wb = kiln_randn(ctx, KILN_F32, TU_S(8), 6);
     kiln_tensor *t = kiln_zeros(ctx, KILN_I64, TU_S(16));
@@ -633,5 +628,253 @@ Test(nn_kernels, lazy_counts) {
             (long long)softmax, (long long)layer_norm, (long long)ce, (long long)conv,
             (long long)sdpa);
     cr_assert_eq(softmax, 1);
+    cr_assert_eq(layer_norm, 1);
+    /* Upper bounds at what the scheduler does today, so that a regression
+     * shows: cross_entropy is max, sum of exp, the target's logit, and the
+     * mean's sum and division; conv2d the im2col gather, the matmul and the
+     * bias; attention two matmuls and the softmax row kernel between them. */
+    cr_assert_leq(ce, 5);
+    cr_assert_leq(conv, 3);
+    cr_assert_leq(sdpa, 3);
     kiln_ctx_free(ctx);
+}
+
+/* ---- gradients: kiln_gradients against central differences of the
+ * float64 references above ---- */
+
+#define GC_MAXIN 4
+
+/* A reference as a function of its float inputs: in[k] holds input k. */
+typedef void (*gc_ref)(double *const *in, const void *cfg, double *out);
+
+typedef struct gc_input {
+    kiln_tensor *t;
+    double *v;
+    int64_t n;
+} gc_input;
+
+/* Checks d(sum(y * seed))/d input against central differences of f, with a
+ * random seed; reports the worst relative error. */
+static void grad_check(kiln_ctx *ctx, tu_rng *r, const char *name, kiln_tensor *y, int nin,
+                       const gc_input *in, gc_ref f, const void *cfg) {
+    TU_ASSERT_OK(y);
+    int64_t ny = kiln_numel(y);
+    double *seed = malloc(sizeof(double) * (size_t)ny), *out = malloc(sizeof(double) * (size_t)ny);
+    kiln_tensor *ts = tu_rand_tensor(ctx, r, KILN_F64, kiln_ndim(y), kiln_shape(y), -1, 1, seed);
+    kiln_tensor *xs[GC_MAXIN], *g[GC_MAXIN];
+    double *vals[GC_MAXIN];
+    for (int k = 0; k < nin; k++) {
+        xs[k] = in[k].t;
+        vals[k] = in[k].v;
+    }
+    kiln_status st = kiln_gradients(y, ts, nin, xs, g);
+    cr_assert_eq(st, KILN_OK, "[%s] %s: kiln_gradients: %s", tu_exec_name(), name,
+                 kiln_ctx_last_error(ctx));
+    const double h = 1e-5;
+    double worst = 0;
+    for (int k = 0; k < nin; k++) {
+        double *got = malloc(sizeof(double) * (size_t)in[k].n);
+        TU_READ(g[k], got, in[k].n);
+        for (int64_t i = 0; i < in[k].n; i++) {
+            double keep = vals[k][i], fp = 0, fm = 0;
+            vals[k][i] = keep + h;
+            f(vals, cfg, out);
+            for (int64_t j = 0; j < ny; j++)
+                fp += out[j] * seed[j];
+            vals[k][i] = keep - h;
+            f(vals, cfg, out);
+            for (int64_t j = 0; j < ny; j++)
+                fm += out[j] * seed[j];
+            vals[k][i] = keep;
+            double fd = (fp - fm) / (2 * h);
+            double err = fabs(got[i] - fd) / fmax(fmax(fabs(fd), fabs(got[i])), 1e-3);
+            cr_assert(err < 1e-6,
+                      "[%s] %s: input %d element %lld: gradient %.10g, finite "
+                      "difference %.10g",
+                      tu_exec_name(), name, k, (long long)i, got[i], fd);
+            worst = fmax(worst, err);
+        }
+        free(got);
+    }
+    if (tu_cur_exec()->dev == KILN_CPU && tu_cur_exec()->mode == KILN_LAZY)
+        fprintf(stderr, "nn gradient check %-22s worst relative error %.2e\n", name, worst);
+    free(seed);
+    free(out);
+}
+
+/* Inputs of size n, uniform in [lo, hi], f64. */
+#define GC_IN(var, n, lo, hi, ...)                                                                 \
+    static double var##_v[n];                                                                      \
+    gc_input var = {tu_rand_tensor(ctx, &r, KILN_F64, TU_S(__VA_ARGS__), lo, hi, var##_v),         \
+                    var##_v, n}
+
+static void gc_linear(double *const *in, const void *cfg, double *out) {
+    (void)cfg;
+    ref_linear(in[0], 3, 4, in[1], 5, in[2], out);
+}
+
+static void gc_conv(double *const *in, const void *cfg, double *out) {
+    ref_conv(cfg, in[0], in[1], in[2], out);
+}
+
+typedef struct pool_cfg {
+    bool is_max;
+    int64_t planes, h, w, kh, kw, sh, sw, ph, pw;
+} pool_cfg;
+
+static void gc_pool(double *const *in, const void *cfg, double *out) {
+    const pool_cfg *p = cfg;
+    ref_pool(p->is_max, in[0], p->planes, p->h, p->w, p->kh, p->kw, p->sh, p->sw, p->ph, p->pw,
+             out);
+}
+
+static void gc_layer_norm(double *const *in, const void *cfg, double *out) {
+    (void)cfg;
+    ref_layer_norm(in[0], 3, 6, in[1], in[2], 1e-5, out);
+}
+
+/* Training batch norm of [2, 3, 4] with batch statistics. */
+static void gc_batch_norm(double *const *in, const void *cfg, double *out) {
+    (void)cfg;
+    double mean[3] = {0}, var[3] = {0};
+    for (int c = 0; c < 3; c++) {
+        for (int n = 0; n < 2; n++)
+            for (int s = 0; s < 4; s++)
+                mean[c] += in[0][(n * 3 + c) * 4 + s] / 8;
+        for (int n = 0; n < 2; n++)
+            for (int s = 0; s < 4; s++)
+                var[c] += pow(in[0][(n * 3 + c) * 4 + s] - mean[c], 2) / 8;
+    }
+    ref_batch_norm(in[0], 2, 3, 4, mean, var, in[1], in[2], 1e-5, out);
+}
+
+static void gc_softmax(double *const *in, const void *cfg, double *out) {
+    ref_softmax(in[0], 3, 5, 2, *(const bool *)cfg, out);
+}
+
+static void gc_cross_entropy(double *const *in, const void *cfg, double *out) {
+    out[0] = ref_cross_entropy(in[0], cfg, 4, 5, true, NULL);
+}
+
+static void gc_mse(double *const *in, const void *cfg, double *out) {
+    (void)cfg;
+    for (int i = 0; i < 12; i++)
+        out[i] = (in[0][i] - in[1][i]) * (in[0][i] - in[1][i]);
+}
+
+static void gc_gelu_tanh(double *const *in, const void *cfg, double *out) {
+    (void)cfg;
+    for (int i = 0; i < 12; i++)
+        out[i] = gelu_tanh_ref(in[0][i]);
+}
+
+static void gc_dropout(double *const *in, const void *cfg, double *out) {
+    (void)cfg;
+    for (int i = 0; i < 40; i++)
+        out[i] =
+            graph_rand_value(GRAPH_RAND, KILN_F32, 9, (uint64_t)i) >= 0.25f ? in[0][i] / 0.75 : 0;
+}
+
+static void gc_embedding(double *const *in, const void *cfg, double *out) {
+    const int64_t *idx = cfg;
+    for (int i = 0; i < 5; i++)
+        for (int d = 0; d < 3; d++)
+            out[i * 3 + d] = in[0][idx[i] * 3 + d];
+}
+
+static void gc_sdpa(double *const *in, const void *cfg, double *out) {
+    ref_sdpa(in[0], in[1], in[2], 2, 3, 4, 2, 3, *(const bool *)cfg, 1 / sqrt(2.0), out);
+}
+
+TU_TEST(nn_grad, finite_differences) {
+    TU_RNG(r);
+    {
+        GC_IN(x, 12, -1, 1, 3, 4);
+        GC_IN(w, 20, -1, 1, 5, 4);
+        GC_IN(b, 5, -1, 1, 5);
+        grad_check(ctx, &r, "linear", kiln_linear(x.t, w.t, b.t), 3, (gc_input[]){x, w, b},
+                   gc_linear, NULL);
+    }
+    {
+        static const conv_cfg k = {2, 4, 5, 5, 2, 3, 3, 2, 1, 1, 1, 1, 2, 2};
+        GC_IN(x, 200, -1, 1, 2, 4, 5, 5);
+        GC_IN(w, 36, -1, 1, 2, 2, 3, 3);
+        GC_IN(b, 2, -1, 1, 2);
+        grad_check(ctx, &r, "conv2d", kiln_conv2d(x.t, w.t, b.t, 2, 1, 1, 1, 1, 2, 2), 3,
+                   (gc_input[]){x, w, b}, gc_conv, &k);
+    }
+    {
+        GC_IN(x, 72, -1, 1, 2, 6, 6);
+        static const pool_cfg mp = {true, 2, 6, 6, 3, 3, 2, 2, 1, 1};
+        static const pool_cfg ap = {false, 2, 6, 6, 3, 3, 2, 2, 1, 1};
+        grad_check(ctx, &r, "max_pool2d", kiln_max_pool2d(x.t, 3, 3, 2, 2, 1, 1), 1, &x, gc_pool,
+                   &mp);
+        grad_check(ctx, &r, "avg_pool2d", kiln_avg_pool2d(x.t, 3, 3, 2, 2, 1, 1), 1, &x, gc_pool,
+                   &ap);
+    }
+    {
+        GC_IN(x, 18, -2, 2, 3, 6);
+        GC_IN(w, 6, 0.5, 1.5, 6);
+        GC_IN(b, 6, -1, 1, 6);
+        grad_check(ctx, &r, "layer_norm", kiln_layer_norm(x.t, 1, w.t, b.t, 1e-5), 3,
+                   (gc_input[]){x, w, b}, gc_layer_norm, NULL);
+    }
+    {
+        GC_IN(x, 24, -2, 2, 2, 3, 4);
+        GC_IN(w, 3, 0.5, 1.5, 3);
+        GC_IN(b, 3, -1, 1, 3);
+        kiln_tensor *rm = kiln_zeros(ctx, KILN_F64, TU_S(3)),
+                    *rv = kiln_ones(ctx, KILN_F64, TU_S(3));
+        grad_check(ctx, &r, "batch_norm", kiln_batch_norm(x.t, rm, rv, w.t, b.t, true, 0.1, 1e-5),
+                   3, (gc_input[]){x, w, b}, gc_batch_norm, NULL);
+        /* The running statistics are state: nothing flows back from them. */
+        kiln_tensor *gx;
+        cr_assert_eq(kiln_gradients(rm, NULL, 1, &x.t, &gx), KILN_OK, "%s",
+                     kiln_ctx_last_error(ctx));
+        static const double zeros[24];
+        TU_EXPECT_EXACT(gx, KILN_F64, zeros, 24);
+    }
+    {
+        GC_IN(x, 30, -3, 3, 3, 5, 2);
+        static const bool no = false, yes = true;
+        grad_check(ctx, &r, "softmax", kiln_softmax(x.t, 1), 1, &x, gc_softmax, &no);
+        grad_check(ctx, &r, "log_softmax", kiln_log_softmax(x.t, 1), 1, &x, gc_softmax, &yes);
+    }
+    {
+        GC_IN(x, 20, -3, 3, 4, 5);
+        static const int64_t t[4] = {3, 0, 4, 3};
+        grad_check(
+            ctx, &r, "cross_entropy",
+            kiln_cross_entropy(x.t, tu_tensor_i64(ctx, KILN_I64, TU_S(4), t), KILN_REDUCTION_MEAN),
+            1, &x, gc_cross_entropy, t);
+    }
+    {
+        GC_IN(a, 12, -2, 2, 3, 4);
+        GC_IN(b, 12, -2, 2, 3, 4);
+        grad_check(ctx, &r, "mse_loss", kiln_mse_loss(a.t, b.t, KILN_REDUCTION_NONE), 2,
+                   (gc_input[]){a, b}, gc_mse, NULL);
+        grad_check(ctx, &r, "gelu_tanh", kiln_gelu_tanh(a.t), 1, &a, gc_gelu_tanh, NULL);
+    }
+    {
+        GC_IN(x, 40, -2, 2, 5, 8);
+        grad_check(ctx, &r, "dropout", kiln_dropout(x.t, 0.25, 9, true), 1, &x, gc_dropout, NULL);
+    }
+    {
+        GC_IN(w, 12, -2, 2, 4, 3);
+        static const int64_t idx[5] = {1, 3, 1, 0, 2};
+        grad_check(ctx, &r, "embedding",
+                   kiln_embedding(tu_tensor_i64(ctx, KILN_I32, TU_S(5), idx), w.t), 1, &w,
+                   gc_embedding, idx);
+    }
+    {
+        GC_IN(q, 12, -1, 1, 2, 3, 2);
+        GC_IN(k, 16, -1, 1, 2, 4, 2);
+        GC_IN(v, 24, -1, 1, 2, 4, 3);
+        static const bool no = false, yes = true;
+        grad_check(ctx, &r, "sdpa", kiln_scaled_dot_product_attention(q.t, k.t, v.t, false, 0), 3,
+                   (gc_input[]){q, k, v}, gc_sdpa, &no);
+        grad_check(ctx, &r, "sdpa causal",
+                   kiln_scaled_dot_product_attention(q.t, k.t, v.t, true, 0), 3,
+                   (gc_input[]){q, k, v}, gc_sdpa, &yes);
+    }
 }
