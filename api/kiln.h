@@ -457,7 +457,9 @@ KILN_API kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight
  * variance over every axis but 1 and, when running_mean and running_var are
  * not NULL, updates them lazily with kiln_assign: running = (1 - momentum) *
  * running + momentum * batch value, with the unbiased variance for
- * running_var; a batch with one value per channel is KILN_ERR_SHAPE. In eval
+ * running_var, recorded under kiln_no_grad_begin so that no gradient flows
+ * through the running statistics; a batch with one value per channel is
+ * KILN_ERR_SHAPE. In eval
  * (training false) it normalises by running_mean and running_var, which are
  * then required. momentum must lie in [0, 1] and eps be finite and >= 0
  * (KILN_ERR_ARG). */
