@@ -74,10 +74,6 @@ static void swap_elems(void *data, size_t nbytes, size_t width) {
         }
 }
 
-static void shape_str(char *out, size_t cap, int ndim, const int64_t *shape) {
-    graph_format_shape(out, cap, ndim, shape);
-}
-
 /* ---- saving ---- */
 
 static bool write_all(int fd, const void *data, size_t n) {
@@ -152,16 +148,57 @@ static kiln_status realize_all(kiln_ctx *ctx, int n, kiln_tensor *const *tensors
     return st;
 }
 
-/* The JSON header of the tensors laid out one after the other in order,
+static size_t elem_size(const kiln_tensor *t) { return kiln_dtype_size(t->node->dtype); }
+
+typedef struct ckpt_slot {
+    int index;
+    size_t width;
+} ckpt_slot;
+
+static int cmp_slot(const void *a, const void *b) {
+    const ckpt_slot *x = a, *y = b;
+    if (x->width != y->width)
+        return x->width > y->width ? -1 : 1;
+    return (x->index > y->index) - (x->index < y->index);
+}
+
+/* The order of the tensors' data in the file: widest elements first, as the
+ * format's own writer does, so that every tensor starts aligned to its
+ * element size (the data itself starts 8-byte aligned). */
+static int *data_order(int n, kiln_tensor *const *tensors) {
+    ckpt_slot *slots = malloc(sizeof *slots * (size_t)(n ? n : 1));
+    int *order = malloc(sizeof *order * (size_t)(n ? n : 1));
+    if (slots && order) {
+        for (int i = 0; i < n; i++)
+            slots[i] = (ckpt_slot){i, elem_size(tensors[i])};
+        qsort(slots, (size_t)n, sizeof *slots, cmp_slot);
+        for (int i = 0; i < n; i++)
+            order[i] = slots[i].index;
+    } else {
+        free(order);
+        order = NULL;
+    }
+    free(slots);
+    return order;
+}
+
+/* The JSON header, entries in the caller's order and data in `order`,
  * padded with spaces so that the data starts 8-byte aligned. */
 static char *build_header(int n, const char *const *names, kiln_tensor *const *tensors,
-                          size_t *len) {
+                          const int *order, size_t *len) {
+    uint64_t *begin = malloc(sizeof *begin * (size_t)(n ? n : 1));
+    if (!begin)
+        return NULL;
+    uint64_t off = 0;
+    for (int k = 0; k < n; k++) {
+        begin[order[k]] = off;
+        off += (uint64_t)graph_numel(tensors[order[k]]->node) * elem_size(tensors[order[k]]);
+    }
     json_object *root = json_object_new_object();
     bool ok = root != NULL;
-    uint64_t off = 0;
     for (int i = 0; i < n && ok; i++) {
         const graph_node *x = tensors[i]->node;
-        uint64_t nbytes = (uint64_t)graph_numel(x) * kiln_dtype_size(x->dtype);
+        uint64_t nbytes = (uint64_t)graph_numel(x) * elem_size(tensors[i]);
         json_object *e = json_object_new_object();
         json_object *shape = json_object_new_array();
         json_object *offs = json_object_new_array();
@@ -169,8 +206,8 @@ static char *build_header(int n, const char *const *names, kiln_tensor *const *t
         ok = e && shape && offs && dt;
         for (int d = 0; d < x->ndim && ok; d++)
             ok = json_object_array_add(shape, json_object_new_int64(x->shape[d])) == 0;
-        ok = ok && json_object_array_add(offs, json_object_new_int64((int64_t)off)) == 0 &&
-             json_object_array_add(offs, json_object_new_int64((int64_t)(off + nbytes))) == 0;
+        ok = ok && json_object_array_add(offs, json_object_new_int64((int64_t)begin[i])) == 0 &&
+             json_object_array_add(offs, json_object_new_int64((int64_t)(begin[i] + nbytes))) == 0;
         if (!ok) {
             json_object_put(e);
             json_object_put(shape);
@@ -185,8 +222,8 @@ static char *build_header(int n, const char *const *names, kiln_tensor *const *t
             json_object_put(e);
             ok = false;
         }
-        off += nbytes;
     }
+    free(begin);
     char *out = NULL;
     if (ok) {
         size_t jlen;
@@ -205,7 +242,7 @@ static char *build_header(int n, const char *const *names, kiln_tensor *const *t
 }
 
 static kiln_status write_file(kiln_ctx *ctx, const char *path, const char *header, size_t hlen,
-                              int n, kiln_tensor *const *tensors) {
+                              int n, kiln_tensor *const *tensors, const int *order) {
     size_t plen = strlen(path);
     char *tmp = malloc(plen + 32);
     if (!tmp)
@@ -222,10 +259,10 @@ static kiln_status write_file(kiln_ctx *ctx, const char *path, const char *heade
     for (int i = 0; i < 8; i++)
         lenbytes[i] = (unsigned char)((uint64_t)hlen >> (8 * i));
     bool ok = write_all(fd, lenbytes, 8) && write_all(fd, header, hlen);
-    for (int i = 0; i < n && ok; i++) {
-        const graph_node *x = tensors[i]->node;
-        size_t nbytes = (size_t)graph_numel(x) * kiln_dtype_size(x->dtype);
-        ok = nbytes == 0 || write_le(fd, x->buf->data, nbytes, kiln_dtype_size(x->dtype));
+    for (int k = 0; k < n && ok; k++) {
+        const kiln_tensor *t = tensors[order[k]];
+        size_t nbytes = (size_t)graph_numel(t->node) * elem_size(t);
+        ok = nbytes == 0 || write_le(fd, t->node->buf->data, nbytes, elem_size(t));
     }
     int err = ok ? 0 : errno;
     if (ok && fsync(fd) != 0) {
@@ -274,11 +311,15 @@ kiln_status kiln_save(const char *path, int n, const char *const *names,
     if (st != KILN_OK)
         return st;
     size_t hlen = 0;
-    char *header = build_header(n, names, tensors, &hlen);
-    if (!header)
+    int *order = data_order(n, tensors);
+    char *header = order ? build_header(n, names, tensors, order, &hlen) : NULL;
+    if (!header) {
+        free(order);
         return fail(ctx, KILN_ERR_OOM, "kiln_save: out of memory building the header of %s",
                     path);
-    st = write_file(ctx, path, header, hlen, n, tensors);
+    }
+    st = write_file(ctx, path, header, hlen, n, tensors, order);
+    free(order);
     free(header);
     return st;
 }
@@ -355,7 +396,7 @@ static kiln_status parse_entry(kiln_ctx *ctx, const char *op, const ckpt_file *f
             numel *= s;
     }
     char sh[KILN_MAX_DIMS * 21 + 3];
-    shape_str(sh, sizeof sh, e->ndim, e->shape);
+    graph_format_shape(sh, sizeof sh, e->ndim, e->shape);
     if (overflow && !empty)
         return fail(ctx, KILN_ERR_IO, "%s: %s: tensor \"%s\" has shape %s, too many elements",
                     op, f->path, name, sh);
@@ -571,17 +612,15 @@ kiln_status kiln_load(kiln_ctx *ctx, const char *path, int *n, char ***names,
             st = fail(ctx, KILN_ERR_OOM, "kiln_load: out of memory");
     }
     int made = 0;
-    for (; st == KILN_OK && made < f.n; made++) {
+    for (int i = 0; st == KILN_OK && i < f.n; i++) {
         graph_node *node;
-        st = read_entry(ctx, "kiln_load", &f, &f.entries[made], &node);
-        if (st != KILN_OK)
+        if ((st = read_entry(ctx, "kiln_load", &f, &f.entries[i], &node)) != KILN_OK)
             break;
-        ts[made] = api_wrap(ctx, node, "kiln_load");
-        nm[made] = strdup(f.entries[made].name);
-        if (!ts[made] || !nm[made]) {
-            made++;
+        ts[i] = api_wrap(ctx, node, "kiln_load");
+        nm[i] = strdup(f.entries[i].name);
+        made = i + 1;
+        if (!ts[i] || !ts[i]->node || !nm[i])
             st = fail(ctx, KILN_ERR_OOM, "kiln_load: out of memory");
-        }
     }
     if (st == KILN_OK) {
         *n = f.n;
@@ -617,8 +656,8 @@ static kiln_status check_into(kiln_ctx *ctx, const ckpt_file *f, int n, const ch
                         f->path, names[i]);
         const graph_node *x = tensors[i]->node;
         char want[KILN_MAX_DIMS * 21 + 3], got[KILN_MAX_DIMS * 21 + 3];
-        shape_str(want, sizeof want, x->ndim, x->shape);
-        shape_str(got, sizeof got, e->ndim, e->shape);
+        graph_format_shape(want, sizeof want, x->ndim, x->shape);
+        graph_format_shape(got, sizeof got, e->ndim, e->shape);
         if (e->dtype != x->dtype)
             return fail(ctx, KILN_ERR_DTYPE,
                         "kiln_load_into: tensor \"%s\": expected %s of shape %s, found %s of "

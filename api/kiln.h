@@ -523,7 +523,8 @@ KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_ten
 /* Checkpoints are safetensors files, which other frameworks read and write:
  * an 8-byte little-endian header length, a JSON header mapping each name to
  * {"dtype", "shape", "data_offsets"} (dtypes F32 F64 F16 BF16 I32 I64 U8
- * BOOL), then the tensors' raw little-endian data, each after the other. On
+ * BOOL), then the tensors' raw little-endian data, each after the other
+ * (kiln writes the widest dtypes first, so that each is aligned). On
  * failure these functions return the status and kiln_ctx_last_error of the
  * tensors' context (or ctx) says why: a file that cannot be read or written,
  * is truncated, or whose header is malformed, names an unknown dtype, or has

@@ -102,7 +102,8 @@ TU_TEST(checkpoint, round_trip_every_dtype) {
 
 /* The file read back by the test itself: length prefix, JSON header with
  * the format's dtype names, shapes and contiguous offsets, 8-byte aligned
- * data, and each tensor's bytes little-endian. */
+ * data with the widest dtypes first, and each tensor's bytes
+ * little-endian. */
 TU_TEST(checkpoint, file_layout) {
     TU_RNG(r);
     char path[512];
@@ -130,7 +131,8 @@ TU_TEST(checkpoint, file_layout) {
     free(text);
     cr_assert(root != NULL, "the header is not JSON");
     const char *want_dt[] = {"F32", "BF16", "I32"};
-    const int64_t want_n[] = {6, 5, 5}, want_b[] = {0, 24, 34}, want_e[] = {24, 34, 54};
+    /* data widest first: w, idx, then w_bf16 */
+    const int64_t want_n[] = {6, 5, 5}, want_b[] = {0, 44, 24}, want_e[] = {24, 54, 44};
     for (int k = 0; k < 3; k++) {
         json_object *e, *v;
         cr_assert(json_object_object_get_ex(root, names[k], &e), "no entry %s", names[k]);
@@ -156,11 +158,11 @@ TU_TEST(checkpoint, file_layout) {
         cr_assert_eq((double)x, a[i], "w[%d]: %g in the file, %g saved", i, x, a[i]);
     }
     for (int i = 0; i < 5; i++) {
-        uint16_t bf = (uint16_t)(data[24 + 2 * i] | data[24 + 2 * i + 1] << 8);
+        uint16_t bf = (uint16_t)(data[44 + 2 * i] | data[44 + 2 * i + 1] << 8);
         cr_assert_eq(tu_bf16_value(bf), tu_round(KILN_BF16, b[i]));
         uint32_t u = 0;
         for (int j = 0; j < 4; j++)
-            u |= (uint32_t)data[34 + 4 * i + j] << (8 * j);
+            u |= (uint32_t)data[24 + 4 * i + j] << (8 * j);
         cr_assert_eq((int32_t)u, bi[i]);
     }
     free(f);
