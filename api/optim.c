@@ -105,7 +105,7 @@ static kiln_optim *optim_new(const char *op, optim_kind kind, kiln_ctx *ctx, int
     if (!ctx)
         return NULL;
     if (n < 0 || (n > 0 && !params)) {
-        note(ctx, "%s: %d parameters at %p", op, n, (const void *)params);
+        note(ctx, "%s: %d parameters%s", op, n, n < 0 ? "" : " but the array is NULL");
         return NULL;
     }
     if (!nonneg(lr) || !nonneg(weight_decay) || !nonneg(momentum) || !nonneg(eps) ||
