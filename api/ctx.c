@@ -280,8 +280,13 @@ kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_ten
             set_error(who, st, msg);
         return st;
     }
-    for (int i = 0; i < ctx->npending; i++)
+    /* Assigned values that autograd treats as constants (updates made under
+     * no-grad) need no history: keeping it would keep every earlier step. */
+    for (int i = 0; i < ctx->npending; i++) {
+        if (autograd_is_detached(ctx->pending[i]))
+            graph_forget_sources(ctx->pending[i]);
         graph_unref(ctx->pending[i]);
+    }
     ctx->npending = 0;
     if (who && who->node) {
         free(who->msg);

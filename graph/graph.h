@@ -143,6 +143,12 @@ bool graph_op_is_reduce(graph_op op);
  * do not, the op that reads them does. */
 bool graph_op_computes(graph_op op);
 
+/* Turns a realized node into a plain buffer leaf and lets go of the graph
+ * that computed it: for values nothing will differentiate through, such as
+ * an optimiser's updates, whose history would otherwise grow by a training
+ * step's graph per step. */
+void graph_forget_sources(graph_node *n);
+
 /* ---- buffers ---- */
 /* An uninitialised, 64-byte-aligned buffer of nbytes (NULL on failure): every
  * producer writes all of it, so clearing it first would only cost time. */

@@ -279,6 +279,22 @@ void graph_unref(graph_node *n) {
     }
 }
 
+void graph_forget_sources(graph_node *n) {
+    if (!n->buf || n->op == GRAPH_BUFFER)
+        return;
+    if (interned(n))
+        table_remove(n->g, n);
+    graph_node **src = n->src;
+    int nsrc = n->nsrc;
+    n->op = GRAPH_BUFFER;
+    memset(&n->p, 0, sizeof n->p);
+    n->src = NULL;
+    n->nsrc = 0;
+    for (int i = 0; i < nsrc; i++)
+        graph_unref(src[i]);
+    free(src);
+}
+
 /* ---- op classes ---- */
 
 static const char *const op_names[GRAPH_NUM_OPS] = {

@@ -526,8 +526,10 @@ GRAD_TEST(linear_regression) {
     cr_assert(kiln_requires_grad(w, true) == KILN_OK && kiln_requires_grad(b, true) == KILN_OK);
     double first = 0, last = 0;
     /* Programs built after the first step: compiled, or loaded from disk. */
-    int64_t built_after_first = 0;
+    int64_t built_after_first = 0, live_at_5 = 0;
     for (int step = 0; step < 60; step++) {
+        if (step == 5)
+            live_at_5 = kiln_ctx_live_nodes(ctx);
         kiln_scope_begin(ctx);
         kiln_tensor *d = kiln_sub(kiln_add(kiln_matmul(x, w), b), y);
         kiln_tensor *loss = kiln_mean(kiln_mul(d, d), 0, NULL, false);
@@ -548,7 +550,13 @@ GRAD_TEST(linear_regression) {
     printf("grad [%s] linear regression loss %.3g -> %.3g, %lld compiles\n", tu_exec_name(),
            first, last, (long long)kiln_ctx_stats(ctx).compiles);
     cr_assert(last < first / 10, "[%s] loss went from %g to %g", tu_exec_name(), first, last);
+    /* the updates were made under no-grad: no step keeps the graph of the
+     * steps before it */
+    cr_assert(kiln_ctx_live_nodes(ctx) <= live_at_5, "[%s] %lld live nodes after 60 steps, %lld after 5",
+              tu_exec_name(), (long long)kiln_ctx_live_nodes(ctx), (long long)live_at_5);
     kiln_stats st = kiln_ctx_stats(ctx);
+    cr_assert(st.syncs < 60 || st.graph_hits >= 58, "[%s] only %lld of 60 steps reused their program",
+              tu_exec_name(), (long long)st.graph_hits);
     cr_assert(st.compiles + st.disk_hits == built_after_first,
               "[%s] %lld programs built after the first step", tu_exec_name(),
               (long long)(st.compiles + st.disk_hits - built_after_first));
