@@ -11,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/auxv.h>
 #include <time.h>
 
 #include "jit/cpu/llvm.h"
@@ -60,6 +61,14 @@ static bool has_feature(const char *features, const char *f) {
 }
 
 static void load_api(void) {
+    /* A statically linked program has no dynamic loader (no AT_BASE): loading
+     * libLLVM, which needs the shared C and C++ libraries, would crash it. */
+    if (getauxval(AT_BASE) == 0) {
+        snprintf(api_error, sizeof api_error,
+                 "kiln: KILN_CPU_COMPILER=llvm needs a dynamically linked program; this one is "
+                 "static and cannot load libLLVM (KILN_CPU_COMPILER=cc works)");
+        return;
+    }
     void *h = open_llvm();
     if (!h) {
         snprintf(api_error, sizeof api_error,
