@@ -214,7 +214,8 @@ static bool reshape_view(const view_state *s, int ndim, const int64_t *shape, vi
             nd[nn++] = d;
     out->base = s->base;
     out->ndim = ndim;
-    memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim)
+        memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
     memset(&out->v, 0, sizeof out->v);
     out->v.offset = s->v.offset;
     out->v.masked = s->v.masked;
@@ -257,7 +258,8 @@ graph_node *graph_reshape(graph_node *a, int ndim, const int64_t *shape) {
         /* Nothing is ever read through an empty view. */
         t.base = s.base;
         t.ndim = ndim;
-        memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
+        if (ndim)
+            memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
         contiguous(&t.v, ndim, shape);
         return finish(&t, a->dtype);
     }
@@ -265,7 +267,8 @@ graph_node *graph_reshape(graph_node *a, int ndim, const int64_t *shape) {
         return finish(&t, a->dtype);
     t.base = a;
     t.ndim = ndim;
-    memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
+    if (ndim)
+        memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
     contiguous(&t.v, ndim, shape);
     return finish(&t, a->dtype);
 }

@@ -224,8 +224,9 @@ static bool same_shape(const graph_node *a, const graph_node *b) {
 
 /* Bias and activation epilogues: a matmul whose one consumer is elementwise
  * is computed inside the kernel of that consumer's root when every node from
- * the matmul up to the root is elementwise over the matmul's shape, so that
- * each output element reads the dot product of that same element. Fused nodes
+ * the matmul up to the root is elementwise (or a reshape) over as many
+ * elements, so that each output element reads the dot product of the element
+ * with its own flat index. Fused nodes
  * outside row kernels have one consumer each, so that path is unique. */
 static void choose_epilogues(graph_node **order, int64_t count) {
     for (int64_t i = 0; i < count; i++) {
@@ -239,7 +240,10 @@ static void choose_epilogues(graph_node **order, int64_t count) {
             continue;
         bool ok = true;
         for (graph_node *x = mi->last_consumer; ok; x = info(x)->last_consumer) {
-            ok = elementwise(x->op) && same_shape(x, m) && info(x)->owner == root;
+            /* a reshape keeps the flat index: conv2d's bias over its matmul */
+            bool reshape = x->op == GRAPH_VIEW && graph_view_is_reshape(x);
+            ok = (elementwise(x->op) || reshape) && graph_numel(x) == graph_numel(m) &&
+                 info(x)->owner == root;
             if (x == root)
                 break;
             ok = ok && info(x)->consumers == 1 && !info(x)->materialize;
@@ -765,7 +769,7 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
     int gidx = ir_gidx(&e->b, k->numel);
     k->store = gidx;
     e->epilogue_of = x;
-    ix oat = unflatten(e, gidx, x->ndim, x->shape);
+    ix oat = unflatten(e, gidx, k->out->ndim, k->out->shape);
     k->result = emit(e, k->out, &oat, -1);
     return true;
 }
