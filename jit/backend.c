@@ -16,6 +16,7 @@
 #include "cache/cache.h"
 #include "jit/cpu/cpu.h"
 #include "jit/cpu/llvm.h"
+#include "jit/cuda/cuda.h"
 #include "jit/jit.h"
 
 typedef void (*kernel_fn)(char **bufs, int nthreads);
@@ -37,6 +38,7 @@ struct jit_backend {
     cache *cache;
     int nthreads;
     int debug; /* KILN_DEBUG */
+    bool check_cuda; /* KILN_CHECK_CUDA=1: every program must also compile for CUDA */
     bool llvm;       /* KILN_CPU_COMPILER=llvm: LLVM through ORC instead of cc */
     jit_counters counters;
     pool pool;
@@ -68,6 +70,8 @@ jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
         j->nthreads = 1;
     const char *dbg = getenv("KILN_DEBUG");
     j->debug = dbg ? atoi(dbg) : 0;
+    const char *cc = getenv("KILN_CHECK_CUDA");
+    j->check_cuda = cc && !strcmp(cc, "1");
     const char *cpu_cc = getenv("KILN_CPU_COMPILER");
     j->llvm = cpu_cc && !strcmp(cpu_cc, "llvm");
     bool bad_cc = cpu_cc && *cpu_cc && !j->llvm && strcmp(cpu_cc, "cc");
@@ -327,6 +331,11 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     if (j->debug >= 3)
         for (int i = 0; i < p->nkernels; i++)
             lower_print_kernel(stderr, &p->kernels[i]);
+    if (j->check_cuda && p->nkernels > 0 && jit_cuda_check_program(p, msg, mcap) != KILN_OK) {
+        compiled_free(c);
+        *st = KILN_ERR_COMPILE;
+        return NULL;
+    }
     if (p->nkernels > 0) {
         char *src = jit_cpu_render(p);
         if (!src) {

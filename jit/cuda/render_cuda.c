@@ -1,0 +1,855 @@
+/* render_cuda.c — kernel IR to CUDA C for NVRTC: one translation unit per
+ * program, an `extern "C" __global__` function per kernel. A program instance
+ * is a thread block: an elementwise tile is spread over the block's threads;
+ * a reduction or row kernel gives each output row one block, whose threads
+ * stride over the reduced elements and combine through warp shuffles and
+ * shared memory, every finished reduction broadcast to all threads before the
+ * next pass; a matmul stages tiles of both operands in shared memory and each
+ * thread keeps a 4x4 block of the output in registers, then applies the
+ * epilogue per element. Element semantics are those of jit/cpu/prelude.h
+ * (and so of graph/dtype.c), rewritten for the device. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit/cuda/cuda.h"
+#include "jit/cuda/half.h"
+
+/* Threads per block of elementwise and matmul kernels; the matmul tile is
+ * MM_T by MM_T outputs, 4x4 per thread, over steps of MM_K along k. */
+#define EW_BLOCK 256
+#define MM_T 64
+#define MM_K 16
+/* Grids stay below this many blocks; kernels loop over the rest. */
+#define GRID_CAP (1u << 21)
+
+static const char prelude[] =
+    "typedef unsigned char kh_u8;\n"
+    "typedef unsigned short kh_u16;\n"
+    "typedef unsigned int kh_u32;\n"
+    "typedef int kh_i32;\n"
+    "typedef long long kh_i64;\n"
+    "typedef unsigned long long kh_u64;\n"
+    "#define KH_D __device__ __forceinline__\n"
+    "KH_D kh_u32 kh_fbits(float f) { return __float_as_uint(f); }\n"
+    "KH_D float kh_bitsf(kh_u32 u) { return __uint_as_float(u); }\n"
+    JIT_CUDA_STR(JIT_CUDA_HALF_CODE(__device__ __forceinline__)) "\n"
+    "#define KH_NAN __longlong_as_double(0x7ff8000000000000LL)\n"
+    "#define KH_INF __longlong_as_double(0x7ff0000000000000LL)\n"
+    /* double to float rounding to odd: a later rounding to a half type is
+       then correct, as if rounded from the double once */
+    "KH_D float kh_odd(double d) { float f = (float)d;\n"
+    "  if ((double)f != d && f == f) { if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);\n"
+    "    f = __uint_as_float(__float_as_uint(f) | 1u); } return f; }\n"
+    "KH_D float kh_rh(float x) { return kh_h2f(kh_f2h(x)); }\n"
+    "KH_D float kh_rb(float x) { return kh_b2f(kh_f2b(x)); }\n"
+    "KH_D kh_i64 kh_sat(double v, double lo, double hi) {\n"
+    "  if (v != v) return 0; v = trunc(v); if (v <= lo) return (kh_i64)lo;\n"
+    "  if (v >= hi) return hi >= 9.2e18 ? 9223372036854775807LL : (kh_i64)hi;\n"
+    "  return (kh_i64)v; }\n"
+    "KH_D kh_i64 kh_floordiv(kh_i64 a, kh_i64 b) {\n"
+    "  if (b == 0) return 0; if (b == -1) return (kh_i64)(0 - (kh_u64)a);\n"
+    "  kh_i64 q = a / b; if (a % b != 0 && ((a < 0) != (b < 0))) q--; return q; }\n"
+    "KH_D kh_u64 kh_ipow(kh_i64 base, kh_i64 e) {\n"
+    "  if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? ~0ULL : 1) : 0;\n"
+    "  kh_u64 r = 1, b = (kh_u64)base;\n"
+    "  for (kh_u64 k = (kh_u64)e; k; k >>= 1) { if (k & 1) r *= b; b *= b; } return r; }\n"
+    "KH_D double kh_sigmoid(double x) {\n"
+    "  if (x >= 0) return 1.0 / (1.0 + exp(-x)); double e = exp(x); return e / (1.0 + e); }\n"
+    "KH_D float kh_sigmoidf(float x) {\n"
+    "  if (x >= 0) return 1.0f / (1.0f + expf(-x)); float e = expf(x); return e / (1.0f + e); }\n"
+    "KH_D double kh_gelu(double x) { double c = erfc(-x * 0.70710678118654752440);\n"
+    "  return c == 0.0 ? -0.0 : 0.5 * x * c; }\n"
+    "KH_D float kh_geluf(float x) { float c = erfcf(-x * 0.70710678118654752440f);\n"
+    "  return c == 0.0f ? -0.0f : 0.5f * x * c; }\n"
+    "KH_D double kh_silu(double x) { if (x >= 0 || x != x) return x / (1.0 + exp(-x));\n"
+    "  double e = exp(x); return e == 0.0 ? -0.0 : x * e / (1.0 + e); }\n"
+    "KH_D float kh_siluf(float x) { if (x >= 0 || x != x) return x / (1.0f + expf(-x));\n"
+    "  float e = expf(x); return e == 0.0f ? -0.0f : x * e / (1.0f + e); }\n"
+    "#define KH_FMAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) >= (b) ? (a) : (b))\n"
+    "#define KH_FMIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) <= (b) ? (a) : (b))\n"
+    "KH_D double kh_rand(int normal, int dt, kh_u64 seed, kh_u64 idx) {\n"
+    "  kh_u32 c0 = (kh_u32)idx, c1 = (kh_u32)(idx >> 32), c2 = 0, c3 = 0;\n"
+    "  kh_u32 k0 = (kh_u32)seed, k1 = (kh_u32)(seed >> 32);\n"
+    "  for (int i = 0; i < 10; i++) {\n"
+    "    kh_u64 p0 = (kh_u64)0xD2511F53u * c0, p1 = (kh_u64)0xCD9E8D57u * c2;\n"
+    "    kh_u32 n0 = (kh_u32)(p1 >> 32) ^ c1 ^ k0, n2 = (kh_u32)(p0 >> 32) ^ c3 ^ k1;\n"
+    "    c0 = n0; c1 = (kh_u32)p1; c2 = n2; c3 = (kh_u32)p0;\n"
+    "    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }\n"
+    "  kh_u64 b01 = ((kh_u64)c0 << 21) | (c1 >> 11), b23 = ((kh_u64)c2 << 21) | (c3 >> 11);\n"
+    "  if (!normal) return dt == 1 ? ldexp((double)b01, -53) : dt == 2 ? ldexp((double)(c0 >> 21), -11)\n"
+    "    : dt == 3 ? ldexp((double)(c0 >> 24), -8) : ldexp((double)(c0 >> 8), -24);\n"
+    "  double u1, u2;\n"
+    "  if (dt == 1) { u1 = ldexp((double)b01 + 1.0, -53); u2 = ldexp((double)b23, -53); }\n"
+    "  else { u1 = ldexp((double)c0 + 1.0, -32); u2 = ldexp((double)c2, -32); }\n"
+    "  return sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2); }\n"
+    /* Matmul's inner product: fused where the target contracts nothing else
+       (--fmad=false keeps elementwise code rounding like the CPU's). */
+    "KH_D float kh_fma(float a, float b, float c) { return fmaf(a, b, c); }\n"
+    "KH_D double kh_fma(double a, double b, double c) { return fma(a, b, c); }\n"
+    "KH_D kh_u64 kh_fma(kh_u64 a, kh_u64 b, kh_u64 c) { return a * b + c; }\n"
+    /* Block-wide combines. The block is a whole number of warps; sh holds
+       one slot per warp and a last one (32) that broadcasts the result. The
+       first barrier keeps a previous combine's readers from seeing the
+       slots change under them. */
+    "template <typename T> KH_D T kh_block_sum(T v, T *sh) {\n"
+    "  for (int o = 16; o; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
+    "  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;\n"
+    "  __syncthreads(); if (!lane) sh[w] = v; __syncthreads();\n"
+    "  if (!w) { v = lane < (int)(blockDim.x >> 5) ? sh[lane] : (T)0;\n"
+    "    for (int o = 16; o; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);\n"
+    "    if (!lane) sh[32] = v; }\n"
+    "  __syncthreads(); return sh[32]; }\n"
+    "KH_D bool kh_isnan(double x) { return x != x; }\n"
+    "KH_D bool kh_isnan(kh_i64) { return false; }\n"
+    /* Max/min with the sequential scan's rules: the first NaN wins, else
+       the extreme value, and among equal values the first index. */
+    "template <typename T> KH_D void kh_pick(T &b, kh_i64 &at, T ob, kh_i64 oat, bool mx) {\n"
+    "  if (oat < 0) return; bool take;\n"
+    "  if (at < 0) take = true;\n"
+    "  else { bool an = kh_isnan(b), bn = kh_isnan(ob);\n"
+    "    if (an || bn) take = bn && (!an || oat < at);\n"
+    "    else if (ob == b) take = oat < at;\n"
+    "    else take = mx ? ob > b : ob < b; }\n"
+    "  if (take) { b = ob; at = oat; } }\n"
+    "template <typename T> KH_D void kh_block_pick(T &b, kh_i64 &at, bool mx, T *sv, kh_i64 *si) {\n"
+    "  for (int o = 16; o; o >>= 1) { T ob = __shfl_down_sync(0xffffffffu, b, o);\n"
+    "    kh_i64 oat = __shfl_down_sync(0xffffffffu, at, o); kh_pick(b, at, ob, oat, mx); }\n"
+    "  int lane = threadIdx.x & 31, w = threadIdx.x >> 5;\n"
+    "  __syncthreads(); if (!lane) { sv[w] = b; si[w] = at; } __syncthreads();\n"
+    "  if (!w) { if (lane < (int)(blockDim.x >> 5)) { b = sv[lane]; at = si[lane]; } else at = -1;\n"
+    "    for (int o = 16; o; o >>= 1) { T ob = __shfl_down_sync(0xffffffffu, b, o);\n"
+    "      kh_i64 oat = __shfl_down_sync(0xffffffffu, at, o); kh_pick(b, at, ob, oat, mx); }\n"
+    "    if (!lane) { sv[32] = b; si[32] = at; } }\n"
+    "  __syncthreads(); b = sv[32]; at = si[32]; }\n";
+
+typedef struct sbuf {
+    char *s;
+    size_t n, cap;
+    bool failed;
+} sbuf;
+
+static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void put(sbuf *b, const char *fmt, ...) {
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->s && b->n + (size_t)w < b->cap) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 16384) + (size_t)w;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->failed = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
+
+/* The type a dtype computes in, and the type it is stored as. */
+static const char *ctype(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_F64:
+        return "double";
+    case KILN_F32:
+    case KILN_F16:
+    case KILN_BF16:
+        return "float";
+    case KILN_I32:
+        return "kh_i32";
+    case KILN_I64:
+        return "kh_i64";
+    default:
+        return "kh_u8";
+    }
+}
+
+static const char *stype(kiln_dtype dt) {
+    return dt == KILN_F16 || dt == KILN_BF16 ? "kh_u16" : ctype(dt);
+}
+
+/* Rounds a float-computed value of a half type to that type. */
+static const char *rnd(kiln_dtype dt) {
+    return dt == KILN_F16 ? "kh_rh" : dt == KILN_BF16 ? "kh_rb" : "";
+}
+
+/* The node behind slot `buf` of a kernel's buffer array. */
+static const graph_node *buf_node(const lower_kernel *k, int buf) {
+    return buf < k->nouts ? k->outs[buf] : k->inputs[buf - k->nouts];
+}
+
+static void load_expr(sbuf *b, kiln_dtype dt, int buf, const char *idx) {
+    if (dt == KILN_F16)
+        put(b, "kh_h2f(b%d[%s])", buf, idx);
+    else if (dt == KILN_BF16)
+        put(b, "kh_b2f(b%d[%s])", buf, idx);
+    else
+        put(b, "b%d[%s]", buf, idx);
+}
+
+static void store_expr(sbuf *b, kiln_dtype dt, int v) {
+    if (dt == KILN_F16)
+        put(b, "kh_f2h(v%d)", v);
+    else if (dt == KILN_BF16)
+        put(b, "kh_f2b(v%d)", v);
+    else
+        put(b, "v%d", v);
+}
+
+static void imm_expr(sbuf *b, kiln_dtype dt, graph_scalar v) {
+    if (is_float(dt)) {
+        if (v.f != v.f)
+            put(b, "((%s)KH_NAN)", ctype(dt));
+        else if (v.f == __builtin_inf() || v.f == -__builtin_inf())
+            put(b, "((%s)%sKH_INF)", ctype(dt), v.f < 0 ? "-" : "");
+        else
+            put(b, "((%s)%a)", ctype(dt), v.f);
+    } else if (dt == KILN_I64 && v.i == INT64_MIN) {
+        put(b, "(-9223372036854775807LL - 1)");
+    } else {
+        put(b, "((%s)%lldLL)", ctype(dt), (long long)v.i);
+    }
+}
+
+/* Integer range of a dtype for saturating float-to-int casts. */
+static void int_range(kiln_dtype dt, const char **lo, const char **hi) {
+    switch (dt) {
+    case KILN_I32:
+        *lo = "-2147483648.0";
+        *hi = "2147483647.0";
+        break;
+    case KILN_U8:
+        *lo = "0.0";
+        *hi = "255.0";
+        break;
+    default:
+        *lo = "-9223372036854775808.0";
+        *hi = "9223372036854775808.0";
+        break;
+    }
+}
+
+static void cast_expr(sbuf *b, kiln_dtype from, kiln_dtype to, int a) {
+    if (to == KILN_BOOL) {
+        put(b, "(kh_u8)(v%d != 0)", a);
+    } else if (to == KILN_F16 || to == KILN_BF16) {
+        put(b, "%s(kh_odd((double)v%d))", rnd(to), a);
+    } else if (is_float(to)) {
+        put(b, "((%s)v%d)", ctype(to), a);
+    } else if (is_float(from)) {
+        const char *lo, *hi;
+        int_range(to, &lo, &hi);
+        put(b, "(%s)kh_sat((double)v%d, %s, %s)", ctype(to), a, lo, hi);
+    } else if (to == KILN_I32) {
+        put(b, "(kh_i32)(kh_u32)(kh_u64)v%d", a);
+    } else {
+        put(b, "(%s)(kh_u64)v%d", ctype(to), a);
+    }
+}
+
+static const char *fn(graph_op op, kiln_dtype dt) {
+    bool f = dt != KILN_F64;
+    switch (op) {
+    case GRAPH_EXP:
+        return f ? "expf" : "exp";
+    case GRAPH_LOG:
+        return f ? "logf" : "log";
+    case GRAPH_SQRT:
+        return f ? "sqrtf" : "sqrt";
+    case GRAPH_SIN:
+        return f ? "sinf" : "sin";
+    case GRAPH_COS:
+        return f ? "cosf" : "cos";
+    case GRAPH_TANH:
+        return f ? "tanhf" : "tanh";
+    case GRAPH_ABS:
+        return f ? "fabsf" : "fabs";
+    case GRAPH_SIGMOID:
+        return f ? "kh_sigmoidf" : "kh_sigmoid";
+    case GRAPH_GELU:
+        return f ? "kh_geluf" : "kh_gelu";
+    case GRAPH_SILU:
+        return f ? "kh_siluf" : "kh_silu";
+    case GRAPH_POW:
+        return f ? "powf" : "pow";
+    default:
+        return "";
+    }
+}
+
+static const char *cmp_op(graph_op op) {
+    switch (op) {
+    case GRAPH_LT:
+        return "<";
+    case GRAPH_LE:
+        return "<=";
+    case GRAPH_GT:
+        return ">";
+    case GRAPH_GE:
+        return ">=";
+    case GRAPH_EQ:
+        return "==";
+    default:
+        return "!=";
+    }
+}
+
+/* Wraps a 64-bit integer expression to dt's width. */
+static void wrap_open(sbuf *b, kiln_dtype dt) {
+    if (dt == KILN_BOOL)
+        put(b, "(kh_u8)((");
+    else if (dt == KILN_I32)
+        put(b, "(kh_i32)(kh_u32)(");
+    else
+        put(b, "(%s)(", ctype(dt));
+}
+
+static void wrap_close(sbuf *b, kiln_dtype dt) { put(b, dt == KILN_BOOL ? ") != 0)" : ")"); }
+
+static void float_alu(sbuf *b, const lower_ins *x) {
+    kiln_dtype dt = x->dt;
+    const char *r = rnd(dt), *t = ctype(dt);
+    int a = x->a, c = x->b;
+    switch (x->gop) {
+    case GRAPH_NEG:
+        put(b, "(-v%d)", a);
+        return;
+    case GRAPH_RELU:
+        put(b, "((v%d > 0 || v%d != v%d) ? v%d : (%s)0)", a, a, a, a, t);
+        return;
+    case GRAPH_RSQRT:
+        put(b, "%s((%s)1 / %s(v%d))", r, t, fn(GRAPH_SQRT, dt), a);
+        return;
+    case GRAPH_RECIP:
+        put(b, "%s((%s)1 / v%d)", r, t, a);
+        return;
+    case GRAPH_ADD:
+        put(b, "%s(v%d + v%d)", r, a, c);
+        return;
+    case GRAPH_SUB:
+        put(b, "%s(v%d - v%d)", r, a, c);
+        return;
+    case GRAPH_MUL:
+        put(b, "%s(v%d * v%d)", r, a, c);
+        return;
+    case GRAPH_DIV:
+        put(b, "%s(v%d / v%d)", r, a, c);
+        return;
+    case GRAPH_MAXIMUM:
+        put(b, "KH_FMAX(v%d, v%d)", a, c);
+        return;
+    case GRAPH_MINIMUM:
+        put(b, "KH_FMIN(v%d, v%d)", a, c);
+        return;
+    case GRAPH_POW:
+        put(b, "%s(%s(v%d, v%d))", r, fn(x->gop, dt), a, c);
+        return;
+    default:
+        put(b, "%s(%s(v%d))", r, fn(x->gop, dt), a);
+        return;
+    }
+}
+
+static void alu_expr(sbuf *b, const lower_ins *x, const lower_ins *ins) {
+    kiln_dtype dt = x->dt;
+    int a = x->a, c = x->b;
+    graph_op op = x->gop;
+    if (op == GRAPH_CAST) {
+        cast_expr(b, ins[a].dt, dt, a);
+        return;
+    }
+    if (graph_op_is_compare(op)) {
+        put(b, "(kh_u8)(v%d %s v%d)", a, cmp_op(op), c);
+        return;
+    }
+    if (is_float(dt)) {
+        float_alu(b, x);
+        return;
+    }
+    switch (op) {
+    case GRAPH_NEG:
+        wrap_open(b, dt);
+        put(b, "0 - (kh_u64)v%d", a);
+        wrap_close(b, dt);
+        return;
+    case GRAPH_ABS:
+        wrap_open(b, dt);
+        if (dt == KILN_U8 || dt == KILN_BOOL)
+            put(b, "(kh_u64)v%d", a);
+        else
+            put(b, "v%d < 0 ? 0 - (kh_u64)v%d : (kh_u64)v%d", a, a, a);
+        wrap_close(b, dt);
+        return;
+    case GRAPH_RELU:
+        put(b, "(v%d > 0 ? v%d : (%s)0)", a, a, ctype(dt));
+        return;
+    case GRAPH_MAXIMUM:
+        put(b, "(v%d > v%d ? v%d : v%d)", a, c, a, c);
+        return;
+    case GRAPH_MINIMUM:
+        put(b, "(v%d < v%d ? v%d : v%d)", a, c, a, c);
+        return;
+    default:
+        break;
+    }
+    wrap_open(b, dt);
+    switch (op) {
+    case GRAPH_ADD:
+        put(b, "(kh_u64)v%d + (kh_u64)v%d", a, c);
+        break;
+    case GRAPH_SUB:
+        put(b, "(kh_u64)v%d - (kh_u64)v%d", a, c);
+        break;
+    case GRAPH_MUL:
+        put(b, "(kh_u64)v%d * (kh_u64)v%d", a, c);
+        break;
+    case GRAPH_DIV:
+        put(b, "(kh_u64)kh_floordiv(v%d, v%d)", a, c);
+        break;
+    case GRAPH_POW:
+        put(b, "kh_ipow(v%d, v%d)", a, c);
+        break;
+    default:
+        put(b, "0");
+        break;
+    }
+    wrap_close(b, dt);
+}
+
+static void ins_stmt(sbuf *b, const lower_ins *ins, int i, const char *indent) {
+    const lower_ins *x = &ins[i];
+    bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
+    /* Immediates are not const: the front end would fold them and warn
+     * about, e.g., an unsigned compared with a constant 0. */
+    put(b, "%s%s%s v%d = ", indent, x->op == UOP_IMM ? "" : "const ",
+        index ? "kh_i64" : ctype(x->dt), i);
+    switch (x->op) {
+    case UOP_GIDX:
+        put(b, "g");
+        break;
+    case UOP_RIDX:
+        put(b, "r");
+        break;
+    case UOP_IMM:
+        imm_expr(b, x->dt, x->imm);
+        break;
+    case UOP_IADD:
+        put(b, "v%d + v%d", x->a, x->b);
+        break;
+    case UOP_IMUL:
+        put(b, "v%d * v%d", x->a, x->b);
+        break;
+    case UOP_IDIV:
+        put(b, "v%d / v%d", x->a, x->b);
+        break;
+    case UOP_IMOD:
+        put(b, "v%d %% v%d", x->a, x->b);
+        break;
+    case UOP_ILT:
+        put(b, "(kh_u8)(v%d < v%d)", x->a, x->b);
+        break;
+    case UOP_AND:
+        put(b, "(kh_u8)(v%d && v%d)", x->a, x->b);
+        break;
+    case UOP_LOAD: {
+        char idx[48];
+        snprintf(idx, sizeof idx, "v%d", x->a);
+        if (x->b >= 0) {
+            /* A masked load reads index 0 where invalid, never out of bounds. */
+            snprintf(idx, sizeof idx, "v%d ? v%d : 0", x->b, x->a);
+            put(b, "v%d ? ", x->b);
+            load_expr(b, x->dt, x->buf, idx);
+            put(b, " : (%s)0", ctype(x->dt));
+        } else {
+            load_expr(b, x->dt, x->buf, idx);
+        }
+        break;
+    }
+    case UOP_ALU:
+        alu_expr(b, x, ins);
+        break;
+    case UOP_WHERE:
+        put(b, "v%d ? v%d : v%d", x->a, x->b, x->c);
+        break;
+    case UOP_RAND:
+        put(b, "(%s)%s(%s(kh_rand(%d, %d, %lluULL, (kh_u64)v%d)))", ctype(x->dt), rnd(x->dt),
+            x->dt == KILN_F16 || x->dt == KILN_BF16 ? "kh_odd" : "", x->gop == GRAPH_RANDN,
+            (int)x->dt, (unsigned long long)x->imm.i, x->a);
+        break;
+    case UOP_REDUCE:
+        put(b, "acc");
+        break;
+    case UOP_ACC:
+        put(b, "(%s)%s(dot)", ctype(x->dt),
+            is_float(x->dt) ? rnd(x->dt) : (x->dt == KILN_I32 ? "(kh_i32)(kh_u32)" : ""));
+        break;
+    }
+    put(b, ";\n");
+}
+
+/* Marks in `in` the instructions that `target` needs (dead ones are never
+ * rendered: a load that simplification left unused cannot read out of
+ * bounds, and NVRTC warns about unused variables). With inner_only, only the
+ * inner ones: a pass over the reduced elements recomputes those, while outer
+ * values are already in scope. */
+static void needs(const lower_kernel *k, int target, bool inner_only, bool *in) {
+    if (inner_only && !k->ins[target].inner)
+        return;
+    in[target] = true;
+    for (int i = target; i >= 0; i--) {
+        if (!in[i])
+            continue;
+        const lower_ins *x = &k->ins[i];
+        int ops[3] = {x->a, x->b, x->c};
+        for (int j = 0; j < 3; j++)
+            if (ops[j] >= 0 && (!inner_only || k->ins[ops[j]].inner))
+                in[ops[j]] = true;
+    }
+}
+
+/* Everything the stores need: each output's value and the index. */
+static void needs_stores(const lower_kernel *k, bool inner_only, bool *in) {
+    for (int o = 0; o < k->nouts; o++)
+        needs(k, k->results[o], inner_only, in);
+    needs(k, k->store, inner_only, in);
+}
+
+static bool stores_inner(const lower_kernel *k) {
+    for (int o = 0; o < k->nouts; o++)
+        if (k->ins[k->results[o]].inner)
+            return true;
+    return k->ins[k->store].inner;
+}
+
+static void store_stmts(sbuf *b, const lower_kernel *k, const char *indent) {
+    for (int o = 0; o < k->nouts; o++) {
+        put(b, "%sb%d[v%d] = ", indent, o, k->store);
+        store_expr(b, k->outs[o]->dtype, k->results[o]);
+        put(b, ";\n");
+    }
+}
+
+/* Threads per block of a kernel: reductions use no more threads than they
+ * have reduced elements, in whole warps. */
+static unsigned block_size(const lower_kernel *k) {
+    if (k->kind != LOWER_REDUCE)
+        return EW_BLOCK;
+    int64_t r = k->rnumel < 1 ? 1 : k->rnumel;
+    return r >= 256 ? 256u : (unsigned)((r + 31) / 32 * 32);
+}
+
+static unsigned grid_of(int64_t units) {
+    if (units <= 0)
+        return 0;
+    return units > (int64_t)GRID_CAP ? GRID_CAP : (unsigned)units;
+}
+
+jit_cuda_dims jit_cuda_launch_dims(const lower_kernel *k) {
+    jit_cuda_dims d = {0, block_size(k)};
+    switch (k->kind) {
+    case LOWER_ELEMENTWISE: {
+        int64_t t = k->tile > 0 ? k->tile : 1;
+        d.grid = grid_of(k->numel > 0 ? (k->numel + t - 1) / t : 0);
+        break;
+    }
+    case LOWER_REDUCE:
+        d.grid = grid_of(k->numel);
+        break;
+    case LOWER_MATMUL: {
+        int64_t nb = k->n > 0 && k->m > 0 ? k->numel / (k->n * k->m) : 0;
+        d.grid = grid_of(nb * ((k->n + MM_T - 1) / MM_T) * ((k->m + MM_T - 1) / MM_T));
+        break;
+    }
+    case LOWER_ALIAS:
+        d.block = 0;
+        break;
+    }
+    return d;
+}
+
+static void params(sbuf *b, const lower_kernel *k) {
+    put(b, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block_size(k), k->name);
+    int nbufs = k->nouts + k->ninputs;
+    for (int i = 0; i < nbufs; i++) {
+        const char *t = stype(buf_node(k, i)->dtype);
+        put(b, "%s%s%s *b%d", i ? ", " : "", i < k->nouts ? "" : "const ", t, i);
+    }
+    put(b, ") {\n");
+}
+
+/* Elementwise: a tile of output elements per block, spread over its
+ * threads so that neighbouring threads touch neighbouring elements. */
+static void render_elementwise(sbuf *b, const lower_kernel *k, bool *live) {
+    needs_stores(k, false, live);
+    put(b, "  const kh_i64 N = %lldLL, T = %lldLL;\n", (long long)k->numel,
+        (long long)(k->tile > 0 ? k->tile : 1));
+    put(b, "  for (kh_i64 t = blockIdx.x; t * T < N; t += gridDim.x) {\n");
+    put(b, "    const kh_i64 hi = N - t * T < T ? N : t * T + T;\n");
+    put(b, "    for (kh_i64 g = t * T + threadIdx.x; g < hi; g += %u) {\n", EW_BLOCK);
+    for (int i = 0; i < k->nins; i++)
+        if (live[i])
+            ins_stmt(b, k->ins, i, "      ");
+    store_stmts(b, k, "      ");
+    put(b, "    }\n  }\n}\n\n");
+}
+
+/* One pass over the reduced elements: the inner instructions target needs. */
+static void render_pass(sbuf *b, const lower_kernel *k, int target, bool stores, bool *pass) {
+    memset(pass, 0, sizeof *pass * (size_t)k->nins);
+    if (stores)
+        needs_stores(k, true, pass);
+    else
+        needs(k, target, true, pass);
+    for (int i = 0; i < k->nins; i++)
+        if (pass[i])
+            ins_stmt(b, k->ins, i, "        ");
+}
+
+/* One reduction: each thread scans its share of the row in order (so the
+ * first index wins ties within it), then the block combines the shares. */
+static void render_reduction(sbuf *b, const lower_kernel *k, int red, bool *pass) {
+    const lower_ins *x = &k->ins[red];
+    kiln_dtype in = k->ins[x->a].dt, dt = x->dt;
+    int v = x->a;
+    put(b, "    %s v%d;\n    {\n", ctype(dt), red);
+    if (x->gop == GRAPH_SUM) {
+        const char *acc = is_float(in) ? "double" : "kh_u64";
+        put(b, "      %s acc = 0;\n", acc);
+        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %u) {\n", block_size(k));
+        render_pass(b, k, v, false, pass);
+        put(b, "        acc += (%s)v%d;\n      }\n", acc, v);
+        put(b, "      acc = kh_block_sum(acc, kh_s%s);\n", is_float(in) ? "d" : "u");
+        if (is_float(dt))
+            put(b, "      v%d = %s((%s)acc);\n", red, rnd(dt), ctype(dt));
+        else
+            put(b, "      v%d = (%s)acc;\n", red, ctype(dt));
+    } else {
+        bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
+        bool arg = x->gop == GRAPH_ARGMAX || x->gop == GRAPH_ARGMIN;
+        put(b, "      %s best = 0; kh_i64 at = -1;\n", is_float(in) ? "double" : "kh_i64");
+        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %u) {\n", block_size(k));
+        render_pass(b, k, v, false, pass);
+        if (is_float(in))
+            put(b,
+                "        if (at < 0 || (best == best && (v%d != v%d || v%d %s best))) "
+                "{ best = v%d; at = r; }\n",
+                v, v, v, mx ? ">" : "<", v);
+        else
+            put(b, "        if (at < 0 || v%d %s best) { best = v%d; at = r; }\n", v,
+                mx ? ">" : "<", v);
+        put(b, "      }\n");
+        put(b, "      kh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", mx ? "true" : "false",
+            is_float(in) ? "d" : "i");
+        if (arg)
+            put(b, "      v%d = at < 0 ? 0 : at;\n", red);
+        else
+            put(b, "      v%d = (%s)best;\n", red, ctype(dt));
+    }
+    put(b, "    }\n");
+}
+
+/* The shared arrays the kernel's combines use. */
+static void shared_decls(sbuf *b, const lower_kernel *k, const bool *live) {
+    bool d = false, u = false, i = false, a = false;
+    for (int j = 0; j < k->nins; j++) {
+        const lower_ins *x = &k->ins[j];
+        if (!live[j] || x->op != UOP_REDUCE)
+            continue;
+        bool f = is_float(k->ins[x->a].dt);
+        d |= f;
+        if (x->gop == GRAPH_SUM) {
+            u |= !f;
+        } else {
+            a = true;
+            i |= !f;
+        }
+    }
+    if (d)
+        put(b, "  __shared__ double kh_sd[33];\n");
+    if (u)
+        put(b, "  __shared__ kh_u64 kh_su[33];\n");
+    if (i)
+        put(b, "  __shared__ kh_i64 kh_si[33];\n");
+    if (a)
+        put(b, "  __shared__ kh_i64 kh_sa[33];\n");
+}
+
+/* Reductions and row kernels: a block per output row, which passes over its
+ * reduced elements once per reduction, in order (each may read the ones
+ * before), then, in a row kernel, once more to store. Outer values are
+ * computed, by every thread alike, as soon as the reductions they read are
+ * done. */
+static void render_phased(sbuf *b, const lower_kernel *k, bool *live) {
+    int n = k->nins;
+    int *stage = calloc((size_t)n, sizeof *stage);
+    bool *pass = calloc((size_t)n, sizeof *pass);
+    if (!stage || !pass) {
+        free(stage);
+        free(pass);
+        b->failed = true;
+        return;
+    }
+    needs_stores(k, false, live);
+    int nred = 0;
+    for (int i = 0; i < n; i++) {
+        const lower_ins *x = &k->ins[i];
+        if (!live[i] || x->inner)
+            continue;
+        if (x->op == UOP_REDUCE) {
+            stage[i] = ++nred;
+            continue;
+        }
+        int ops[3] = {x->a, x->b, x->c};
+        for (int j = 0; j < 3; j++)
+            if (ops[j] >= 0 && stage[ops[j]] > stage[i])
+                stage[i] = stage[ops[j]];
+    }
+    shared_decls(b, k, live);
+    put(b, "  const kh_i64 N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
+    put(b, "  for (kh_i64 g = blockIdx.x; g < N; g += gridDim.x) {\n");
+    for (int s = 0, done = 0; s <= nred; s++) {
+        for (int i = 0; i < n; i++)
+            if (live[i] && !k->ins[i].inner && k->ins[i].op != UOP_REDUCE && stage[i] == s)
+                ins_stmt(b, k->ins, i, "    ");
+        if (s == nred)
+            break;
+        int red = done;
+        while (!(live[red] && k->ins[red].op == UOP_REDUCE))
+            red++;
+        done = red + 1;
+        render_reduction(b, k, red, pass);
+    }
+    if (stores_inner(k)) {
+        put(b, "    for (kh_i64 r = threadIdx.x; r < R; r += %u) {\n", block_size(k));
+        render_pass(b, k, -1, true, pass);
+        store_stmts(b, k, "      ");
+        put(b, "    }\n");
+    } else {
+        put(b, "    if (threadIdx.x == 0) {\n");
+        store_stmts(b, k, "      ");
+        put(b, "    }\n");
+    }
+    put(b, "  }\n}\n\n");
+    free(stage);
+    free(pass);
+}
+
+static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
+                           const lower_operand *o) {
+    put(b, "    const kh_i64 %s = %lldLL", name, (long long)o->offset);
+    int64_t inner = 1;
+    for (int d = k->nbatch - 1; d >= 0; d--) {
+        if (o->batch_strides[d] && k->batch[d] > 1)
+            put(b, " + ((bt / %lldLL) %% %lldLL) * %lldLL", (long long)inner,
+                (long long)k->batch[d], (long long)o->batch_strides[d]);
+        inner *= k->batch[d];
+    }
+    put(b, ";\n");
+}
+
+/* A block owns an MM_T x MM_T output tile, its threads a 16 x 16 grid each
+ * holding 4 x 4 outputs (rows ty + 16 i, columns tx + 16 j, so that a warp
+ * reads consecutive shared words). Each step along k stages MM_K columns of
+ * A and rows of B in shared memory, zero outside the matrices. */
+static void render_matmul(sbuf *b, const lower_kernel *k, bool *live) {
+    kiln_dtype dt = k->outs[0]->dtype;
+    kiln_dtype at = buf_node(k, k->a.buf)->dtype, bt = buf_node(k, k->b.buf)->dtype;
+    const char *acc = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "kh_u64";
+    needs_stores(k, false, live);
+    int64_t nb = 1;
+    for (int d = 0; d < k->nbatch; d++)
+        nb *= k->batch[d];
+    put(b, "  enum { TM = %d, TK = %d };\n", MM_T, MM_K);
+    put(b, "  __shared__ %s sa[TK][TM + 1], sb[TK][TM];\n", acc);
+    put(b, "  const kh_i64 NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
+        (long long)k->n, (long long)k->k, (long long)k->m);
+    put(b, "  const kh_i64 TN = (N + TM - 1) / TM, TMM = (M + TM - 1) / TM;\n");
+    put(b, "  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;\n");
+    put(b, "  for (kh_i64 tile = blockIdx.x; tile < NB * TN * TMM; tile += gridDim.x) {\n");
+    put(b, "    const kh_i64 bt = tile / (TN * TMM), i0 = (tile / TMM) %% TN * TM, "
+           "j0 = tile %% TMM * TM;\n");
+    operand_offset(b, "oa", k, &k->a);
+    operand_offset(b, "ob", k, &k->b);
+    put(b, "    %s acc[4][4];\n", acc);
+    put(b, "    for (int i = 0; i < 4; i++)\n      for (int j = 0; j < 4; j++) acc[i][j] = 0;\n");
+    put(b, "    for (kh_i64 k0 = 0; k0 < K; k0 += TK) {\n");
+    put(b, "      for (int e = threadIdx.x; e < TM * TK; e += %d) {\n", EW_BLOCK);
+    put(b, "        const int ai = e / TK, ak = e %% TK, bk = e / TM, bj = e %% TM;\n");
+    put(b, "        const kh_i64 ri = i0 + ai, ka = k0 + ak, kb = k0 + bk, cj = j0 + bj;\n");
+    put(b, "        sa[ak][ai] = ri < N && ka < K ? (%s)", acc);
+    char idx[128];
+    snprintf(idx, sizeof idx, "oa + ri * %lldLL + ka * %lldLL", (long long)k->a.row_stride,
+             (long long)k->a.col_stride);
+    load_expr(b, at, k->a.buf, idx);
+    put(b, " : (%s)0;\n", acc);
+    put(b, "        sb[bk][bj] = kb < K && cj < M ? (%s)", acc);
+    snprintf(idx, sizeof idx, "ob + kb * %lldLL + cj * %lldLL", (long long)k->b.row_stride,
+             (long long)k->b.col_stride);
+    load_expr(b, bt, k->b.buf, idx);
+    put(b, " : (%s)0;\n", acc);
+    put(b, "      }\n      __syncthreads();\n");
+    put(b, "      for (int kk = 0; kk < TK; kk++) {\n");
+    put(b, "        %s av[4], bv[4];\n", acc);
+    put(b, "        for (int i = 0; i < 4; i++) { av[i] = sa[kk][ty + 16 * i]; "
+           "bv[i] = sb[kk][tx + 16 * i]; }\n");
+    put(b, "        for (int i = 0; i < 4; i++)\n");
+    put(b, "          for (int j = 0; j < 4; j++) acc[i][j] = kh_fma(av[i], bv[j], acc[i][j]);\n");
+    put(b, "      }\n      __syncthreads();\n    }\n");
+    put(b, "    for (int i = 0; i < 4; i++)\n      for (int j = 0; j < 4; j++) {\n");
+    put(b, "        const kh_i64 row = i0 + ty + 16 * i, col = j0 + tx + 16 * j;\n");
+    put(b, "        if (row >= N || col >= M) continue;\n");
+    put(b, "        const kh_i64 g = bt * N * M + row * M + col;\n");
+    put(b, "        const %s dot = acc[i][j];\n", acc);
+    for (int i = 0; i < k->nins; i++)
+        if (live[i])
+            ins_stmt(b, k->ins, i, "        ");
+    store_stmts(b, k, "        ");
+    put(b, "      }\n  }\n}\n\n");
+}
+
+static void render_kernel(sbuf *b, const lower_kernel *k) {
+    bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
+    if (!live) {
+        b->failed = true;
+        return;
+    }
+    params(b, k);
+    /* Nothing to compute (the kernel is never launched); a body would only
+     * divide by the empty sizes. */
+    if (k->numel <= 0)
+        put(b, "}\n\n");
+    else if (k->kind == LOWER_MATMUL)
+        render_matmul(b, k, live);
+    else if (k->kind == LOWER_ELEMENTWISE)
+        render_elementwise(b, k, live);
+    else
+        render_phased(b, k, live);
+    free(live);
+}
+
+char *jit_cuda_render(const lower_program *p) {
+    sbuf b = {0};
+    put(&b, "%s\n", prelude);
+    for (int i = 0; i < p->nkernels; i++)
+        if (p->kernels[i].kind != LOWER_ALIAS)
+            render_kernel(&b, &p->kernels[i]);
+    if (b.failed) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s;
+}

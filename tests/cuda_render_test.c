@@ -1,0 +1,250 @@
+/* cuda_render_test.c — the CUDA target without a GPU: the f16/bf16 storage
+ * conversions of generated code (expanded here as host C from the same
+ * macro) against graph/dtype.c on every bit pattern; known programs compile
+ * through NVRTC with no warning; a kernel with a bad construct, and a source
+ * with only a warning, are reported as compile failures carrying the log;
+ * the rendered source names every kernel. Tests that need NVRTC are skipped
+ * where it is not installed. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph.h"
+#include "jit/cuda/cuda.h"
+#include "jit/cuda/half.h"
+#include "lower/lower.h"
+
+typedef uint16_t kh_u16;
+typedef uint32_t kh_u32;
+typedef int32_t kh_i32;
+
+static kh_u32 kh_fbits(float f) {
+    kh_u32 u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static float kh_bitsf(kh_u32 u) {
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+JIT_CUDA_HALF_CODE(static)
+
+Test(cuda_half, f16_to_f32_every_pattern) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t got = kh_fbits(kh_h2f((kh_u16)h));
+        uint32_t want = kh_fbits(graph_f16_to_f32((uint16_t)h));
+        cr_assert_eq(got, want, "f16 0x%04x: 0x%08x, want 0x%08x", h, got, want);
+    }
+}
+
+Test(cuda_half, bf16_to_f32_every_pattern) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t got = kh_fbits(kh_b2f((kh_u16)h));
+        uint32_t want = kh_fbits(graph_bf16_to_f32((uint16_t)h));
+        cr_assert_eq(got, want, "bf16 0x%04x: 0x%08x, want 0x%08x", h, got, want);
+    }
+}
+
+/* Every half pattern back from float, and each float between neighbouring
+ * half values (the ties and the values just around them), and random float
+ * patterns of every exponent. */
+static void check_f32_to_halves(float f) {
+    cr_assert_eq(kh_f2h(f), graph_f32_to_f16(f), "f32 0x%08x to f16: 0x%04x, want 0x%04x",
+                 kh_fbits(f), kh_f2h(f), graph_f32_to_f16(f));
+    cr_assert_eq(kh_f2b(f), graph_f32_to_bf16(f), "f32 0x%08x to bf16: 0x%04x, want 0x%04x",
+                 kh_fbits(f), kh_f2b(f), graph_f32_to_bf16(f));
+}
+
+Test(cuda_half, f32_to_halves) {
+    for (uint32_t h = 0; h < 65536; h++) {
+        float f = graph_f16_to_f32((uint16_t)h), b = graph_bf16_to_f32((uint16_t)h);
+        check_f32_to_halves(f);
+        check_f32_to_halves(b);
+        if (isfinite(f) && h != 0x7bff && h != 0xfbff) {
+            float next = graph_f16_to_f32((uint16_t)(h + 1));
+            if (isfinite(next)) {
+                float mid = (f + next) / 2;
+                check_f32_to_halves(mid);
+                check_f32_to_halves(nextafterf(mid, INFINITY));
+                check_f32_to_halves(nextafterf(mid, -INFINITY));
+            }
+        }
+        uint32_t bu = kh_fbits(b);
+        for (uint32_t low = 0x7fff; low <= 0x8001; low++)
+            check_f32_to_halves(kh_bitsf(bu | low));
+    }
+    uint64_t s = 0x243F6A8885A308D3ull;
+    for (int i = 0; i < 1 << 20; i++) {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        check_f32_to_halves(kh_bitsf((kh_u32)(s >> 16)));
+    }
+}
+
+/* ---- programs -------------------------------------------------------------- */
+
+static bool have_nvrtc(void) {
+    char msg[512];
+    if (jit_cuda_nvrtc_available(msg, sizeof msg))
+        return true;
+    cr_log_warn("%s", msg);
+    return false;
+}
+
+static graph_ctx *g;
+
+static void setup(void) { g = graph_ctx_new(); }
+
+static void teardown(void) {
+    cr_assert_eq(graph_ctx_live_nodes(g), 0, "nodes leaked");
+    graph_ctx_free(g);
+}
+
+static graph_node *leaf(kiln_dtype dt, int ndim, const int64_t *shape) {
+    int64_t n = graph_shape_numel(ndim, shape);
+    graph_buffer *b = graph_buffer_new((size_t)(n ? n : 1) * kiln_dtype_size(dt));
+    cr_assert(b);
+    memset(b->data, 0, (size_t)n * kiln_dtype_size(dt));
+    graph_node *x = graph_buffer_node(g, dt, ndim, shape, b);
+    graph_buffer_unref(b);
+    return x;
+}
+
+/* Takes the reference to target; returns its program. */
+static lower_program *schedule(graph_node *target) {
+    cr_assert(target);
+    lower_program *p = lower_schedule(1, &target, true);
+    graph_unref(target);
+    cr_assert(p);
+    return p;
+}
+
+static void assert_compiles(lower_program *p, const char *what) {
+    char msg[16384];
+    kiln_status st = jit_cuda_check_program(p, msg, sizeof msg);
+    cr_assert_eq(st, KILN_OK, "%s: %s", what, msg);
+    char *src = jit_cuda_render(p);
+    cr_assert(src);
+    for (int i = 0; i < p->nkernels; i++) {
+        if (p->kernels[i].kind == LOWER_ALIAS)
+            continue;
+        char decl[160];
+        snprintf(decl, sizeof decl, ") %s(", p->kernels[i].name);
+        cr_assert(strstr(src, decl), "%s: kernel %s not rendered", what, p->kernels[i].name);
+        jit_cuda_dims d = jit_cuda_launch_dims(&p->kernels[i]);
+        cr_assert(d.block >= 32 && d.block % 32 == 0 && d.block <= 1024);
+        cr_assert(p->kernels[i].numel == 0 || d.grid > 0);
+    }
+    free(src);
+    lower_program_free(p);
+}
+
+static graph_node *binary(graph_op op, graph_node *a, graph_node *b) {
+    graph_node *r = graph_binary(op, a, b);
+    graph_unref(a);
+    graph_unref(b);
+    return r;
+}
+
+static graph_node *unary(graph_op op, graph_node *a) {
+    graph_node *r = graph_unary(op, a);
+    graph_unref(a);
+    return r;
+}
+
+static graph_node *reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt) {
+    graph_node *r = graph_reduce(op, a, axes, dt);
+    graph_unref(a);
+    return r;
+}
+
+static graph_node *expand(graph_node *a, const int64_t *shape) {
+    graph_node *r = graph_expand(a, shape);
+    graph_unref(a);
+    return r;
+}
+
+TestSuite(cuda_program, .init = setup, .fini = teardown);
+
+Test(cuda_program, known_programs_compile) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    int64_t s[2] = {37, 129}, row[2] = {1, 129}, col[2] = {37, 1};
+    kiln_dtype dts[] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16, KILN_I32, KILN_I64, KILN_U8};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; i++) {
+        kiln_dtype dt = dts[i];
+        graph_node *x = leaf(dt, 2, s), *y = leaf(dt, 2, row);
+        assert_compiles(schedule(binary(GRAPH_DIV, binary(GRAPH_MAXIMUM, graph_ref(x),
+                                                          expand(graph_ref(y), s)),
+                                        graph_ref(x))),
+                        "elementwise");
+        assert_compiles(schedule(reduce(GRAPH_ARGMIN, graph_ref(x), 1, KILN_I64)), "argmin");
+        assert_compiles(schedule(reduce(GRAPH_RMAX, graph_ref(x), 2, dt)), "max");
+        assert_compiles(schedule(reduce(GRAPH_SUM, graph_ref(x), 3, dt)), "sum");
+        graph_unref(x);
+        graph_unref(y);
+    }
+    graph_node *x = leaf(KILN_F32, 2, s);
+    graph_node *m = expand(reduce(GRAPH_RMAX, graph_ref(x), 2, KILN_F32), s);
+    graph_node *e = unary(GRAPH_EXP, binary(GRAPH_SUB, x, m));
+    graph_node *sum = expand(reduce(GRAPH_SUM, graph_ref(e), 2, KILN_F32), s);
+    assert_compiles(schedule(binary(GRAPH_DIV, e, sum)), "softmax");
+    (void)col;
+    int64_t sb[2] = {129, 20}, so[2] = {37, 20}, bias[2] = {1, 20};
+    graph_node *mm = graph_matmul(leaf(KILN_F16, 2, s), leaf(KILN_F16, 2, sb));
+    graph_unref(mm->src[0]);
+    graph_unref(mm->src[1]);
+    assert_compiles(
+        schedule(unary(GRAPH_RELU, binary(GRAPH_ADD, mm, expand(leaf(KILN_F16, 2, bias), so)))),
+        "matmul with epilogue");
+    assert_compiles(schedule(graph_rand(g, GRAPH_RANDN, KILN_BF16, 2, s, 7)), "randn");
+}
+
+/* A load from a buffer the kernel does not have: the compiler's error comes
+ * back as a compile failure with its log. */
+Test(cuda_program, bad_construct_is_a_compile_error) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    int64_t s[1] = {100};
+    lower_program *p = schedule(unary(GRAPH_EXP, leaf(KILN_F32, 1, s)));
+    lower_kernel *k = &p->kernels[p->nkernels - 1];
+    bool tampered = false;
+    for (int i = 0; i < k->nins; i++)
+        if (k->ins[i].op == UOP_LOAD) {
+            k->ins[i].buf = 7;
+            tampered = true;
+        }
+    cr_assert(tampered);
+    char msg[16384];
+    cr_assert_eq(jit_cuda_check_program(p, msg, sizeof msg), KILN_ERR_COMPILE);
+    cr_assert(strstr(msg, "error"), "no log in: %s", msg);
+    cr_assert(strstr(msg, "b7"), "the log does not name the construct: %s", msg);
+    lower_program_free(p);
+}
+
+Test(cuda_program, warnings_are_errors) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    char msg[8192];
+    const char *clean = "extern \"C\" __global__ void f(float *o) { o[threadIdx.x] = 1.0f; }\n";
+    jit_cuda_binary bin;
+    cr_assert_eq(jit_cuda_compile(clean, 90, true, &bin, msg, sizeof msg), KILN_OK, "%s", msg);
+    cr_assert(bin.ptx && strstr(bin.ptx, ".entry f"), "no PTX for f");
+    cr_assert(bin.cubin && bin.cubin_size > 0);
+    jit_cuda_binary_free(&bin);
+    cr_assert_eq(jit_cuda_compile(clean, 80, false, &bin, msg, sizeof msg), KILN_OK, "%s", msg);
+    cr_assert(bin.ptx && strstr(bin.ptx, ".target sm_80") && !bin.cubin);
+    jit_cuda_binary_free(&bin);
+    const char *unused =
+        "extern \"C\" __global__ void f(float *o) { int unused; o[threadIdx.x] = 1.0f; }\n";
+    cr_assert_eq(jit_cuda_compile(unused, 90, true, &bin, msg, sizeof msg), KILN_ERR_COMPILE);
+    cr_assert(strstr(msg, "warning"), "no warning in: %s", msg);
+    cr_assert(!bin.ptx && !bin.cubin && !bin.log);
+}
