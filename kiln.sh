@@ -21,7 +21,7 @@ set -euo pipefail
 readonly CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev)
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist)
 
 usage() {
     echo "usage:" >&2
