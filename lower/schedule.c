@@ -23,6 +23,9 @@ typedef struct node_info {
     bool conflict;      /* consumers in different kernels */
     bool row;           /* a root with fused reductions: a row kernel */
     uint32_t row_axes;  /* its reduced axes */
+    bool repi;          /* a root over fused reductions' results (one per element) */
+    const graph_node *rdom; /* their source, */
+    uint32_t raxes;         /* and their reduced axes */
     graph_node *epilogue_of; /* a root whose kernel is this matmul's epilogue */
     bool target;
     int64_t pos;        /* index in the post-order */
@@ -48,6 +51,10 @@ typedef struct ext_read {
 static node_info *info(const graph_node *n) { return n->scratch; }
 
 static bool pending(const graph_node *n) { return !n->buf && n->op != GRAPH_BUFFER; }
+
+static bool same_shape(const graph_node *a, const graph_node *b) {
+    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
+}
 
 /* Leaves and views of leaves cost nothing to read again in every consumer. */
 static bool cheap(const graph_node *n) {
@@ -92,7 +99,7 @@ static bool settle_kernels(graph_node **order, int64_t count) {
     for (int64_t i = 0; i < count; i++) {
         node_info *xi = info(order[i]);
         xi->owner = NULL;
-        xi->conflict = xi->row = false;
+        xi->conflict = xi->row = xi->repi = false;
     }
     for (int64_t i = count - 1; i >= 0; i--) {
         graph_node *x = order[i];
@@ -117,11 +124,26 @@ static bool settle_kernels(graph_node **order, int64_t count) {
             continue;
         graph_node *root = xi->owner;
         node_info *ri = info(root);
+        if (!graph_op_is_reduce(root->op) && !same_shape(root, x->src[0]) &&
+            graph_numel(root) == graph_numel(x)) {
+            /* the root is elementwise over the reduction's result: a mean's
+             * division, a variance from two sums */
+            bool fits = !xi->conflict && root->op != GRAPH_MATMUL && !ri->row &&
+                        (!ri->repi || (ri->raxes == x->p.axes && same_shape(ri->rdom, x->src[0])));
+            if (!fits) {
+                xi->materialize = changed = true;
+                continue;
+            }
+            ri->repi = true;
+            ri->rdom = x->src[0];
+            ri->raxes = x->p.axes;
+            continue;
+        }
         const graph_node *dom = graph_op_is_reduce(root->op) ? root->src[0] : root;
         uint32_t axes = graph_op_is_reduce(root->op) ? root->p.axes
                         : ri->row                   ? ri->row_axes
                                                     : x->p.axes;
-        bool fits = !xi->conflict && root->op != GRAPH_MATMUL && x->p.axes == axes &&
+        bool fits = !xi->conflict && root->op != GRAPH_MATMUL && !ri->repi && x->p.axes == axes &&
                     x->src[0]->ndim == dom->ndim &&
                     !memcmp(x->src[0]->shape, dom->shape, sizeof(int64_t) * (size_t)dom->ndim);
         if (!fits) {
@@ -136,7 +158,7 @@ static bool settle_kernels(graph_node **order, int64_t count) {
         node_info *xi = info(x);
         if (xi->materialize || cheap(x) || graph_op_is_reduce(x->op))
             continue;
-        if (xi->conflict || (xi->consumers > 1 && !info(xi->owner)->row))
+        if (xi->conflict || (xi->consumers > 1 && !info(xi->owner)->row && !info(xi->owner)->repi))
             xi->materialize = changed = true;
     }
     return changed;
@@ -218,10 +240,6 @@ static bool elementwise(graph_op op) {
     return graph_op_is_unary(op) || graph_op_is_binary(op) || op == GRAPH_WHERE;
 }
 
-static bool same_shape(const graph_node *a, const graph_node *b) {
-    return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
-}
-
 /* Bias and activation epilogues: a matmul whose one consumer is elementwise
  * is computed inside the kernel of that consumer's root when every node from
  * the matmul up to the root is elementwise (or a reshape) over as many
@@ -236,7 +254,7 @@ static void choose_epilogues(graph_node **order, int64_t count) {
             continue;
         graph_node *root = info(mi->last_consumer)->owner;
         node_info *ri = info(root);
-        if (ri->row || ri->epilogue_of || ri->alias)
+        if (ri->row || ri->repi || ri->epilogue_of || ri->alias)
             continue;
         bool ok = true;
         for (graph_node *x = mi->last_consumer; ok; x = info(x)->last_consumer) {
@@ -325,7 +343,8 @@ static bool find_reads(graph_node **order, int64_t count) {
 
 static bool sibling_candidate(const graph_node *x) {
     const node_info *xi = info(x);
-    return xi->materialize && !xi->alias && !xi->row && !xi->epilogue_of && elementwise(x->op);
+    return xi->materialize && !xi->alias && !xi->row && !xi->repi && !xi->epilogue_of &&
+           elementwise(x->op);
 }
 
 /* Whether r can join the group whose members are m[0..n): it reads members
@@ -819,6 +838,19 @@ static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
         ix oat = unflatten(e, gidx, out->ndim, out->shape), sat;
         reduced_index(e, out->src[0], out->p.axes, gidx, &oat, &sat);
         k->result = ir_reduce(b, out->op, out->dtype, emit(e, out->src[0], &sat, -1), e->ridx);
+        k->store = gidx;
+    } else if (oi->repi) {
+        /* one program instance per output element, which reduces each fused
+         * reduction's row before the elementwise ops over the results */
+        k->kind = LOWER_REDUCE;
+        k->numel = graph_numel(out);
+        int gidx = ir_gidx(b, k->numel);
+        ix oat = unflatten(e, gidx, out->ndim, out->shape);
+        ix rowat = {.ndim = oi->rdom->ndim, .flat = -1}, at;
+        for (int d = 0; d < rowat.ndim; d++)
+            rowat.d[d] = gidx; /* unused: each reduction names its own row */
+        reduced_index(e, oi->rdom, oi->raxes, gidx, &rowat, &at);
+        k->result = emit(e, out, &oat, -1);
         k->store = gidx;
     } else if (oi->row) {
         /* A row kernel: one program instance per row, which passes over the

@@ -236,6 +236,22 @@ Test(fusion, siblings_that_read_the_same_inputs_are_one_kernel) {
     kiln_ctx_free(ref);
 }
 
+/* The variance of each column from two means: both reductions and the
+ * elementwise ops over their results. */
+static kiln_tensor *column_variance(kiln_tensor *x) {
+    int ax = 0;
+    kiln_tensor *m = kiln_mean(x, 1, &ax, false);
+    return kiln_sqrt(kiln_add_scalar(kiln_sub(kiln_mean(kiln_mul(x, x), 1, &ax, false), kiln_mul(m, m)), 1e-3));
+}
+
+static kiln_tensor *mean_of_all(kiln_tensor *x) { return kiln_mean(kiln_exp(x), 0, NULL, false); }
+
+Test(fusion, ops_over_a_reductions_result_join_its_kernel) {
+    const int64_t dims[2] = {37, 23};
+    cr_assert_eq(check_against_ref(column_variance, 2, dims, 31), 1);
+    cr_assert_eq(check_against_ref(mean_of_all, 2, dims, 32), 1);
+}
+
 Test(fusion, eager_mode_runs_one_kernel_per_op) {
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
     kiln_ctx_set_mode(ctx, KILN_EAGER);
