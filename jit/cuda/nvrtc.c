@@ -142,6 +142,13 @@ static char *fetch(nvrtc_program prog, int (*size)(nvrtc_program, size_t *),
     return s;
 }
 
+/* No contraction of a * b + c into one rounding: elementwise results then
+ * match the CPU's, which does not contract either. --minimal leaves out the
+ * runtime API's declarations, which generated code never uses, and saves a
+ * good part of each compile. */
+static const char *const flags[] = {"--std=c++17", "--fmad=false", "--minimal"};
+#define NFLAGS (sizeof flags / sizeof flags[0])
+
 kiln_status jit_cuda_compile(const char *src, int arch, bool want_cubin, jit_cuda_binary *out,
                              char *msg, size_t cap) {
     if (out)
@@ -153,16 +160,15 @@ kiln_status jit_cuda_compile(const char *src, int arch, bool want_cubin, jit_cud
     char archopt[64];
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s_%d", want_cubin ? "sm" : "compute",
              arch);
-    /* No contraction of a * b + c into one rounding: elementwise results
-     * then match the CPU's, which does not contract either. */
-    const char *opts[] = {archopt, "--std=c++17", "--fmad=false"};
+    const char *opts[1 + NFLAGS] = {archopt};
+    memcpy(opts + 1, flags, sizeof flags);
     nvrtc_program prog = NULL;
     int rc = api.create(&prog, src, "kiln.cu", 0, NULL, NULL);
     if (rc != 0) {
         snprintf(msg, cap, "kiln: NVRTC could not create a program: %s", api.error_string(rc));
         return rc == 1 ? KILN_ERR_OOM : KILN_ERR_COMPILE;
     }
-    rc = api.compile(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+    rc = api.compile(prog, (int)(1 + NFLAGS), opts);
     size_t n;
     char *log = fetch(prog, api.log_size, api.log, &n, true);
     kiln_status st = KILN_OK;
@@ -193,6 +199,18 @@ kiln_status jit_cuda_compile(const char *src, int arch, bool want_cubin, jit_cud
 }
 
 /* ---- the program check ---------------------------------------------------- */
+
+/* Verdicts also go to the disk cache (KILN_CACHE_DIR), as one-byte blobs of
+ * kind "cucheck" under a key of source, flags and NVRTC's version: the check
+ * runs in many short processes (every test, every CI run), nearly all of
+ * which render programs compiled before. */
+static cache *disk;
+static pthread_once_t disk_once = PTHREAD_ONCE_INIT;
+
+static void open_disk(void) {
+    char why[256];
+    disk = cache_open(NULL, 0, why, sizeof why);
+}
 
 /* Keys of sources that compiled, an open-addressing set (zero is empty). */
 static struct {
@@ -250,13 +268,25 @@ kiln_status jit_cuda_check_program(const lower_program *p, char *msg, size_t cap
     cache_key_builder b;
     cache_key_begin(&b);
     cache_key_add_str(&b, src);
-    cache_key_add_str(&b, "sm_90");
+    cache_key_add_str(&b, "kiln cuda check sm_90");
+    for (size_t i = 0; i < NFLAGS; i++)
+        cache_key_add_str(&b, flags[i]);
+    const char *version = jit_cuda_nvrtc_version();
+    cache_key_add_str(&b, version ? version : "");
     cache_key k = cache_key_end(&b);
     kiln_status st = KILN_OK;
     if (!seen(k)) {
-        st = jit_cuda_compile(src, 90, true, NULL, msg, cap);
-        if (st == KILN_OK)
+        pthread_once(&disk_once, open_disk);
+        void *data;
+        size_t n;
+        if (disk && version && cache_disk_get(disk, k, "cucheck", &data, &n) == 0) {
+            free(data);
             remember(k);
+        } else if ((st = jit_cuda_compile(src, 90, true, NULL, msg, cap)) == KILN_OK) {
+            remember(k);
+            if (disk)
+                cache_disk_put(disk, k, "cucheck", "1", 1);
+        }
     }
     free(src);
     return st;
