@@ -11,6 +11,8 @@ static const char jit_cpu_prelude[] =
     "#include <math.h>\n"
     "#include <stdint.h>\n"
     "#include <string.h>\n"
+    "int omp_get_thread_num(void);\n"
+    "int omp_get_num_threads(void);\n"
     "typedef uint8_t kb;\n"
     "static inline float kh_h2f(uint16_t h) {\n"
     "  uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;\n"

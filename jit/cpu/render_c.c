@@ -481,6 +481,38 @@ static void render_pass(sbuf *b, const lower_kernel *k, int target, int target2,
             ins_stmt(b, k->ins, i);
 }
 
+/* Rows at least this long are split across threads when there are few. */
+#define SPLIT_MIN ((int64_t)1 << 18)
+
+/* A max/min/arg pass split across threads: each reduces a contiguous chunk
+ * of the row, then the chunks combine in order, so the first of equal values
+ * (and the first NaN) still wins. */
+static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_ins *x,
+                               kiln_dtype in, bool *pass) {
+    const char *acc = is_float(in) ? "double" : "int64_t";
+    put(b, "      enum { KT = 256 };\n");
+    put(b, "      %s pbest[KT]; int64_t pat[KT];\n", acc);
+    put(b, "      for (int t = 0; t < KT; t++) pat[t] = -1;\n");
+    put(b, "      #pragma omp parallel num_threads(nthreads < KT ? nthreads : KT)\n");
+    put(b, "      {\n");
+    put(b, "        const int t = omp_get_thread_num(), T = omp_get_num_threads();\n");
+    put(b, "        const int64_t lo = R * t / T, hi = R * (t + 1) / T;\n");
+    reduce_init(b, x, in);
+    put(b, "        for (int64_t r = lo; r < hi; r++) {\n");
+    render_pass(b, k, x->a, -1, pass);
+    reduce_step(b, x, in);
+    put(b, "        }\n");
+    put(b, "        pbest[t] = best; pat[t] = at;\n");
+    put(b, "      }\n");
+    put(b, "      for (int t = 0; t < KT; t++) {\n");
+    put(b, "        if (pat[t] < 0) continue;\n");
+    put(b, "        const int64_t r = pat[t];\n");
+    put(b, "        const %s v%d = (%s)pbest[t];\n", ctype(k->ins[x->a].dt), x->a,
+        ctype(k->ins[x->a].dt));
+    reduce_step(b, x, in);
+    put(b, "      }\n");
+}
+
 /* Reductions and row kernels: a program instance per output row, which
  * passes over its reduced elements once per reduction, in order (each may
  * read the ones before), then, in a row kernel, once more to store. Outer
@@ -511,8 +543,13 @@ static void render_phased(sbuf *b, const lower_kernel *k, bool *live) {
             if (ops[j] >= 0 && stage[ops[j]] > stage[i])
                 stage[i] = stage[ops[j]];
     }
+    /* Few rows, each long (a full sum): the rows would leave cores idle, so
+     * each pass over a row is split across the threads instead. */
+    bool split = k->numel <= 4 && k->rnumel >= SPLIT_MIN;
     put(b, "  const int64_t N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
-    put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) if(N * R >= 32768)\n");
+    if (!split)
+        put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) "
+               "if(N * R >= 32768)\n");
     put(b, "  for (int64_t g = 0; g < N; g++) {\n");
     for (int s = 0, done = 0; s <= nred; s++) {
         for (int i = 0; i < n; i++)
@@ -531,17 +568,24 @@ static void render_phased(sbuf *b, const lower_kernel *k, bool *live) {
         /* A sum may run in SIMD lanes (a different order of additions, in
          * double, well inside every float tolerance); max/min and the arg
          * reductions keep their order, which decides ties and NaN. */
-        if (x->gop == GRAPH_SUM)
-            put(b, "      #pragma omp simd reduction(+:acc)\n");
-        put(b, "      for (int64_t r = 0; r < R; r++) {\n");
-        render_pass(b, k, x->a, -1, pass);
-        reduce_step(b, x, in);
-        put(b, "      }\n");
+        if (x->gop != GRAPH_SUM && split) {
+            split_ordered_pass(b, k, x, in, pass);
+        } else {
+            if (x->gop == GRAPH_SUM)
+                put(b, split ? "      #pragma omp parallel for simd reduction(+:acc) "
+                               "schedule(static) num_threads(nthreads)\n"
+                             : "      #pragma omp simd reduction(+:acc)\n");
+            put(b, "      for (int64_t r = 0; r < R; r++) {\n");
+            render_pass(b, k, x->a, -1, pass);
+            reduce_step(b, x, in);
+            put(b, "      }\n");
+        }
         reduce_result(b, x, red);
         put(b, "    }\n");
     }
     if (k->ins[k->result].inner || k->ins[k->store].inner) {
-        put(b, "    #pragma omp simd\n");
+        put(b, split ? "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n"
+                     : "    #pragma omp simd\n");
         put(b, "    for (int64_t r = 0; r < R; r++) {\n");
         render_pass(b, k, k->result, k->store, pass);
         store_stmt(b, k, "      ");
