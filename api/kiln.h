@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -620,6 +621,115 @@ KILN_API double kiln_lr_cosine(double base, int64_t t, int64_t total, double min
  * kiln_lr_warmup_linear(kiln_lr_cosine(lr, t, total, 0), t, warmup) ramps up
  * to the cosine curve and then follows it. */
 KILN_API double kiln_lr_warmup_linear(double base, int64_t t, int64_t warmup);
+
+/* ---- Profiling ------------------------------------------------------------ *
+ * What ran, what each kernel fused, how long it took and how far it is from
+ * the machine's limits. Every setting has an environment variable, read when
+ * a context is made:
+ *   KILN_DEBUG=N     the debug level on stderr (kiln_ctx_set_debug):
+ *                    1  one line per sync: nodes captured, kernels, graph
+ *                       cache hit or miss, build (or lookup) and run ms;
+ *                    2  also one line per kernel launch: its name, grid
+ *                       (program instances x tile; a row kernel's rows x
+ *                       row length; a matmul's n x k x m and batch), time,
+ *                       GFLOP/s, GB/s and % of the binding limit;
+ *                    3  also, per compiled program, each kernel's fused graph
+ *                       ops and its kernel IR;
+ *                    4  also the generated source.
+ *   KILN_PROFILE=f   profiles the context's whole life and writes a Chrome
+ *                    trace to f when it is freed (kiln_profile_write_trace).
+ *   KILN_DUMP=dir    writes each program's generated source (<key>.c, and
+ *                    <key>.ll with KILN_CPU_COMPILER=llvm) and kernel IR
+ *                    (<key>.ir) into dir when it is built, named by the cache
+ *                    key of its code.
+ * Kernel names say what they compute and over what: softmax's row kernel is
+ * div_r4096x4096_k0 (its last op, r: a reduction kernel, e: elementwise, the
+ * shape, its place in the program), a matmul with a bias and ReLU epilogue
+ * matmul_add_relu_512x512x512_k0.
+ *
+ * Counting. A kernel's FLOPs per launch come from its IR: every arithmetic,
+ * comparison or transcendental op (exp, tanh, ... count 1 each) and every
+ * reduction step counts 1 per element it runs on; casts, selects and random
+ * numbers count 0; a matmul adds 2*n*k*m per batch. Its bytes are each output
+ * once plus, for each input, the elements its loads touch, at most the whole
+ * input: an input read through a broadcast counts once, as if caches held
+ * the repeats. The machine's limits are a STREAM-like triad's bandwidth and
+ * an f32 FMA loop's peak, measured once per CPU model and thread count on
+ * kiln's threads with kiln's compiler flags (about a second, the first time),
+ * and kept in the cache directory (KILN_CACHE_DIR). A kernel's % of the
+ * limit is the larger of GB/s over the bandwidth and GFLOP/s over the peak:
+ * its time on the roofline over its measured time; the larger term is the
+ * limit that binds ("memory" or "compute").
+ *
+ * Profiling costs nothing while off: kernels are timed only at debug level 2
+ * and above or between kiln_profile_begin and kiln_profile_end. A KILN_REF
+ * context compiles nothing: its level stays 0 and its profile is empty.
+ * Functions that fail leave the reason in kiln_ctx_last_error. */
+
+/* The debug level (0 off, 1-4 as above; a negative one is 0). */
+KILN_API void kiln_ctx_set_debug(kiln_ctx *ctx, int level);
+KILN_API int kiln_ctx_debug(const kiln_ctx *ctx);
+
+/* This machine's limits as kiln measured them (see Counting above). */
+typedef struct kiln_machine {
+    char cpu[128];       /* "model name" of /proc/cpuinfo */
+    int threads;         /* threads measured on: the context's (KILN_THREADS) */
+    double gbps;         /* memory bandwidth: a[i] = b[i] + s*c[i], 12 bytes per element */
+    double gflops;       /* f32 peak: 2 flops per FMA lane */
+    int64_t triad_elems; /* elements per triad array, well beyond the last-level cache */
+    int vector_bits;     /* width of the vectors the FMA loop ran on */
+} kiln_machine;
+/* Measures the first time on a machine, then reads the cache: the figures of
+ * a CPU model and thread count never change once measured. KILN_ERR_DEVICE
+ * for a KILN_REF context, KILN_ERR_COMPILE when the measuring code does not
+ * compile, KILN_ERR_OOM without memory for the triad. */
+KILN_API kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m);
+/* The two figures of kiln_machine_info; either pointer may be NULL. */
+KILN_API kiln_status kiln_machine_limits(kiln_ctx *ctx, double *gbps, double *gflops);
+
+/* Starts a fresh profile (the previous one is dropped) that records every
+ * kernel launch and sync until kiln_profile_end. */
+KILN_API kiln_status kiln_profile_begin(kiln_ctx *ctx);
+KILN_API kiln_status kiln_profile_end(kiln_ctx *ctx);
+
+/* One kernel's line of the profile. A kernel is one generated function: the
+ * same code reached by several syncs or programs is one line. Strings live
+ * until the next kiln_profile_begin or kiln_ctx_free. */
+typedef struct kiln_kernel_profile {
+    const char *name;
+    const char *fused; /* graph ops computed in it, in order, counted: "sub exp max sum div" */
+    const char *grid;  /* as at debug level 2 */
+    const char *code;  /* its program's code: "compiled", "disk" (cache) or "memory" */
+    const char *bound; /* "memory" or "compute"; "" when the limits are unknown */
+    int64_t launches;
+    int64_t graph_hits; /* launches by syncs whose graph was compiled before */
+    double total_ms, mean_ms, min_ms, max_ms;
+    double flops, bytes;  /* per launch */
+    double gflops, gbps;  /* at the mean time */
+    double pct_of_limit;  /* % of the binding limit at the mean time */
+    double build_ms;      /* scheduling, generating and compiling (or loading) its program */
+} kiln_kernel_profile;
+
+/* Kernels in the last profile, in order of first launch. */
+KILN_API int kiln_profile_count(const kiln_ctx *ctx);
+/* Kernel i (0 <= i < kiln_profile_count, KILN_ERR_ARG otherwise). Measures
+ * the machine's limits if needed; when they cannot be had, the figures come
+ * without pct_of_limit and the status says why. */
+KILN_API kiln_status kiln_profile_kernel(kiln_ctx *ctx, int i, kiln_kernel_profile *out);
+/* The profile as a table, one line per kernel. */
+KILN_API kiln_status kiln_profile_print(kiln_ctx *ctx, FILE *f);
+/* The profile as JSON: {"machine": {cpu, threads, gbps, gflops} or null,
+ * "kernels": [{name, fused, grid, launches, graph_hits, total_ms, mean_ms,
+ * min_ms, max_ms, flops, bytes, gflops, gbps, build_ms, code, pct_of_limit,
+ * bound}]}. KILN_ERR_IO, naming the path, when it cannot be written. */
+KILN_API kiln_status kiln_profile_write_json(kiln_ctx *ctx, const char *path);
+/* The profile as a Chrome trace (chrome://tracing, ui.perfetto.dev): a
+ * complete event ("ph":"X", times in µs since kiln_profile_begin) per sync,
+ * enclosing one for its build or lookup and one per kernel launch, whose args
+ * hold the kernel's fused ops, grid, FLOPs, bytes, GFLOP/s, GB/s and % of the
+ * limit. Launches beyond about a million are left out of the trace (but not
+ * the profile). KILN_ERR_IO, naming the path, when it cannot be written. */
+KILN_API kiln_status kiln_profile_write_trace(kiln_ctx *ctx, const char *path);
 
 /* ---- Debugging ------------------------------------------------------------ */
 

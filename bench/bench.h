@@ -9,7 +9,6 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "bench/machine.h"
 #include "kiln.h"
 
 typedef struct bench_opts {
@@ -53,7 +52,7 @@ void bench_emit(const bench_record *r);
 void bench_emit_error(const char *suite, const char *workload, const char *shape,
                       const char *impl, const char *message);
 /* Prints the machine's measurement as a JSON line ("suite":"machine"). */
-void bench_emit_machine(const bench_machine *m);
+void bench_emit_machine(const kiln_machine *m);
 
 /* Builds a workload's output from its inputs; called once per step. */
 typedef kiln_tensor *(*bench_build_fn)(kiln_tensor *const *in, const void *arg);
@@ -77,6 +76,6 @@ typedef struct bench_workload {
  * NaN, fails the run. A failure is emitted as an error record. Returns 0 or
  * 1. */
 int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o,
-                     const bench_machine *m, double tol);
+                     const kiln_machine *m, double tol);
 
 #endif

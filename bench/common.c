@@ -119,14 +119,14 @@ void bench_emit_error(const char *suite, const char *workload, const char *shape
             impl, message);
 }
 
-void bench_emit_machine(const bench_machine *m) {
+void bench_emit_machine(const kiln_machine *m) {
     printf("{\"suite\":\"machine\",\"cpu\":\"%s\",\"threads\":%d,\"triad_gbps\":%.4g,"
            "\"triad_elems\":%lld,\"fma_gflops\":%.4g,\"vector_bits\":%d}\n",
-           m->cpu, m->threads, m->triad_gbps, (long long)m->triad_elems, m->fma_gflops,
+           m->cpu, m->threads, m->gbps, (long long)m->triad_elems, m->gflops,
            m->vector_bits);
     fflush(stdout);
     fprintf(stderr, "machine: %s, %d threads: triad %.1f GB/s, FMA %.1f GFLOP/s (%d-bit)\n",
-            m->cpu, m->threads, m->triad_gbps, m->fma_gflops, m->vector_bits);
+            m->cpu, m->threads, m->gbps, m->gflops, m->vector_bits);
 }
 
 typedef struct mode_run {
@@ -163,7 +163,7 @@ static int step(kiln_ctx *ctx, const bench_workload *w, mode_run *r, double *sec
     return st != KILN_OK;
 }
 
-static void emit_mode(const bench_workload *w, const bench_opts *o, const bench_machine *m,
+static void emit_mode(const bench_workload *w, const bench_opts *o, const kiln_machine *m,
                       const mode_run *r, double diff, double ratio) {
     double min = r->t[0];
     for (int i = 1; i < o->steps; i++)
@@ -187,17 +187,17 @@ static void emit_mode(const bench_workload *w, const bench_opts *o, const bench_
     };
     if (w->bytes > 0) {
         rec.gbps = w->bytes / med * 1e-9;
-        rec.pct_bw = 100.0 * rec.gbps / m->triad_gbps;
+        rec.pct_bw = 100.0 * rec.gbps / m->gbps;
     }
     if (w->flops > 0) {
         rec.gflops = w->flops / med * 1e-9;
-        rec.pct_peak = 100.0 * rec.gflops / m->fma_gflops;
+        rec.pct_peak = 100.0 * rec.gflops / m->gflops;
     }
     bench_emit(&rec);
 }
 
 int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o,
-                     const bench_machine *m, double tol) {
+                     const kiln_machine *m, double tol) {
     mode_run runs[2] = {{.mode = KILN_LAZY}, {.mode = KILN_EAGER}};
     int rc = 0;
     double dummy;

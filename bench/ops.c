@@ -97,9 +97,9 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kiln_ctx_new: %s\n", kiln_last_ctx_error());
         return 1;
     }
-    bench_machine m;
-    if (bench_machine_measure(&m, 0, o.quick ? 3 : 5) != 0) {
-        fprintf(stderr, "machine: out of memory\n");
+    kiln_machine m;
+    if (kiln_machine_info(ctx, &m) != KILN_OK) {
+        fprintf(stderr, "machine: %s\n", kiln_ctx_last_error(ctx));
         kiln_ctx_free(ctx);
         return 1;
     }

@@ -101,7 +101,7 @@ def label(k):
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
-    # Each kiln program measures the machine at its start; the best of these
+    # Each kiln program reports kiln's measurement of the machine; the best of these
     # is the least disturbed, and every percentage below is against it.
     machines = [r for r in records if r["suite"] == "machine"]
     machine = None
@@ -150,10 +150,10 @@ def main():
         "the same inputs) and the largest absolute difference is kept with the time.", ""]
     if machine:
         lines += ["## The machine's limits", "",
-                  f"Measured at the start of the run by bench/machine.c on {machine['threads']} "
+                  f"Measured by kiln (kiln_machine_info, jit/machine.c) on {machine['threads']} "
                   "threads: memory bandwidth by a STREAM-like triad `a[i] = b[i] + s*c[i]` over "
                   f"three arrays of {machine['triad_elems'] // 2**20}M floats (12 bytes counted "
-                  "per element, best of several repetitions), and arithmetic peak by an FMA loop "
+                  "per element, best of several repetitions, once per CPU model and thread count and then cached), and arithmetic peak by an FMA loop "
                   f"of 12 independent chains in {machine['vector_bits']}-bit vectors.", ""]
         lines += table(["limit", "measured"], [
             ["memory bandwidth (triad)", f"{machine['triad_gbps']:.1f} GB/s"],

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -18,6 +17,7 @@
 #include "jit/cpu/llvm.h"
 #include "jit/cuda/cuda.h"
 #include "jit/jit.h"
+#include "jit/profile.h"
 
 typedef void (*kernel_fn)(char **bufs, int nthreads);
 
@@ -37,7 +37,7 @@ struct jit_backend {
     kiln_device dev;
     cache *cache;
     int nthreads;
-    int debug; /* KILN_DEBUG */
+    jit_watch watch; /* debug output, profile, KILN_DUMP, the machine's limits */
     bool check_cuda; /* KILN_CHECK_CUDA=1: every program must also compile for CUDA */
     bool llvm;       /* KILN_CPU_COMPILER=llvm: LLVM through ORC instead of cc */
     jit_counters counters;
@@ -68,8 +68,7 @@ jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
     j->nthreads = t && atoi(t) > 0 ? atoi(t) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (j->nthreads < 1)
         j->nthreads = 1;
-    const char *dbg = getenv("KILN_DEBUG");
-    j->debug = dbg ? atoi(dbg) : 0;
+    jit_watch_init(&j->watch, j->cache, j->nthreads);
     const char *cc = getenv("KILN_CHECK_CUDA");
     j->check_cuda = cc && !strcmp(cc, "1");
     const char *cpu_cc = getenv("KILN_CPU_COMPILER");
@@ -89,6 +88,7 @@ void jit_backend_free(jit_backend *j) {
         return;
     for (int i = 0; i < j->pool.n; i++)
         graph_buffer_unref(j->pool.bufs[i]);
+    jit_watch_fini(&j->watch);
     cache_close(j->cache);
     free(j);
 }
@@ -127,6 +127,8 @@ static void pool_give(jit_backend *j, graph_buffer *b) {
 }
 
 jit_counters jit_get_counters(const jit_backend *j) { return j->counters; }
+
+jit_watch *jit_backend_watch(jit_backend *j) { return &j->watch; }
 
 static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes) {
     char shape[KILN_MAX_DIMS * 21 + 3];
@@ -185,8 +187,7 @@ static loaded *resolve(void *h, bool llvm, const lower_program *p, char *msg, si
 
 /* The loaded program for src: from memory, else the disk cache, else built. */
 static const loaded *find_program(jit_backend *j, const lower_program *p, const char *src,
-                                  char *msg, size_t cap) {
-    cache_key key = j->llvm ? jit_llvm_key(src) : jit_cpu_key(src);
+                                  cache_key key, char *msg, size_t cap) {
     loaded *l = cache_mem_get(j->cache, key);
     if (l) {
         j->counters.memory_hits++;
@@ -222,6 +223,7 @@ typedef struct compiled {
     lower_program *prog;
     bound_kernel *bound;
     const loaded *code; /* owned by the kernel cache */
+    jit_prog_facts facts;
 } compiled;
 
 static void compiled_free(void *v) {
@@ -234,15 +236,10 @@ static void compiled_free(void *v) {
         free(c->bound[i].release);
     }
     free(c->bound);
+    free(c->facts.cost);
     lower_program_free(c->prog);
     free(c->sig);
     free(c);
-}
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
 static int64_t index_of(const graph_node *n) { return (int64_t)(intptr_t)n->scratch - 1; }
@@ -328,9 +325,14 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         return NULL;
     }
     lower_program *p = c->prog;
-    if (j->debug >= 3)
+    if (j->watch.debug >= 3)
         for (int i = 0; i < p->nkernels; i++)
             lower_print_kernel(stderr, &p->kernels[i]);
+    if (!(c->facts.cost = jit_prog_costs(p))) {
+        compiled_free(c);
+        snprintf(msg, mcap, "kiln_realize: out of memory");
+        return NULL;
+    }
     if (j->check_cuda && p->nkernels > 0 && jit_cuda_check_program(p, msg, mcap) != KILN_OK) {
         compiled_free(c);
         *st = KILN_ERR_COMPILE;
@@ -343,9 +345,15 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
             snprintf(msg, mcap, "kiln_realize: out of memory while generating code");
             return NULL;
         }
-        if (j->debug >= 4)
+        if (j->watch.debug >= 4)
             fprintf(stderr, "kiln: generated source\n%s\n", src);
-        c->code = find_program(j, p, src, msg, mcap);
+        c->facts.key = j->llvm ? jit_llvm_key(src) : jit_cpu_key(src);
+        jit_counters before = j->counters;
+        jit_watch_dump(&j->watch, &c->facts, p, src, j->llvm);
+        c->code = find_program(j, p, src, c->facts.key, msg, mcap);
+        c->facts.origin = j->counters.compiles > before.compiles    ? "compiled"
+                          : j->counters.disk_hits > before.disk_hits ? "disk"
+                                                                     : "memory";
         free(src);
         if (!c->code) {
             compiled_free(c);
@@ -362,8 +370,8 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     return c;
 }
 
-static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *cap, char *msg,
-                       size_t mcap) {
+static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *cap, bool hit,
+                       char *msg, size_t mcap) {
     const lower_program *p = c->prog;
     graph_node *const *nodes = cap->nodes;
     int maxbufs = 1;
@@ -395,11 +403,12 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             for (int i = 0; i < k->ninputs; i++)
                 bufs[k->nouts + i] = nodes[bk->inputs[i]]->buf->data;
             if (k->numel > 0) {
-                double t0 = j->debug >= 2 ? now_ms() : 0;
+                bool timed = jit_watch_timing(&j->watch);
+                double t0 = timed ? jit_now_ms() : 0;
                 c->code->fns[done](bufs, j->nthreads);
                 j->counters.kernels++;
-                if (j->debug >= 2)
-                    fprintf(stderr, "kiln:   %-40s %10.3f ms\n", k->name, now_ms() - t0);
+                if (timed)
+                    jit_watch_launch(&j->watch, &c->facts, k, done, hit, t0, jit_now_ms());
             }
         }
         for (int r = 0; r < bk->nrelease; r++) {
@@ -440,7 +449,7 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
         graph_capture_free(&cap);
         return KILN_OK;
     }
-    double t0 = now_ms();
+    double t0 = jit_now_ms();
     cache_key key = graph_key(&cap, fuse);
     compiled *c = cache_mem_get(j->cache, key);
     bool hit = c && c->siglen == cap.siglen && !memcmp(c->sig, cap.sig, cap.siglen);
@@ -456,16 +465,20 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
             snprintf(msg, mcap, "kiln_realize: out of memory");
         }
     }
-    double t1 = now_ms();
+    double t1 = jit_now_ms();
     if (c) {
+        if (!hit)
+            c->facts.build_ms = t1 - t0;
         j->counters.syncs++;
-        st = run(j, c, &cap, msg, mcap);
-        if (j->debug >= 1)
+        st = run(j, c, &cap, hit, msg, mcap);
+        double t2 = jit_now_ms();
+        jit_watch_sync(&j->watch, t0, t1, t2, hit, c->prog->nkernels, cap.npending);
+        if (j->watch.debug >= 1)
             fprintf(stderr,
                     "kiln: sync %lld: %lld nodes captured, %d kernels, graph cache %s, "
                     "%s %.3f ms, run %.3f ms\n",
                     (long long)j->counters.syncs, (long long)cap.npending, c->prog->nkernels,
-                    hit ? "hit" : "miss", hit ? "lookup" : "compile", t1 - t0, now_ms() - t1);
+                    hit ? "hit" : "miss", hit ? "lookup" : "compile", t1 - t0, t2 - t1);
         if (!hit && c != cache_mem_get(j->cache, key))
             compiled_free(c);
     }

@@ -69,6 +69,7 @@ typedef struct lower_operand {
 
 typedef struct lower_kernel {
     char name[96];
+    char fused[160]; /* the graph ops computed in it, counted: "sub exp max sum div" */
     lower_kind kind;
     int nouts;
     graph_node **outs;   /* the nodes this kernel realizes */
@@ -105,5 +106,10 @@ void lower_program_free(lower_program *p);
 
 /* The readable text form of a kernel (KILN_DEBUG=3). */
 void lower_print_kernel(FILE *f, const lower_kernel *k);
+
+/* Fills k->fused from the n graph nodes computed in k (each listed once):
+ * their ops in order of first use, repeats counted ("add×2 exp"), constants
+ * left out. */
+void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes);
 
 #endif /* KILN_LOWER_H */

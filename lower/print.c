@@ -1,5 +1,8 @@
-/* print.c — the readable text form of a kernel (KILN_DEBUG=3): one line per
- * IR instruction, inner ones (run per reduced element) indented. */
+/* print.c — the readable text forms of a kernel: the list of graph ops fused
+ * into it (for the profiler and KILN_DEBUG=3), and its IR (KILN_DEBUG=3), one
+ * line per instruction, inner ones (run per reduced element) indented. */
+#include <string.h>
+
 #include "lower/lower.h"
 
 static const char *const uop_names[] = {
@@ -9,9 +12,38 @@ static const char *const uop_names[] = {
     [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce", [UOP_ACC] = "acc",
 };
 
+void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes) {
+    int count[GRAPH_NUM_OPS] = {0};
+    for (int i = 0; i < n; i++)
+        count[nodes[i]->op]++;
+    size_t at = 0;
+    k->fused[0] = 0;
+    if (k->kind == LOWER_ALIAS)
+        snprintf(k->fused, sizeof k->fused, "view");
+    for (int i = 0; i < n && at < sizeof k->fused; i++) {
+        graph_op op = nodes[i]->op;
+        if (op == GRAPH_CONST || !count[op])
+            continue;
+        int len = count[op] > 1 ? snprintf(k->fused + at, sizeof k->fused - at, "%s%s×%d",
+                                           at ? " " : "", graph_op_name(op), count[op])
+                                : snprintf(k->fused + at, sizeof k->fused - at, "%s%s",
+                                           at ? " " : "", graph_op_name(op));
+        count[op] = 0;
+        at += (size_t)len;
+    }
+    /* A description cut short says so, at a space: never in half a name. */
+    if (at >= sizeof k->fused) {
+        char *cut = k->fused + sizeof k->fused - 5;
+        while (cut > k->fused && *cut != ' ')
+            cut--;
+        memcpy(cut, " ...", 5);
+    }
+}
+
 void lower_print_kernel(FILE *f, const lower_kernel *k) {
     fprintf(f, "kernel %s: %lld elements x %lld reduced, tile %lld, %d inputs\n", k->name,
             (long long)k->numel, (long long)k->rnumel, (long long)k->tile, k->ninputs);
+    fprintf(f, "  fuses: %s\n", k->fused[0] ? k->fused : "(nothing computed)");
     if (k->kind == LOWER_ALIAS) {
         fprintf(f, "  shares the buffer of buf1\n");
         return;

@@ -493,8 +493,26 @@ typedef struct emitter {
     int ninputs_cap;
     memo_entry *memo; /* open addressing, a power of two in size */
     int nmemo, memo_cap;
+    graph_node **fused; /* the nodes computed in the kernel, each once */
+    int nfused, fused_cap;
     bool failed;
 } emitter;
+
+/* Only the kernel's description reads the list: out of memory, it lists fewer. */
+static void note_fused(emitter *e, graph_node *n) {
+    for (int i = 0; i < e->nfused; i++)
+        if (e->fused[i] == n)
+            return;
+    if (e->nfused == e->fused_cap) {
+        int cap = e->fused_cap ? e->fused_cap * 2 : 16;
+        graph_node **f = realloc(e->fused, sizeof *f * (size_t)cap);
+        if (!f)
+            return;
+        e->fused = f;
+        e->fused_cap = cap;
+    }
+    e->fused[e->nfused++] = n;
+}
 
 static int input_slot(emitter *e, graph_node *n) {
     lower_kernel *k = e->k;
@@ -632,6 +650,7 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
         int slot = input_slot(e, n);
         return ir_load(b, n->dtype, slot, flatten(e, at, n->ndim, n->shape), valid);
     }
+    note_fused(e, n);
     switch (n->op) {
     case GRAPH_CONST:
         return ir_imm(b, n->dtype, n->p.value);
@@ -788,6 +807,7 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
     int gidx = ir_gidx(&e->b, k->numel);
     k->store = gidx;
     e->epilogue_of = x;
+    note_fused(e, x);
     ix oat = unflatten(e, gidx, k->out->ndim, k->out->shape);
     k->result = emit(e, k->out, &oat, -1);
     return true;
@@ -921,6 +941,8 @@ static bool lower_one(lower_kernel *k, graph_node **outs, int n, graph_node **re
     e.b.ins = NULL;
     ir_free(&e.b);
     free(e.memo);
+    lower_describe_fused(k, e.nfused, e.fused);
+    free(e.fused);
     *retry = e.retry;
     k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
     if (ok)

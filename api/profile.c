@@ -1,0 +1,118 @@
+/* profile.c — the public face of debug output, the profiler and the
+ * machine's limits (kiln.h's Profiling section). A KILN_REF context compiles
+ * nothing: its debug level stays 0, its profile is empty, and it has no
+ * machine limits to measure. */
+#include <stdio.h>
+#include <string.h>
+
+#include "api/api.h"
+
+static kiln_status fail(kiln_ctx *ctx, kiln_status st, const char *msg) {
+    snprintf(ctx->last_error, sizeof ctx->last_error, "%s", msg);
+    return st;
+}
+
+void kiln_ctx_set_debug(kiln_ctx *ctx, int level) {
+    if (ctx && ctx->jit)
+        jit_set_debug(ctx->jit, level < 0 ? 0 : level);
+}
+
+int kiln_ctx_debug(const kiln_ctx *ctx) { return ctx && ctx->jit ? jit_debug(ctx->jit) : 0; }
+
+kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m) {
+    if (!ctx || !m)
+        return ctx ? fail(ctx, KILN_ERR_ARG, "kiln_machine_info: NULL result") : KILN_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    if (!ctx->jit)
+        return fail(ctx, KILN_ERR_DEVICE,
+                    "kiln_machine_info: a KILN_REF context runs no kernels to measure against");
+    jit_machine jm;
+    char msg[512];
+    kiln_status st = jit_machine_limits(ctx->jit, &jm, msg, sizeof msg);
+    if (st != KILN_OK)
+        return fail(ctx, st, msg);
+    snprintf(m->cpu, sizeof m->cpu, "%s", jm.cpu);
+    m->threads = jm.threads;
+    m->gbps = jm.gbps;
+    m->gflops = jm.gflops;
+    m->triad_elems = jm.triad_elems;
+    m->vector_bits = jm.vector_bits;
+    return KILN_OK;
+}
+
+kiln_status kiln_machine_limits(kiln_ctx *ctx, double *gbps, double *gflops) {
+    kiln_machine m;
+    kiln_status st = kiln_machine_info(ctx, &m);
+    if (gbps)
+        *gbps = m.gbps;
+    if (gflops)
+        *gflops = m.gflops;
+    return st;
+}
+
+kiln_status kiln_profile_begin(kiln_ctx *ctx) {
+    if (!ctx)
+        return KILN_ERR_ARG;
+    char msg[256];
+    if (ctx->jit && jit_profile_begin(ctx->jit, msg, sizeof msg) != KILN_OK)
+        return fail(ctx, KILN_ERR_OOM, msg);
+    return KILN_OK;
+}
+
+kiln_status kiln_profile_end(kiln_ctx *ctx) {
+    if (!ctx)
+        return KILN_ERR_ARG;
+    if (ctx->jit)
+        jit_profile_end(ctx->jit);
+    return KILN_OK;
+}
+
+int kiln_profile_count(const kiln_ctx *ctx) {
+    return ctx && ctx->jit ? jit_profile_count(ctx->jit) : 0;
+}
+
+kiln_status kiln_profile_kernel(kiln_ctx *ctx, int i, kiln_kernel_profile *out) {
+    if (!ctx || !out)
+        return ctx ? fail(ctx, KILN_ERR_ARG, "kiln_profile_kernel: NULL result") : KILN_ERR_ARG;
+    memset(out, 0, sizeof *out);
+    char msg[512];
+    if (!ctx->jit) {
+        snprintf(msg, sizeof msg, "kiln_profile_kernel: no kernel %d in a profile of 0", i);
+        return fail(ctx, KILN_ERR_ARG, msg);
+    }
+    jit_kernel_report r;
+    kiln_status st = jit_profile_kernel(ctx->jit, i, &r, msg, sizeof msg);
+    if (st == KILN_ERR_ARG)
+        return fail(ctx, st, msg);
+    *out = (kiln_kernel_profile){
+        .name = r.name, .fused = r.fused, .grid = r.grid, .code = r.origin, .bound = r.bound,
+        .launches = r.launches, .graph_hits = r.graph_hits, .total_ms = r.total_ms,
+        .mean_ms = r.mean_ms, .min_ms = r.min_ms, .max_ms = r.max_ms, .flops = r.flops,
+        .bytes = r.bytes, .gflops = r.gflops, .gbps = r.gbps, .pct_of_limit = r.pct,
+        .build_ms = r.compile_ms};
+    return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
+}
+
+kiln_status kiln_profile_print(kiln_ctx *ctx, FILE *f) {
+    if (!ctx || !f)
+        return ctx ? fail(ctx, KILN_ERR_ARG, "kiln_profile_print: NULL file") : KILN_ERR_ARG;
+    char msg[512];
+    kiln_status st = jit_profile_print(ctx->jit, f, msg, sizeof msg);
+    return st == KILN_OK ? KILN_OK : fail(ctx, st, "kiln_profile_print: cannot write the table");
+}
+
+kiln_status kiln_profile_write_json(kiln_ctx *ctx, const char *path) {
+    if (!ctx)
+        return KILN_ERR_ARG;
+    char msg[512];
+    kiln_status st = jit_profile_write_json(ctx->jit, path, msg, sizeof msg);
+    return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
+}
+
+kiln_status kiln_profile_write_trace(kiln_ctx *ctx, const char *path) {
+    if (!ctx)
+        return KILN_ERR_ARG;
+    char msg[512];
+    kiln_status st = jit_profile_write_trace(ctx->jit, path, msg, sizeof msg);
+    return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
+}
