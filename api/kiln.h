@@ -688,7 +688,8 @@ KILN_API kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m);
 KILN_API kiln_status kiln_machine_limits(kiln_ctx *ctx, double *gbps, double *gflops);
 
 /* Starts a fresh profile (the previous one is dropped) that records every
- * kernel launch and sync until kiln_profile_end. */
+ * kernel launch and sync until kiln_profile_end. Under KILN_PROFILE they
+ * restart and stop the profile whose trace kiln_ctx_free writes. */
 KILN_API kiln_status kiln_profile_begin(kiln_ctx *ctx);
 KILN_API kiln_status kiln_profile_end(kiln_ctx *ctx);
 
