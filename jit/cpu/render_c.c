@@ -614,7 +614,7 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
 
 static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
                            const lower_operand *o) {
-    put(b, "      int64_t %s = %lldLL", name, (long long)o->offset);
+    put(b, "      const int64_t %s = %lldLL", name, (long long)o->offset);
     int64_t inner = 1;
     for (int d = k->nbatch - 1; d >= 0; d--) {
         if (o->batch_strides[d] && k->batch[d] > 1)
@@ -625,13 +625,143 @@ static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
     put(b, ";\n");
 }
 
-/* A register-blocked tile: MR rows by NR columns of the output live in
- * accumulators while k runs; a row of B is loaded once per k and reused for
- * all MR rows. */
+/* The register tile of the matmul micro-kernel for this host: vector bytes,
+ * rows (MR) and vectors per row (NV). MR x NV accumulators, NV loads of B
+ * and a broadcast of A must fit the vector register file. */
+typedef struct mm_shape {
+    int vbytes, mr, nv;
+} mm_shape;
+
+static mm_shape mm_host_shape(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f"))
+        return (mm_shape){64, 6, 4};
+    if (__builtin_cpu_supports("avx2"))
+        return (mm_shape){32, 6, 2};
+    return (mm_shape){16, 6, 2};
+#else
+    return (mm_shape){16, 6, 4};
+#endif
+}
+
+/* Block targets: MC rows of A share each packing of B, NC columns of B
+ * share each pass over A; the C block (MC x NC) stays in L2. */
+enum { MM_MC = 384, MM_NC = 256 };
+
+static int64_t mm_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* A block size of about `target`, a multiple of `unit`, that splits n into
+ * blocks of nearly equal size. */
+static int64_t mm_block(int64_t n, int64_t target, int64_t unit) {
+    if (n < 1)
+        n = 1;
+    int64_t nblocks = mm_ceil(n, target);
+    return mm_ceil(mm_ceil(n, nblocks), unit) * unit;
+}
+
+/* The micro-kernel: an MR x NR tile of C (NR = NV vectors) accumulated in
+ * registers over kc steps of A (MR values per step, rows `rs` apart, steps
+ * `cs` apart: packed, or the operand itself) and packed B (NR values per
+ * step), then stored into, or added to, the thread's C block. ISO
+ * C mode turns off contraction of a*b+c, so it is turned back on here alone:
+ * the epilogue keeps the rounding of the unfused ops. */
+static void mm_micro_kernel(sbuf *b, const char *name, const char *e, mm_shape s) {
+    put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
+    put(b,
+        "static __attribute__((noinline)) void %s_ukr(int64_t kc, const %s *restrict a, "
+        "int64_t rs, int64_t cs, const %s *restrict b, %s *restrict c, int add) {\n",
+        name, e, e, e);
+    put(b, "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n");
+    for (int i = 0; i < s.mr; i++)
+        for (int v = 0; v < s.nv; v++)
+            put(b, "  %s_v c%d_%d = {0};\n", name, i, v);
+    for (int i = 1; i < s.mr; i++)
+        put(b, "  const int64_t r%d = %d * rs;\n", i, i);
+    put(b, "  for (int64_t p = 0; p < kc; p++, a += cs, b += %s_NR) {\n", name);
+    for (int v = 0; v < s.nv; v++)
+        put(b, "    const %s_v b%d = *(const %s_v *)(b + %d * %s_L);\n", name, v, name, v, name);
+    for (int i = 0; i < s.mr; i++) {
+        if (i == 0)
+            put(b, "    { const %s a0 = a[0];", e);
+        else
+            put(b, "    { const %s a%d = a[r%d];", e, i, i);
+        for (int v = 0; v < s.nv; v++)
+            put(b, " c%d_%d = a%d * b%d + c%d_%d;", i, v, i, v, i, v);
+        put(b, " }\n");
+    }
+    put(b, "  }\n");
+    put(b, "  if (add) {\n");
+    for (int i = 0; i < s.mr; i++)
+        for (int v = 0; v < s.nv; v++)
+            put(b, "    *(%s_v *)(c + %d * %s_NC + %d * %s_L) += c%d_%d;\n", name, i, name, v,
+                name, i, v);
+    put(b, "  } else {\n");
+    for (int i = 0; i < s.mr; i++)
+        for (int v = 0; v < s.nv; v++)
+            put(b, "    *(%s_v *)(c + %d * %s_NC + %d * %s_L) = c%d_%d;\n", name, i, name, v,
+                name, i, v);
+    put(b, "  }\n}\n#pragma GCC pop_options\n");
+}
+
+/* Packs rows [i0, i0 + mc) and k [p0, p0 + kc) of an operand into panels of
+ * `unit` rows, step-major (unit values per k step), converted to the packed
+ * type; rows past mc are zeros. A is packed by its rows, B by its columns,
+ * so B's row stride is its k stride here. */
+static void mm_pack(sbuf *b, const char *name, const char *which, const char *e,
+                    const char *unit, kiln_dtype dt, int buf, int64_t row_stride,
+                    int64_t k_stride) {
+    put(b,
+        "static void %s_pack_%s(%s *restrict dst, const %s *restrict src, int64_t o, "
+        "int64_t mc, int64_t kc) {\n",
+        name, which, e, stype(dt));
+    put(b, "  const %s *restrict in%d = src;\n", stype(dt), buf);
+    put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %s, dst += %s * kc) {\n", unit, unit);
+    put(b, "    if (r0 + %s <= mc) {\n", unit);
+    /* Reads run along the operand's contiguous axis. */
+    if (k_stride == 1 && row_stride != 1) {
+        put(b, "      for (int64_t r = 0; r < %s; r++)\n", unit);
+        put(b, "        for (int64_t p = 0; p < kc; p++)\n");
+    } else {
+        put(b, "      for (int64_t p = 0; p < kc; p++)\n");
+        put(b, "        for (int64_t r = 0; r < %s; r++)\n", unit);
+    }
+    put(b, "          dst[p * %s + r] = (%s)", unit, e);
+    char idx[96];
+    snprintf(idx, sizeof idx, "o + (r0 + r) * %lldLL + p * %lldLL", (long long)row_stride,
+             (long long)k_stride);
+    load_expr(b, dt, buf, idx);
+    put(b, ";\n    } else {\n");
+    put(b, "      for (int64_t p = 0; p < kc; p++)\n");
+    put(b, "        for (int64_t r = 0; r < %s; r++)\n", unit);
+    put(b, "          dst[p * %s + r] = r0 + r < mc ? (%s)", unit, e);
+    load_expr(b, dt, buf, idx);
+    put(b, " : (%s)0;\n    }\n  }\n}\n", e);
+}
+
+/* A GotoBLAS-style matmul. The output is cut into blocks of MC rows by NC
+ * columns, and the blocks of every batch are the OpenMP tasks, so that both
+ * long and skinny shapes give every thread work. A task walks k in steps of
+ * KC: it packs its KC x NC slice of B and MC x KC slice of A into
+ * thread-local panels (contiguous whatever the operands' strides, converted
+ * to the accumulation type), and runs the micro-kernel over them, B's
+ * micro-panel staying in L1 while A's panels come from L2; the sums collect
+ * in a thread-local C block, on which the epilogue then runs element by
+ * element. Floats accumulate in their own precision (halves in float),
+ * integers in wrapping uint64_t. Should the panels not be allocated, a plain
+ * dot product per element is the fallback. */
 static void render_matmul(sbuf *b, const lower_kernel *k) {
     kiln_dtype dt = k->out->dtype;
-    kiln_dtype at = k->inputs[k->a.buf - 1]->dtype, bt = k->inputs[k->b.buf - 1]->dtype;
-    const char *acc = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "uint64_t";
+    for (int i = 0; i < k->nins; i++)
+        if (k->ins[i].op == UOP_ACC)
+            dt = k->ins[i].dt;
+    kiln_dtype at = k->inputs[k->a.buf - k->nouts]->dtype;
+    kiln_dtype bt = k->inputs[k->b.buf - k->nouts]->dtype;
+    const char *e = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "uint64_t";
+    int esz = dt == KILN_F32 || dt == KILN_F16 || dt == KILN_BF16 ? 4 : 8;
+    /* A of the accumulation type feeds the micro-kernel where it lies; only
+     * a last panel of fewer than MR rows is packed (padded with zeros). */
+    bool direct = at == dt && (dt == KILN_F32 || dt == KILN_F64);
     bool *live = calloc((size_t)k->nins, sizeof *live);
     if (!live) {
         b->failed = true;
@@ -642,46 +772,97 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     int64_t nb = 1;
     for (int d = 0; d < k->nbatch; d++)
         nb *= k->batch[d];
+    mm_shape s = mm_host_shape();
+    int64_t lanes = s.vbytes / esz, nr = lanes * s.nv;
+    /* KC keeps B's micro-panel (KC x NR) near L1's size; MC x KC of A sits
+     * in L2. Blocks shrink until there are enough tasks to balance threads. */
+    int64_t kc_target = 65536 / (nr * esz);
+    kc_target = kc_target < 64 ? 64 : kc_target > 512 ? 512 : kc_target;
+    int64_t kc = mm_block(k->k, kc_target, 1);
+    int64_t mc = mm_block(k->n, MM_MC, s.mr), nc = mm_block(k->m, MM_NC, nr);
+    for (int it = 0; it < 16 && nb * mm_ceil(k->n, mc) * mm_ceil(k->m, nc) < 8; it++) {
+        if (mc >= nc / 2 && mc > 2 * s.mr)
+            mc = mm_block(k->n, mc / 2, s.mr);
+        else if (nc > nr)
+            nc = mm_block(k->m, nc / 2, nr);
+        else if (mc > s.mr)
+            mc = mm_block(k->n, mc / 2, s.mr);
+        else
+            break;
+    }
+    const char *name = k->name;
+    put(b, "#include <stdlib.h>\n");
+    put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, name, s.vbytes);
+    put(b, "enum { %s_MR = %d, %s_L = %lld, %s_NR = %lld, %s_MC = %lld, %s_NC = %lld, %s_KC = %lld };\n",
+        name, s.mr, name, (long long)lanes, name, (long long)nr, name, (long long)mc, name,
+        (long long)nc, name, (long long)kc);
+    mm_micro_kernel(b, name, e, s);
+    char unit[128];
+    snprintf(unit, sizeof unit, "%s_MR", name);
+    mm_pack(b, name, "a", e, unit, at, k->a.buf, k->a.row_stride, k->a.col_stride);
+    snprintf(unit, sizeof unit, "%s_NR", name);
+    mm_pack(b, name, "b", e, unit, bt, k->b.buf, k->b.col_stride, k->b.row_stride);
     params(b, k);
-    put(b, "  enum { MR = 4, NR = 64 };\n");
     put(b, "  const int64_t NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
         (long long)k->n, (long long)k->k, (long long)k->m);
-    put(b, "  #pragma omp parallel for collapse(2) schedule(static) num_threads(nthreads) "
-           "if(NB * N * M * K >= 65536)\n");
-    put(b, "  for (int64_t bt = 0; bt < NB; bt++)\n");
-    put(b, "    for (int64_t i0 = 0; i0 < N; i0 += MR) {\n");
+    put(b, "  const int64_t MC = %s_MC, NC = %s_NC, KC = %s_KC, MR = %s_MR, NR = %s_NR;\n", name,
+        name, name, name, name);
+    put(b, "  const int64_t NBM = (N + MC - 1) / MC, NBN = (M + NC - 1) / NC;\n");
+    put(b, "  const size_t MCP = (MC + MR - 1) / MR * MR;\n");
+    put(b, "  const size_t csz = MCP * NC, bsz = KC * NC, asz = MCP * KC;\n");
+    put(b, "  const size_t bytes = ((csz + bsz + asz) * sizeof(%s) + 63) / 64 * 64;\n", e);
+    put(b, "  #pragma omp parallel num_threads(nthreads) if(NB * N * M * K >= 262144 && "
+           "NB * NBM * NBN > 1)\n  {\n");
+    put(b, "  %s *const cb = K > 0 ? aligned_alloc(64, bytes) : NULL;\n", e);
+    put(b, "  %s *const bp = cb ? cb + csz : NULL, *const ap = cb ? cb + csz + bsz : NULL;\n", e);
+    put(b, "  #pragma omp for schedule(dynamic, 1)\n");
+    put(b, "  for (int64_t t = 0; t < NB * NBM * NBN; t++) {\n");
+    put(b, "      const int64_t bt = t / (NBM * NBN), ib = t / NBN %% NBM, jb = t %% NBN;\n");
+    put(b, "      const int64_t i0 = ib * MC, j0 = jb * NC;\n");
+    put(b, "      const int64_t mc = N - i0 < MC ? N - i0 : MC, nc = M - j0 < NC ? M - j0 : NC;\n");
     operand_offset(b, "oa", k, &k->a);
     operand_offset(b, "ob", k, &k->b);
-    put(b, "      const int64_t mr = N - i0 < MR ? N - i0 : MR;\n");
-    put(b, "      for (int64_t j0 = 0; j0 < M; j0 += NR) {\n");
-    put(b, "        const int64_t nr = M - j0 < NR ? M - j0 : NR;\n");
-    put(b, "        %s acc[MR][NR];\n", acc);
-    put(b, "        memset(acc, 0, sizeof acc);\n");
-    put(b, "        for (int64_t kk = 0; kk < K; kk++) {\n");
-    put(b, "          %s brow[NR];\n", acc);
-    put(b, "          for (int64_t j = 0; j < NR; j++) {\n");
-    put(b, "            int64_t bi = ob + kk * %lldLL + (j0 + (j < nr ? j : 0)) * %lldLL;\n",
-        (long long)k->b.row_stride, (long long)k->b.col_stride);
-    put(b, "            brow[j] = (%s)", acc);
-    load_expr(b, bt, k->b.buf, "bi");
-    put(b, ";\n          }\n");
-    put(b, "          for (int64_t i = 0; i < MR; i++) {\n");
-    put(b, "            int64_t ai = oa + (i0 + (i < mr ? i : 0)) * %lldLL + kk * %lldLL;\n",
-        (long long)k->a.row_stride, (long long)k->a.col_stride);
-    put(b, "            %s av = (%s)", acc, acc);
-    load_expr(b, at, k->a.buf, "ai");
-    put(b, ";\n            #pragma omp simd\n");
-    put(b, "            for (int64_t j = 0; j < NR; j++) acc[i][j] += av * brow[j];\n");
-    put(b, "          }\n        }\n");
-    put(b, "        for (int64_t i = 0; i < mr; i++)\n");
-    put(b, "          for (int64_t j = 0; j < nr; j++) {\n");
-    put(b, "            const int64_t g = bt * N * M + (i0 + i) * M + j0 + j;\n");
-    put(b, "            const %s dot = acc[i][j];\n", acc);
+    put(b, "      const int64_t full = %s;\n", direct ? "mc / MR * MR" : "0");
+    put(b, "      if (cb)\n");
+    put(b, "        for (int64_t p0 = 0; p0 < K; p0 += KC) {\n");
+    put(b, "          const int64_t kc = K - p0 < KC ? K - p0 : KC;\n");
+    put(b, "          %s_pack_b(bp, in%d, ob + j0 * %lldLL + p0 * %lldLL, nc, kc);\n", name, k->b.buf,
+        (long long)k->b.col_stride, (long long)k->b.row_stride);
+    put(b, "          if (full < mc)\n");
+    put(b, "            %s_pack_a(ap + full * kc, in%d, oa + (i0 + full) * %lldLL + p0 * %lldLL, "
+           "mc - full, kc);\n",
+        name, k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride);
+    put(b, "          for (int64_t jr = 0; jr < nc; jr += NR)\n");
+    put(b, "            for (int64_t ir = 0; ir < mc; ir += MR)\n");
+    if (direct)
+        put(b, "              if (ir < full) %s_ukr(kc, in%d + oa + (i0 + ir) * %lldLL + p0 * %lldLL, "
+               "%lldLL, %lldLL, bp + jr * kc, cb + ir * NC + jr, p0 > 0); else\n",
+            name, k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride,
+            (long long)k->a.row_stride, (long long)k->a.col_stride);
+    put(b, "              %s_ukr(kc, ap + ir * kc, 1, MR, bp + jr * kc, cb + ir * NC + jr, p0 > 0);\n",
+        name);
+    put(b, "        }\n");
+    put(b, "      for (int64_t i = 0; i < mc; i++)\n");
+    put(b, "        for (int64_t j = 0; j < nc; j++) {\n");
+    put(b, "          const int64_t g = bt * N * M + (i0 + i) * M + j0 + j;\n");
+    put(b, "          %s dot = 0;\n", e);
+    put(b, "          if (cb) {\n            dot = cb[i * NC + j];\n          } else {\n");
+    put(b, "            for (int64_t p = 0; p < K; p++) {\n");
+    char idx[160];
+    snprintf(idx, sizeof idx, "oa + (i0 + i) * %lldLL + p * %lldLL", (long long)k->a.row_stride,
+             (long long)k->a.col_stride);
+    put(b, "              dot += (%s)", e);
+    load_expr(b, at, k->a.buf, idx);
+    snprintf(idx, sizeof idx, "ob + p * %lldLL + (j0 + j) * %lldLL", (long long)k->b.row_stride,
+             (long long)k->b.col_stride);
+    put(b, " * (%s)", e);
+    load_expr(b, bt, k->b.buf, idx);
+    put(b, ";\n            }\n          }\n");
     for (int i = 0; i < k->nins; i++)
         if (live[i])
             ins_stmt(b, k->ins, i);
-    store_stmt(b, k, "            ");
-    put(b, "          }\n      }\n    }\n}\n\n");
+    store_stmt(b, k, "          ");
+    put(b, "        }\n  }\n  free(cb);\n  }\n}\n\n");
     free(live);
 }
 
