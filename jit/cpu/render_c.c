@@ -645,9 +645,10 @@ static mm_shape mm_host_shape(void) {
 #endif
 }
 
-/* Block targets: MC rows of A share each packing of B, NC columns of B
- * share each pass over A; the C block (MC x NC) stays in L2. */
-enum { MM_MC = 384, MM_NC = 256 };
+/* Block targets: MC rows of A share each packing of B; the KC x NC slice of
+ * packed B stays in L2 while the micro-kernel walks it with one MR-row panel
+ * of A, which stays in L1. Measured on AVX-512 f32 at 1024 and 2048. */
+enum { MM_MC = 720, MM_NC = 512 };
 
 static int64_t mm_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -742,11 +743,11 @@ static void mm_pack(sbuf *b, const char *name, const char *which, const char *e,
 /* A GotoBLAS-style matmul. The output is cut into blocks of MC rows by NC
  * columns, and the blocks of every batch are the OpenMP tasks, so that both
  * long and skinny shapes give every thread work. A task walks k in steps of
- * KC: it packs its KC x NC slice of B and MC x KC slice of A into
- * thread-local panels (contiguous whatever the operands' strides, converted
- * to the accumulation type), and runs the micro-kernel over them, B's
- * micro-panel staying in L1 while A's panels come from L2; the sums collect
- * in a thread-local C block, on which the epilogue then runs element by
+ * KC: it packs its KC x NC slice of B into thread-local panels (contiguous
+ * whatever B's strides, converted to the accumulation type), and A too
+ * unless A can be read in place, and runs the micro-kernel over them, one
+ * panel of A against every panel of B in turn; the sums collect in a
+ * thread-local C block, on which the epilogue then runs element by
  * element. Floats accumulate in their own precision (halves in float),
  * integers in wrapping uint64_t. Should the panels not be allocated, a plain
  * dot product per element is the fallback. */
@@ -774,8 +775,9 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
         nb *= k->batch[d];
     mm_shape s = mm_host_shape();
     int64_t lanes = s.vbytes / esz, nr = lanes * s.nv;
-    /* KC keeps B's micro-panel (KC x NR) near L1's size; MC x KC of A sits
-     * in L2. Blocks shrink until there are enough tasks to balance threads. */
+    /* KC x NR of B is about 64 KiB: long enough runs of k to hide the
+     * C tile's load and store. Blocks shrink until there are enough tasks to
+     * balance the threads. */
     int64_t kc_target = 65536 / (nr * esz);
     kc_target = kc_target < 64 ? 64 : kc_target > 512 ? 512 : kc_target;
     int64_t kc = mm_block(k->k, kc_target, 1);
@@ -832,8 +834,8 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, "            %s_pack_a(ap + full * kc, in%d, oa + (i0 + full) * %lldLL + p0 * %lldLL, "
            "mc - full, kc);\n",
         name, k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride);
-    put(b, "          for (int64_t jr = 0; jr < nc; jr += NR)\n");
-    put(b, "            for (int64_t ir = 0; ir < mc; ir += MR)\n");
+    put(b, "          for (int64_t ir = 0; ir < mc; ir += MR)\n");
+    put(b, "            for (int64_t jr = 0; jr < nc; jr += NR)\n");
     if (direct)
         put(b, "              if (ir < full) %s_ukr(kc, in%d + oa + (i0 + ir) * %lldLL + p0 * %lldLL, "
                "%lldLL, %lldLL, bp + jr * kc, cb + ir * NC + jr, p0 > 0); else\n",
