@@ -214,7 +214,7 @@ static bool reshape_view(const view_state *s, int ndim, const int64_t *shape, vi
             nd[nn++] = d;
     out->base = s->base;
     out->ndim = ndim;
-    if (ndim)
+    if (ndim > 0)
         memcpy(out->shape, shape, sizeof(int64_t) * (size_t)ndim);
     memset(&out->v, 0, sizeof out->v);
     out->v.offset = s->v.offset;
@@ -258,7 +258,7 @@ graph_node *graph_reshape(graph_node *a, int ndim, const int64_t *shape) {
         /* Nothing is ever read through an empty view. */
         t.base = s.base;
         t.ndim = ndim;
-        if (ndim)
+        if (ndim > 0)
             memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
         contiguous(&t.v, ndim, shape);
         return finish(&t, a->dtype);
@@ -267,7 +267,7 @@ graph_node *graph_reshape(graph_node *a, int ndim, const int64_t *shape) {
         return finish(&t, a->dtype);
     t.base = a;
     t.ndim = ndim;
-    if (ndim)
+    if (ndim > 0)
         memcpy(t.shape, shape, sizeof(int64_t) * (size_t)ndim);
     contiguous(&t.v, ndim, shape);
     return finish(&t, a->dtype);

@@ -751,7 +751,7 @@ static int emit(emitter *e, graph_node *n, const ix *at, int valid) {
 
 static void name_kernel(lower_kernel *k) {
     const graph_node *n = k->out;
-    char dims[128] = "";
+    char dims[56] = "";
     size_t len = 0;
     if (k->kind == LOWER_MATMUL) {
         snprintf(dims, sizeof dims, "%lldx%lldx%lld", (long long)k->n, (long long)k->k,
@@ -769,7 +769,7 @@ static void name_kernel(lower_kernel *k) {
     const graph_node *mm = info(n)->epilogue_of;
     if (mm) {
         /* matmul_add_relu_...: the epilogue's ops from the matmul up */
-        char ops[64] = "matmul";
+        char ops[32] = "matmul";
         size_t at = strlen(ops);
         for (const graph_node *x = info(mm)->last_consumer; at < sizeof ops - 1;
              x = info(x)->last_consumer) {
