@@ -451,10 +451,6 @@ static void mark(graph_node **order, int64_t count, int n, graph_node *const *ta
             xi->materialize = true;
         if (!fuse && graph_op_computes(x->op))
             xi->materialize = true;
-        /* A view of a pending view: the inner one could not compose, so it is
-         * computed into memory first. */
-        if (x->op == GRAPH_VIEW && x->src[0]->op == GRAPH_VIEW && pending(x->src[0]))
-            info(x->src[0])->materialize = true;
     }
     settle(order, count);
     if (fuse)
