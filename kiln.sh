@@ -288,7 +288,7 @@ main() {
         local bin
         bin=$(bazel_bin)
         "$bin/examples/demo"
-        "$bin/examples/fashion_mnist" mlp --epochs 4 "$@"
+        "$bin/examples/fashion_mnist" mlp --epochs 5 "$@"
         "$bin/examples/fashion_mnist" cnn --epochs 3 "$@"
         return
         ;;

@@ -41,7 +41,7 @@ typedef struct recipe {
 } recipe;
 
 static const recipe RECIPES[] = {
-    [MODEL_MLP] = {"mlp", 4, 128, 2e-3, 1e-2, 0.88},
+    [MODEL_MLP] = {"mlp", 5, 128, 2e-3, 1e-2, 0.88},
     [MODEL_CNN] = {"cnn", 3, 128, 3e-3, 1e-2, 0.90},
 };
 
@@ -78,7 +78,8 @@ static double now(void) {
 
 static void usage(void) {
     fprintf(stderr,
-            "usage: fashion_mnist mlp|cnn [--epochs N] [--batch B] [--limit N] [--lr X] [--data DIR]\n"
+            "usage: fashion_mnist mlp|cnn [--epochs N] [--batch B] [--limit N] [--lr X]\n"
+            "                             [--data DIR]\n"
             "  --epochs N  passes over the training set (default: mlp %d, cnn %d)\n"
             "  --batch B   training batch size (default %d)\n"
             "  --limit N   use only the first N training and test images (a quick check)\n"
@@ -294,7 +295,8 @@ static double evaluate(kiln_ctx *ctx, const model *m, const dataset *test, int64
                        int eval_batch, replay *r, bool *first) {
     float *x = malloc((size_t)eval_batch * PIXELS * sizeof *x);
     int32_t *y = malloc((size_t)eval_batch * sizeof *y);
-    int64_t *idx = malloc((size_t)eval_batch * sizeof *idx), *pred = malloc((size_t)eval_batch * sizeof *pred);
+    int64_t *idx = malloc((size_t)eval_batch * sizeof *idx);
+    int64_t *pred = malloc((size_t)eval_batch * sizeof *pred);
     if (!x || !y || !idx || !pred) {
         fprintf(stderr, "fashion_mnist: out of memory\n");
         exit(1);

@@ -112,5 +112,6 @@ printf '\0\0\x08\x01\0\0\0\x02\x03\x0c' | gzip >"$tmp/labels/train-labels-idx1-u
 refuse_check "a label outside the 10 classes is refused" "$tmp/labels" \
     "label 12 of image 1 is not a class 0-9"
 
-echo "[====] Synthesis: Tested: $((passed + failed)) | Passing: $passed | Failing: $failed | Crashing: 0"
+counts="Tested: $((passed + failed)) | Passing: $passed | Failing: $failed | Crashing: 0"
+echo "[====] Synthesis: $counts"
 ((failed == 0))
