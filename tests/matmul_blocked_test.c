@@ -57,6 +57,14 @@ TU_TEST(matmul_blocked, long_k_and_partial_tiles) {
     check_plain(ctx, KILN_F64, 1, 61, 300, 37, -1, 1);
 }
 
+/* Narrow outputs take a taller, narrower register tile; a single row pads
+ * the tile with zero rows. */
+TU_TEST(matmul_blocked, narrow_outputs) {
+    check_plain(ctx, KILN_F32, 1, 50, 700, 1, -1, 1);
+    check_plain(ctx, KILN_F64, 1, 29, 300, 5, -1, 1);
+    check_plain(ctx, KILN_F32, 1, 1, 600, 130, -1, 1);
+}
+
 TU_TEST(matmul_blocked, many_blocks_and_batches) {
     check_plain(ctx, KILN_F32, 1, 400, 70, 300, -1, 1);
     check_plain(ctx, KILN_F32, 3, 50, 260, 40, -1, 1);

@@ -719,10 +719,12 @@ static void mm_pack(sbuf *b, const char *name, const char *which, const char *e,
     put(b, "  const %s *restrict in%d = src;\n", stype(dt), buf);
     put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %s, dst += %s * kc) {\n", unit, unit);
     put(b, "    if (r0 + %s <= mc) {\n", unit);
-    /* Reads run along the operand's contiguous axis. */
+    /* Reads run along the operand's contiguous axis; where that is k, in
+     * steps of 16 so that the panel rows being written stay in L1. */
     if (k_stride == 1 && row_stride != 1) {
+        put(b, "      for (int64_t q = 0; q < kc; q += 16)\n");
         put(b, "      for (int64_t r = 0; r < %s; r++)\n", unit);
-        put(b, "        for (int64_t p = 0; p < kc; p++)\n");
+        put(b, "        for (int64_t p = q; p < (q + 16 < kc ? q + 16 : kc); p++)\n");
     } else {
         put(b, "      for (int64_t p = 0; p < kc; p++)\n");
         put(b, "        for (int64_t r = 0; r < %s; r++)\n", unit);
@@ -760,9 +762,11 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     kiln_dtype bt = k->inputs[k->b.buf - k->nouts]->dtype;
     const char *e = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "uint64_t";
     int esz = dt == KILN_F32 || dt == KILN_F16 || dt == KILN_BF16 ? 4 : 8;
-    /* A of the accumulation type feeds the micro-kernel where it lies; only
-     * a last panel of fewer than MR rows is packed (padded with zeros). */
-    bool direct = at == dt && (dt == KILN_F32 || dt == KILN_F64);
+    /* A of the accumulation type whose rows are contiguous feeds the
+     * micro-kernel where it lies (measured: faster than packing it, while a
+     * transposed A is faster packed); only a last panel of fewer than MR
+     * rows is packed (padded with zeros). */
+    bool direct = at == dt && (dt == KILN_F32 || dt == KILN_F64) && k->a.col_stride == 1;
     bool *live = calloc((size_t)k->nins, sizeof *live);
     if (!live) {
         b->failed = true;
@@ -774,7 +778,16 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     for (int d = 0; d < k->nbatch; d++)
         nb *= k->batch[d];
     mm_shape s = mm_host_shape();
-    int64_t lanes = s.vbytes / esz, nr = lanes * s.nv;
+    int64_t lanes = s.vbytes / esz;
+    /* Narrow outputs (a matrix times a vector, a projection to a few
+     * features) take fewer vectors per row and more rows, in the same
+     * registers, rather than computing columns that do not exist. */
+    if (k->m > 0 && mm_ceil(k->m, lanes) < s.nv) {
+        int nv = (int)mm_ceil(k->m, lanes);
+        s.mr = s.mr * s.nv / nv < 12 ? s.mr * s.nv / nv : 12;
+        s.nv = nv;
+    }
+    int64_t nr = lanes * s.nv;
     /* KC x NR of B is about 64 KiB: long enough runs of k to hide the
      * C tile's load and store. Blocks shrink until there are enough tasks to
      * balance the threads. */
