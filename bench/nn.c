@@ -1,7 +1,9 @@
 /* nn.c — kiln's neural-network workloads, lazy against eager in one process
- * (as bench/ops.c): a 3x3 convolution and the forward pass of a pre-norm
- * transformer block (d=512, 8 heads, sequence 256, batch 8). Training steps
- * (forward and backward) come when autograd has landed in the library.
+ * (as bench/ops.c): a 3x3 convolution, an MLP training step (forward,
+ * backward and an SGD update of every parameter), and a pre-norm transformer
+ * block (d=512, 8 heads, sequence 256, batch 8) forward, and forward with
+ * backward. A workload that trains returns its updated parameters (or its
+ * gradients) joined into one tensor, which is what lazy and eager compare.
  *
  * Usage: nn [--quick | --full] [--steps N]; JSON lines on stdout as ops.c's,
  * rated in GFLOP/s (the matmul and attention arithmetic) against the
@@ -43,6 +45,39 @@ static kiln_tensor *transformer_block(kiln_tensor *const *in, const void *arg) {
     kiln_tensor *h2 = kiln_layer_norm(x2, 1, in[7], in[8], 1e-5);
     kiln_tensor *m = kiln_linear(kiln_gelu(kiln_linear(h2, in[9], in[10])), in[11], in[12]);
     return kiln_add(x2, m);
+}
+
+/* The gradients of the block's output (summed) with respect to x and every
+ * parameter, flattened and joined. */
+static kiln_tensor *transformer_block_grad(kiln_tensor *const *in, const void *arg) {
+    kiln_tensor *y = transformer_block(in, arg), *g[13];
+    if (kiln_gradients(y, NULL, 13, in, g) != KILN_OK)
+        return y;
+    for (int i = 0; i < 13; i++) {
+        const int64_t n = kiln_numel(g[i]);
+        g[i] = kiln_reshape(g[i], 1, &n);
+    }
+    return kiln_cat(13, g, 0);
+}
+
+enum { MLP_B = 128, MLP_IN = 784, MLP_H1 = 256, MLP_H2 = 128, MLP_OUT = 10 };
+
+/* One SGD step of a 784-256-128-10 ReLU MLP under cross-entropy: inputs x,
+ * targets, then W1, b1, W2, b2, W3, b3; returns the updated parameters. */
+static kiln_tensor *mlp_train_step(kiln_tensor *const *in, const void *arg) {
+    (void)arg;
+    kiln_tensor *h = kiln_relu(kiln_linear(in[0], in[2], in[3]));
+    h = kiln_relu(kiln_linear(h, in[4], in[5]));
+    kiln_tensor *loss =
+        kiln_cross_entropy(kiln_linear(h, in[6], in[7]), in[1], KILN_REDUCTION_MEAN);
+    kiln_tensor *g[6], *p[6];
+    if (kiln_gradients(loss, NULL, 6, in + 2, g) != KILN_OK)
+        return loss;
+    for (int i = 0; i < 6; i++) {
+        const int64_t n = kiln_numel(g[i]);
+        p[i] = kiln_reshape(kiln_sub(in[2 + i], kiln_mul_scalar(g[i], 0.05)), 1, &n);
+    }
+    return kiln_cat(6, p, 0);
 }
 
 /* randn * scale, realized: weights scaled as an initialiser would, so that
@@ -118,6 +153,42 @@ int main(int argc, char **argv) {
                  2.0 * 2.0 * BATCH * HEADS * SEQ * SEQ * HDIM,
     };
     rc |= failed || bench_lazy_eager(ctx, &block, &o, &m, 1e-3);
+    bench_workload block_grad = block;
+    block_grad.name = "transformer_block_fwd_bwd";
+    block_grad.build = transformer_block_grad;
+    block_grad.flops = 3 * block.flops; /* the backward pass is twice the forward */
+    rc |= failed || bench_lazy_eager(ctx, &block_grad, &o, &m, 1e-3);
+    kiln_scope_end(ctx);
+
+    failed = 0;
+    kiln_scope_begin(ctx);
+    const int64_t mx[] = {MLP_B, MLP_IN}, mw1[] = {MLP_H1, MLP_IN}, mb1[] = {MLP_H1},
+                  mw2[] = {MLP_H2, MLP_H1}, mb2[] = {MLP_H2}, mw3[] = {MLP_OUT, MLP_H2},
+                  mb3[] = {MLP_OUT}, mt[] = {MLP_B};
+    int64_t labels[MLP_B];
+    for (int i = 0; i < MLP_B; i++)
+        labels[i] = (i * 7 + 3) % MLP_OUT;
+    kiln_tensor *mlp_in[] = {
+        input(ctx, 2, mx, 30, 1.0, &failed),
+        kiln_from_data(ctx, KILN_I64, 1, mt, labels),
+        input(ctx, 2, mw1, 31, 1.0 / 28, &failed),
+        input(ctx, 1, mb1, 32, 0.01, &failed),
+        input(ctx, 2, mw2, 33, 1.0 / 16, &failed),
+        input(ctx, 1, mb2, 34, 0.01, &failed),
+        input(ctx, 2, mw3, 35, 1.0 / 11.3, &failed),
+        input(ctx, 1, mb3, 36, 0.01, &failed),
+    };
+    double mlp_macs = (double)MLP_B * (MLP_IN * MLP_H1 + MLP_H1 * MLP_H2 + MLP_H2 * MLP_OUT);
+    bench_workload mlp = {
+        .name = "mlp_train_step",
+        .shape = "b128,784-256-128-10",
+        .suite = "nn",
+        .ninputs = 8,
+        .inputs = mlp_in,
+        .build = mlp_train_step,
+        .flops = 3 * 2 * mlp_macs, /* forward, and backward at twice its cost */
+    };
+    rc |= failed || bench_lazy_eager(ctx, &mlp, &o, &m, 1e-4);
     kiln_scope_end(ctx);
     kiln_ctx_free(ctx);
     return rc;
