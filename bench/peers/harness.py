@@ -56,6 +56,15 @@ NN = [
       ((D, D), 1 / 22.6), ((D,), 0.1), ((D,), 0.1), ((D,), 0.1), ((FF, D), 1 / 22.6),
       ((FF,), 0.1), ((D, FF), 1 / 45.3), ((D,), 0.1)],
      2.0 * B * S * D * (3 * D + D + 2 * FF) + 4.0 * B * H * S * S * (D // H), 1e-3),
+    ("transformer_block_fwd_bwd", "b8,s256,d512,h8",
+     [((B, S, D), 1.0), ((D,), 0.1), ((D,), 0.1), ((3 * D, D), 1 / 22.6), ((3 * D,), 0.1),
+      ((D, D), 1 / 22.6), ((D,), 0.1), ((D,), 0.1), ((D,), 0.1), ((FF, D), 1 / 22.6),
+      ((FF,), 0.1), ((D, FF), 1 / 45.3), ((D,), 0.1)],
+     3 * (2.0 * B * S * D * (3 * D + D + 2 * FF) + 4.0 * B * H * S * S * (D // H)), 1e-3),
+    ("mlp_train_step", "b128,784-256-128-10",
+     [((128, 784), 1.0), ((256, 784), 1 / 28), ((256,), 0.01), ((128, 256), 1 / 16),
+      ((128,), 0.01), ((10, 128), 1 / 11.3), ((10,), 0.01)],
+     3 * 2.0 * 128 * (784 * 256 + 256 * 128 + 128 * 10), 1e-4)
 ]
 
 # The graphs of bench/compile_cost.c, with their inputs.
@@ -188,7 +197,12 @@ def run_ops(impl, fns, convert, finish, to_numpy, argv, version, wrap=None):
             emit({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             status = 1
             continue
-        ref = REFERENCE[name](*[a.astype(np.float64) for a in host])
+        ref_fn = REFERENCE.get(name) or (reference or {}).get(name)
+        if ref_fn is None:
+            emit({**base, "error": "no float64 reference for this workload"})
+            status = 1
+            continue
+        ref = ref_fn(*[a.astype(np.float64) for a in host])
         diff, scale = max_diff(to_numpy(out), ref)
         med = statistics.median(times)
         rec = {**base, "median_ms": med * 1e3, "min_ms": min(times) * 1e3, "steps": steps,
@@ -204,8 +218,9 @@ def run_ops(impl, fns, convert, finish, to_numpy, argv, version, wrap=None):
     return status
 
 
-def run_nn(impl, fns, convert, finish, to_numpy, argv, version, wrap=None):
-    """The workloads of NN, as run_ops does those of OPS."""
+def run_nn(impl, fns, convert, finish, to_numpy, argv, version, wrap=None, reference=None):
+    """The workloads of NN, as run_ops does those of OPS. Training workloads
+    have no NumPy reference; the peer passes its own float64 one."""
     _, _, steps = options(argv)
     status = 0
     for name, shape, in_specs, flops, tol in NN:
@@ -233,7 +248,12 @@ def run_nn(impl, fns, convert, finish, to_numpy, argv, version, wrap=None):
             emit({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             status = 1
             continue
-        ref = REFERENCE[name](*[a.astype(np.float64) for a in host])
+        ref_fn = REFERENCE.get(name) or (reference or {}).get(name)
+        if ref_fn is None:
+            emit({**base, "error": "no float64 reference for this workload"})
+            status = 1
+            continue
+        ref = ref_fn(*[a.astype(np.float64) for a in host])
         diff, scale = max_diff(to_numpy(out), ref)
         med = statistics.median(times)
         rec = {**base, "median_ms": med * 1e3, "min_ms": min(times) * 1e3, "steps": steps,

@@ -48,9 +48,37 @@ def block(x, l1w, l1b, wqkv, bqkv, wo, bo, l2w, l2b, w1, b1, w2, b2):
                          w2, b2)
 
 
+def block_grad(*args):
+    """The gradients of the block's summed output, flattened and joined."""
+    with torch.enable_grad():
+        ps = [a.detach().requires_grad_(True) for a in args]
+        g = torch.autograd.grad(block(*ps).sum(), ps)
+    return torch.cat([t.reshape(-1) for t in g])
+
+
+def mlp_train_step(x, *params):
+    """One SGD step of the 784-256-128-10 MLP; the updated parameters, joined."""
+    with torch.enable_grad():
+        ps = [p.detach().requires_grad_(True) for p in params]
+        h = F.relu(F.linear(F.relu(F.linear(x, ps[0], ps[1])), ps[2], ps[3]))
+        labels = (torch.arange(x.shape[0]) * 7 + 3) % 10
+        loss = F.cross_entropy(F.linear(h, ps[4], ps[5]), labels)
+        g = torch.autograd.grad(loss, ps)
+    return torch.cat([(p - 0.05 * d).detach().reshape(-1) for p, d in zip(ps, g)])
+
+
 NN = {
     "conv2d_3x3": lambda x, w, b: F.conv2d(x, w, b, padding=1),
     "transformer_block_fwd": block,
+    "transformer_block_fwd_bwd": block_grad,
+    "mlp_train_step": mlp_train_step,
+}
+
+# float64 references for the training workloads, which NumPy has none of
+TRAIN_REFERENCE = {
+    name: (lambda fn: lambda *a: fn(*[torch.from_numpy(x) for x in a]).detach().numpy())(fn)
+    for name, fn in (("transformer_block_fwd_bwd", block_grad),
+                     ("mlp_train_step", mlp_train_step))
 }
 
 GRAPHS = {
@@ -105,12 +133,13 @@ def main():
         status = harness.run_ops("torch.compile", FNS, convert, same, to_numpy, sys.argv,
                                  torch.__version__, wrap=fresh_compile)
         status |= harness.run_nn("torch.compile", NN, convert, same, to_numpy, sys.argv,
-                                 torch.__version__, wrap=fresh_compile)
+                                 torch.__version__, wrap=fresh_compile,
+                                 reference=TRAIN_REFERENCE)
     else:
         status = harness.run_ops("torch", FNS, convert, same, to_numpy, sys.argv,
                                  torch.__version__)
         status |= harness.run_nn("torch", NN, convert, same, to_numpy, sys.argv,
-                                 torch.__version__)
+                                 torch.__version__, reference=TRAIN_REFERENCE)
     sys.exit(status)
 
 if __name__ == "__main__":
