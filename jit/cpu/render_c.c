@@ -826,12 +826,13 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, "  const size_t MCP = (MC + MR - 1) / MR * MR;\n");
     put(b, "  const size_t csz = MCP * NC, bsz = KC * NC, asz = MCP * KC;\n");
     put(b, "  const size_t bytes = ((csz + bsz + asz) * sizeof(%s) + 63) / 64 * 64;\n", e);
-    put(b, "  #pragma omp parallel num_threads(nthreads) if(NB * N * M * K >= 262144 && "
-           "NB * NBM * NBN > 1)\n  {\n");
+    put(b, "  const int64_t T = NB * NBM * NBN;\n");
+    put(b, "  #pragma omp parallel num_threads(nthreads < T ? nthreads : (int)T) "
+           "if(NB * N * M * K >= 262144 && T > 1)\n  {\n");
     put(b, "  %s *const cb = K > 0 ? aligned_alloc(64, bytes) : NULL;\n", e);
     put(b, "  %s *const bp = cb ? cb + csz : NULL, *const ap = cb ? cb + csz + bsz : NULL;\n", e);
     put(b, "  #pragma omp for schedule(dynamic, 1)\n");
-    put(b, "  for (int64_t t = 0; t < NB * NBM * NBN; t++) {\n");
+    put(b, "  for (int64_t t = 0; t < T; t++) {\n");
     put(b, "      const int64_t bt = t / (NBM * NBN), ib = t / NBN %% NBM, jb = t %% NBN;\n");
     put(b, "      const int64_t i0 = ib * MC, j0 = jb * NC;\n");
     put(b, "      const int64_t mc = N - i0 < MC ? N - i0 : MC, nc = M - j0 < NC ? M - j0 : NC;\n");
