@@ -9,10 +9,12 @@ cuda="${KILN_CUDA_PATH:-/usr/local/cuda}"
 if ! compgen -G "$cuda/lib64/libnvrtc.so*" >/dev/null && ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
     echo "cuda_check_test: NVRTC NOT FOUND in $cuda/lib64 nor on the library path:"
     echo "cuda_check_test: NOTHING WAS CHECKED (install the CUDA toolkit or set KILN_CUDA_PATH)"
+    echo "[====] Synthesis: Tested: 0 | Passing: 0 | Failing: 0 | Crashing: 0"
     exit 0
 fi
 export KILN_CHECK_CUDA=1
 status=0
+tested=0 passing=0 failing=0
 ms() { echo $(($(date +%s%N) / 1000000)); }
 start=$(ms)
 for t in "$@"; do
@@ -22,7 +24,19 @@ for t in "$@"; do
         echo "cuda_check_test: $t FAILED:"
         cat "$TEST_TMPDIR/out"
     fi
+    # the wrapped binaries' cases add up to one summary, which kiln.sh counts
+    synth=$(grep -a 'Synthesis: Tested:' "$TEST_TMPDIR/out" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
+    if [[ $synth =~ Tested:\ *([0-9]+)\ *\|\ *Passing:\ *([0-9]+)\ *\|\ *Failing:\ *([0-9]+) ]]; then
+        tested=$((tested + BASH_REMATCH[1]))
+        passing=$((passing + BASH_REMATCH[2]))
+        failing=$((failing + BASH_REMATCH[1] - BASH_REMATCH[2]))
+    else
+        tested=$((tested + 1))
+        failing=$((failing + 1))
+        status=1
+    fi
     echo "cuda_check_test: $(basename "$t") $(($(ms) - t0)) ms"
 done
 echo "cuda_check_test: total $(($(ms) - start)) ms"
+echo "[====] Synthesis: Tested: $tested | Passing: $passing | Failing: $failing | Crashing: 0"
 exit $status
