@@ -114,6 +114,7 @@ int ir_add(ir_builder *b, lower_ins p) {
         }
     } else if (p.op == UOP_ILT || p.op == UOP_AND)
         lo = 0, hi = 1;
+    p.min = lo;
     p.max = hi;
     b->ins[id] = p;
     b->min[id] = lo;

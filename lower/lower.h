@@ -52,7 +52,8 @@ typedef struct lower_ins {
     graph_scalar imm;
     int buf;
     bool inner;
-    int64_t max; /* index values: an upper bound (inclusive), for simplification */
+    int64_t min, max; /* index values: bounds (inclusive) over every lane, masked
+                         ones included; a target may pick a narrower type */
 } lower_ins;
 
 /* LOWER_ALIAS runs no code: its output is a reshape of its one input and

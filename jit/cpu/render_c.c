@@ -14,6 +14,7 @@ typedef struct sbuf {
     char *s;
     size_t n, cap;
     bool failed;
+    bool narrow; /* the kernel's index arithmetic fits int32: it vectorises */
 } sbuf;
 
 static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -303,31 +304,35 @@ static void alu_expr(sbuf *b, const lower_ins *x, const lower_ins *ins) {
 
 static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     const lower_ins *x = &ins[i];
-    put(b, "      %s v%d = ", x->op <= UOP_IMOD && x->op != UOP_IMM ? "int64_t" : ctype(x->dt), i);
+    bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
+    /* i = int32 operands when narrow: 64-bit division by a constant does not
+     * vectorise, and views make kernels full of it */
+    const char *it = b->narrow ? "(int32_t)" : "";
+    put(b, "      %s v%d = ", index ? (b->narrow ? "int32_t" : "int64_t") : ctype(x->dt), i);
     switch (x->op) {
     case UOP_GIDX:
-        put(b, "g");
+        put(b, "%sg", it);
         break;
     case UOP_RIDX:
-        put(b, "r");
+        put(b, "%sr", it);
         break;
     case UOP_IMM:
         imm_expr(b, x->dt, x->imm);
         break;
     case UOP_IADD:
-        put(b, "v%d + v%d", x->a, x->b);
+        put(b, "%sv%d + %sv%d", it, x->a, it, x->b);
         break;
     case UOP_IMUL:
-        put(b, "v%d * v%d", x->a, x->b);
+        put(b, "%sv%d * %sv%d", it, x->a, it, x->b);
         break;
     case UOP_IDIV:
-        put(b, "v%d / v%d", x->a, x->b);
+        put(b, "%sv%d / %sv%d", it, x->a, it, x->b);
         break;
     case UOP_IMOD:
-        put(b, "v%d %% v%d", x->a, x->b);
+        put(b, "%sv%d %% %sv%d", it, x->a, it, x->b);
         break;
     case UOP_ILT:
-        put(b, "(uint8_t)(v%d < v%d)", x->a, x->b);
+        put(b, "(uint8_t)(%sv%d < %sv%d)", it, x->a, it, x->b);
         break;
     case UOP_AND:
         put(b, "(uint8_t)(v%d && v%d)", x->a, x->b);
@@ -598,6 +603,27 @@ static void render_phased(sbuf *b, const lower_kernel *k, bool *live) {
     free(pass);
 }
 
+/* Whether every index value of k, in every lane (masked ones too), lies well
+ * inside int32 — and so do the immediates index arithmetic uses. */
+static bool narrow_indices(const lower_kernel *k) {
+    const int64_t lim = INT32_MAX / 2;
+    if (k->numel > lim || k->rnumel > lim)
+        return false;
+    for (int i = 0; i < k->nins; i++) {
+        const lower_ins *x = &k->ins[i];
+        bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
+        if (index && (x->min < -lim || x->max > lim))
+            return false;
+        if (x->op >= UOP_IADD && x->op <= UOP_ILT)
+            for (int j = 0; j < 2; j++) {
+                const lower_ins *o = &k->ins[j ? x->b : x->a];
+                if (o->min < -lim || o->max > lim)
+                    return false;
+            }
+    }
+    return true;
+}
+
 static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
     bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
     if (!live) {
@@ -605,10 +631,12 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
         return;
     }
     params(b, k);
+    b->narrow = narrow_indices(k);
     if (k->kind == LOWER_ELEMENTWISE)
         render_elementwise(b, k, live);
     else
         render_phased(b, k, live);
+    b->narrow = false;
     free(live);
 }
 
