@@ -770,6 +770,16 @@ static void mm_pack(sbuf *b, const char *name, const char *which, const char *e,
     put(b, " : (%s)0;\n    }\n  }\n}\n", e);
 }
 
+/* The kernel's buffers as typed pointers (as params() declares them). */
+static void mm_buffers(sbuf *b, const lower_kernel *k) {
+    for (int o = 0; o < k->nouts; o++)
+        put(b, "  %s *restrict out%d = (%s *)bufs[%d];\n", stype(k->outs[o]->dtype), o,
+            stype(k->outs[o]->dtype), o);
+    for (int i = 0; i < k->ninputs; i++)
+        put(b, "  const %s *restrict in%d = (const %s *)bufs[%d];\n", stype(k->inputs[i]->dtype),
+            k->nouts + i, stype(k->inputs[i]->dtype), k->nouts + i);
+}
+
 /* A GotoBLAS-style matmul. The output is cut into blocks of MC rows by NC
  * columns, and the blocks of every batch are the OpenMP tasks, so that both
  * long and skinny shapes give every thread work. A task walks k in steps of
@@ -845,6 +855,14 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     mm_pack(b, name, "a", e, unit, at, k->a.buf, k->a.row_stride, k->a.col_stride);
     snprintf(unit, sizeof unit, "%s_NR", name);
     mm_pack(b, name, "b", e, unit, bt, k->b.buf, k->b.col_stride, k->b.row_stride);
+    /* The epilogue: one output element from its finished dot product. */
+    put(b, "static inline void %s_epi(char **bufs, int64_t g, %s dot) {\n", name, e);
+    mm_buffers(b, k);
+    for (int i = 0; i < k->nins; i++)
+        if (live[i])
+            ins_stmt(b, k->ins, i);
+    store_stmt(b, k, "  ");
+    put(b, "}\n");
     params(b, k);
     put(b, "  const int64_t NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
         (long long)k->n, (long long)k->k, (long long)k->m);
@@ -886,11 +904,16 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, "              %s_ukr(kc, ap + ir * kc, 1, MR, bp + jr * kc, cb + ir * NC + jr, p0 > 0);\n",
         name);
     put(b, "        }\n");
-    put(b, "      for (int64_t i = 0; i < mc; i++)\n");
-    put(b, "        for (int64_t j = 0; j < nc; j++) {\n");
-    put(b, "          const int64_t g = bt * N * M + (i0 + i) * M + j0 + j;\n");
-    put(b, "          %s dot = 0;\n", e);
-    put(b, "          if (cb) {\n            dot = cb[i * NC + j];\n          } else {\n");
+    put(b, "      if (cb)\n");
+    put(b, "        for (int64_t i = 0; i < mc; i++) {\n");
+    put(b, "          const int64_t g0 = bt * N * M + (i0 + i) * M + j0;\n");
+    put(b, "          for (int64_t j = 0; j < nc; j++)\n");
+    put(b, "            %s_epi(bufs, g0 + j, cb[i * NC + j]);\n", name);
+    put(b, "        }\n");
+    put(b, "      else\n");
+    put(b, "        for (int64_t i = 0; i < mc; i++)\n");
+    put(b, "          for (int64_t j = 0; j < nc; j++) {\n");
+    put(b, "            %s dot = 0;\n", e);
     put(b, "            for (int64_t p = 0; p < K; p++) {\n");
     char idx[160];
     snprintf(idx, sizeof idx, "oa + (i0 + i) * %lldLL + p * %lldLL", (long long)k->a.row_stride,
@@ -901,12 +924,9 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
              (long long)k->b.col_stride);
     put(b, " * (%s)", e);
     load_expr(b, bt, k->b.buf, idx);
-    put(b, ";\n            }\n          }\n");
-    for (int i = 0; i < k->nins; i++)
-        if (live[i])
-            ins_stmt(b, k->ins, i);
-    store_stmt(b, k, "          ");
-    put(b, "        }\n  }\n  free(cb);\n  }\n}\n\n");
+    put(b, ";\n            }\n");
+    put(b, "            %s_epi(bufs, bt * N * M + (i0 + i) * M + j0 + j, dot);\n", name);
+    put(b, "          }\n  }\n  free(cb);\n  }\n}\n\n");
     free(live);
 }
 
