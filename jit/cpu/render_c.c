@@ -855,14 +855,23 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     mm_pack(b, name, "a", e, unit, at, k->a.buf, k->a.row_stride, k->a.col_stride);
     snprintf(unit, sizeof unit, "%s_NR", name);
     mm_pack(b, name, "b", e, unit, bt, k->b.buf, k->b.col_stride, k->b.row_stride);
-    /* The epilogue: one output element from its finished dot product. */
-    put(b, "static inline void %s_epi(char **bufs, int64_t g, %s dot) {\n", name, e);
+    /* The epilogue: a run of n output elements from their finished dot
+     * products, as one vectorised loop (in int32 index arithmetic where the
+     * ranges allow: a bias's broadcast index is a division per element). */
+    put(b, "static inline void %s_epi(char **bufs, int64_t g0, const %s *dots, int64_t n) {\n",
+        name, e);
     mm_buffers(b, k);
+    put(b, "  #pragma omp simd\n");
+    put(b, "  for (int64_t j = 0; j < n; j++) {\n");
+    put(b, "    const int64_t g = g0 + j;\n");
+    put(b, "    const %s dot = dots[j];\n", e);
+    b->narrow = narrow_indices(k);
     for (int i = 0; i < k->nins; i++)
         if (live[i])
             ins_stmt(b, k->ins, i);
-    store_stmt(b, k, "  ");
-    put(b, "}\n");
+    b->narrow = false;
+    store_stmt(b, k, "    ");
+    put(b, "  }\n}\n");
     params(b, k);
     put(b, "  const int64_t NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
         (long long)k->n, (long long)k->k, (long long)k->m);
@@ -907,8 +916,7 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, "      if (cb)\n");
     put(b, "        for (int64_t i = 0; i < mc; i++) {\n");
     put(b, "          const int64_t g0 = bt * N * M + (i0 + i) * M + j0;\n");
-    put(b, "          for (int64_t j = 0; j < nc; j++)\n");
-    put(b, "            %s_epi(bufs, g0 + j, cb[i * NC + j]);\n", name);
+    put(b, "          %s_epi(bufs, g0, cb + i * NC, nc);\n", name);
     put(b, "        }\n");
     put(b, "      else\n");
     put(b, "        for (int64_t i = 0; i < mc; i++)\n");
@@ -925,7 +933,7 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, " * (%s)", e);
     load_expr(b, bt, k->b.buf, idx);
     put(b, ";\n            }\n");
-    put(b, "            %s_epi(bufs, bt * N * M + (i0 + i) * M + j0 + j, dot);\n", name);
+    put(b, "            %s_epi(bufs, bt * N * M + (i0 + i) * M + j0 + j, &dot, 1);\n", name);
     put(b, "          }\n  }\n  free(cb);\n  }\n}\n\n");
     free(live);
 }
