@@ -23,6 +23,7 @@
 /* X(name) for every function of the table. */
 #define JIT_LLVM_FUNCTIONS(X)                                                                      \
     X(LLVMModuleCreateWithNameInContext)                                                           \
+    X(LLVMContextSetDiagnosticHandler)                                                             \
     X(LLVMDisposeModule)                                                                           \
     X(LLVMSetTarget)                                                                               \
     X(LLVMSetModuleDataLayout)                                                                     \

@@ -28,6 +28,14 @@
 /* Bumped whenever the generated code changes for the same program. */
 #define JIT_LLVM_GENERATOR "kiln-llvm-1"
 
+/* LLVM's remarks and warnings (a loop it was asked to vectorise and could
+ * not) would go to the program's stderr; a library keeps quiet. Failures are
+ * reported through the calls that fail. */
+static void quiet(LLVMDiagnosticInfoRef info, void *ctx) {
+    (void)info;
+    (void)ctx;
+}
+
 static jit_llvm_api api;
 static char api_error[512];
 static char identity[2048];
@@ -227,6 +235,7 @@ char *jit_llvm_module_text(const lower_program *p, bool optimised, char *msg, si
     if (!L)
         return NULL;
     LLVMOrcThreadSafeContextRef tsc = L->LLVMOrcCreateNewThreadSafeContext();
+    L->LLVMContextSetDiagnosticHandler(L->LLVMOrcThreadSafeContextGetContext(tsc), quiet, NULL);
     LLVMModuleRef m = build(L, L->LLVMOrcThreadSafeContextGetContext(tsc), p, optimised, msg, cap);
     char *out = NULL;
     if (m) {
@@ -295,6 +304,7 @@ jit_llvm_program *jit_llvm_compile(const lower_program *p, char *msg, size_t cap
     }
     h->nkernels = p->nkernels;
     LLVMOrcThreadSafeContextRef tsc = L->LLVMOrcCreateNewThreadSafeContext();
+    L->LLVMContextSetDiagnosticHandler(L->LLVMOrcThreadSafeContextGetContext(tsc), quiet, NULL);
     LLVMModuleRef m = build(L, L->LLVMOrcThreadSafeContextGetContext(tsc), p, true, msg, cap);
     if (!m || !(h->jit = new_jit(L, msg, cap))) {
         if (m)
