@@ -19,8 +19,8 @@ void ir_free(ir_builder *b) {
 
 static uint64_t ins_hash(const lower_ins *x) {
     uint64_t h = 1469598103934665603ull;
-    int64_t parts[8] = {x->op, x->dt, x->gop, x->a, x->b, x->c, x->buf, x->imm.i};
-    for (int i = 0; i < 8; i++) {
+    int64_t parts[9] = {x->op, x->dt, x->gop, x->prim, x->a, x->b, x->c, x->buf, x->imm.i};
+    for (int i = 0; i < 9; i++) {
         h ^= (uint64_t)parts[i];
         h *= 1099511628211ull;
         h ^= h >> 29;
@@ -29,7 +29,8 @@ static uint64_t ins_hash(const lower_ins *x) {
 }
 
 static bool ins_equal(const lower_ins *x, const lower_ins *y) {
-    return x->op == y->op && x->dt == y->dt && x->gop == y->gop && x->a == y->a &&
+    return x->op == y->op && x->dt == y->dt && x->gop == y->gop && x->prim == y->prim &&
+           x->a == y->a &&
            x->b == y->b && x->c == y->c && x->buf == y->buf && x->imm.i == y->imm.i;
 }
 

@@ -37,17 +37,66 @@ typedef enum lower_uop {
     UOP_ILT,   /* bool: a < b on i64 */
     UOP_AND,   /* bool: a && b */
     UOP_LOAD,  /* dt: input buf at index a when valid b holds (b < 0: always), else 0 */
-    UOP_ALU,   /* dt: graph op gop (unary, cast, binary, comparison) on a (and b) */
+    UOP_ALU,   /* dt: graph op gop (unary, cast, binary, comparison) on a (and b), as the
+                  scheduler emits it; lower_rules() rewrites every one into UOP_PRIMs */
     UOP_WHERE, /* dt: a ? b : c */
     UOP_RAND,  /* dt: Philox value (gop GRAPH_RAND or GRAPH_RANDN) at index a, seed imm.i */
     UOP_REDUCE, /* dt: gop SUM/RMAX/RMIN/ARGMAX/ARGMIN of inner value a over RIDX */
-    UOP_ACC     /* dt: in a matmul kernel, the finished dot product of output element GIDX */
+    UOP_ACC,    /* dt: in a matmul kernel, the finished dot product of output element GIDX */
+    UOP_PRIM,   /* dt: primitive `prim` on a (and b, c): after lower_rules(), the only
+                   arithmetic a renderer sees */
+    UOP_NUM_OPS
 } lower_uop;
+
+/* The primitive instruction set. Every target renders each of these for every
+ * dtype the primitive's line allows (or refuses the kernel by name); composite
+ * ops (exp, tanh, gelu, Philox, half conversions, floor division …) are
+ * rewritten into them once, in lower/, by rules whose error bounds are stated
+ * beside them. Semantics are total: no input is undefined behaviour.
+ * Floats compute in their own type (f16/bf16 values live in f32); integers
+ * wrap at dt's width; bool is 0 or 1. */
+typedef enum lower_prim {
+    PRIM_NEG,    /* -a */
+    PRIM_ADD,    /* a + b */
+    PRIM_SUB,    /* a - b */
+    PRIM_MUL,    /* a * b */
+    PRIM_DIV,    /* floats: IEEE a / b; integers: truncating, a / 0 = 0, MIN / -1 = MIN */
+    PRIM_MOD,    /* integers: remainder with a's sign (C), a % 0 = 0 */
+    PRIM_FMA,    /* floats: a * b + c rounded once */
+    PRIM_MAX,    /* floats: NaN if either is NaN, else the larger, a on ties */
+    PRIM_MIN,    /* floats: NaN if either is NaN, else the smaller, a on ties */
+    PRIM_ABS,    /* floats: sign cleared; integers: wrapping |a| */
+    PRIM_SQRT,   /* floats, correctly rounded */
+    PRIM_EXP2,   /* floats: 2^a */
+    PRIM_LOG2,   /* floats: log2(a) */
+    PRIM_SIN,    /* floats */
+    PRIM_COS,    /* floats */
+    PRIM_FLOOR,  /* floats */
+    PRIM_TRUNC,  /* floats */
+    PRIM_LT,     /* bool from a and b of the operands' dtype: a < b (IEEE: false on NaN) */
+    PRIM_LE,     /* a <= b */
+    PRIM_EQ,     /* a == b */
+    PRIM_NE,     /* a != b (true on NaN) */
+    PRIM_AND,    /* integers and bool: bitwise */
+    PRIM_OR,
+    PRIM_XOR,
+    PRIM_SHL,    /* integers: a << b, 0 <= b < width */
+    PRIM_SHR,    /* integers: logical shift of a's bit pattern, 0 <= b < width */
+    PRIM_CAST,   /* to dt from a's dtype: floats round to nearest even; integers wrap;
+                    float to integer truncates and needs a in range (rules clamp first);
+                    to bool: a != 0 */
+    PRIM_BITCAST, /* the same bits as dt: f32 <-> i32, f64 <-> i64 */
+    PRIM_NUM
+} lower_prim;
+
+const char *lower_prim_name(lower_prim p);
+const char *lower_uop_name(lower_uop op);
 
 typedef struct lower_ins {
     lower_uop op;
     kiln_dtype dt;
     graph_op gop;
+    lower_prim prim; /* UOP_PRIM */
     int a, b, c;
     graph_scalar imm;
     int buf;
@@ -112,5 +161,70 @@ void lower_print_kernel(FILE *f, const lower_kernel *k);
  * their ops in order of first use, repeats counted ("add×2 exp"), constants
  * left out. */
 void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes);
+
+/* ---- rules: composite ops into primitives (lower/rules*.c) ---- */
+
+/* Rewrites k's instructions so that no UOP_ALU or UOP_RAND is left: each
+ * becomes UOP_PRIMs (and immediates, selects). Results, the store index and
+ * reductions are renumbered with them. false when out of memory. */
+bool lower_rules(lower_kernel *k);
+
+/* ---- plans: every decision a renderer needs, made here (lower/plan.c) ---- */
+
+/* What a target tells the planner about itself. */
+typedef struct lower_target {
+    const char *name;   /* "cpu", "cuda": part of the plan's key */
+    bool gpu;           /* program instances are thread blocks, not loop iterations */
+    int vector_bytes;   /* CPU: the widest vector register (64 with AVX-512, 32 AVX2) */
+    int block_threads;  /* GPU: threads of an elementwise block */
+} lower_target;
+
+/* A block of a kernel's body: instructions computed once per program
+ * instance's element (or row), or in a pass over the reduced elements. */
+typedef enum lower_block_kind {
+    LOWER_BLOCK_OUTER,  /* once per output element (a row kernel: per row) */
+    LOWER_BLOCK_REDUCE, /* a pass over the reduced elements accumulating `reduce` */
+    LOWER_BLOCK_STORE   /* a last pass over the reduced elements that stores */
+} lower_block_kind;
+
+typedef struct lower_block {
+    lower_block_kind kind;
+    int reduce;         /* LOWER_BLOCK_REDUCE: the UOP_REDUCE instruction it finishes */
+    int n;
+    int *ins;           /* the instructions computed, in order (dead ones never appear) */
+} lower_block;
+
+/* Matmul blocking. On a CPU: a register tile of mr rows by nv vectors of
+ * `lanes` accumulators; cache blocks of mc rows by nc columns over kc steps
+ * of k, B packed per block, A read in place when a_direct (else packed). On a
+ * GPU: a block owns a tile x tile output tile, stepping k by ktile. */
+typedef struct lower_mm_plan {
+    kiln_dtype acc;     /* the type products accumulate in: f32, f64, or (integers) u64 */
+    int mr, nv, lanes;
+    int64_t mc, nc, kc;
+    bool a_direct;
+    int tile, ktile;
+} lower_mm_plan;
+
+typedef struct lower_plan {
+    int nblocks;
+    lower_block *blocks; /* in order; after the last, the stores (unless it is a STORE pass) */
+    bool narrow;        /* every index value, masked lanes included, fits int32 */
+    bool split;         /* few long rows: each pass over a row is split across threads */
+    bool parallel;      /* enough work to spread over threads */
+    int64_t grid;       /* program instances */
+    int block_threads;  /* GPU: threads per program instance */
+    int vector_bytes;   /* the vectors the code should use */
+    lower_mm_plan mm;   /* LOWER_MATMUL */
+} lower_plan;
+
+/* The plans of every kernel of p for target t (plans[i] for kernel i; an
+ * alias kernel's is empty). NULL when out of memory. */
+lower_plan *lower_plan_program(const lower_program *p, const lower_target *t);
+void lower_plans_free(lower_plan *plans, int n);
+
+/* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
+ * and plan print the same text, which is what cache keys hash. */
+void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
 
 #endif /* KILN_LOWER_H */

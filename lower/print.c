@@ -9,8 +9,28 @@ static const char *const uop_names[] = {
     [UOP_GIDX] = "gidx", [UOP_RIDX] = "ridx", [UOP_IMM] = "imm",   [UOP_IADD] = "iadd",
     [UOP_IMUL] = "imul", [UOP_IDIV] = "idiv", [UOP_IMOD] = "imod", [UOP_ILT] = "ilt",
     [UOP_AND] = "and",   [UOP_LOAD] = "load", [UOP_ALU] = "alu",   [UOP_WHERE] = "where",
-    [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce", [UOP_ACC] = "acc",
+    [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce", [UOP_ACC] = "acc",   [UOP_PRIM] = "prim",
 };
+_Static_assert(sizeof uop_names / sizeof *uop_names == UOP_NUM_OPS, "a uop without a name");
+
+static const char *const prim_names[] = {
+    [PRIM_NEG] = "neg",     [PRIM_ADD] = "add",     [PRIM_SUB] = "sub",   [PRIM_MUL] = "mul",
+    [PRIM_DIV] = "div",     [PRIM_MOD] = "mod",     [PRIM_FMA] = "fma",   [PRIM_MAX] = "max",
+    [PRIM_MIN] = "min",     [PRIM_ABS] = "abs",     [PRIM_SQRT] = "sqrt", [PRIM_EXP2] = "exp2",
+    [PRIM_LOG2] = "log2",   [PRIM_SIN] = "sin",     [PRIM_COS] = "cos",   [PRIM_FLOOR] = "floor",
+    [PRIM_TRUNC] = "trunc", [PRIM_LT] = "lt",       [PRIM_LE] = "le",     [PRIM_EQ] = "eq",
+    [PRIM_NE] = "ne",       [PRIM_AND] = "and",     [PRIM_OR] = "or",     [PRIM_XOR] = "xor",
+    [PRIM_SHL] = "shl",     [PRIM_SHR] = "shr",     [PRIM_CAST] = "cast", [PRIM_BITCAST] = "bitcast",
+};
+_Static_assert(sizeof prim_names / sizeof *prim_names == PRIM_NUM, "a primitive without a name");
+
+const char *lower_uop_name(lower_uop op) {
+    return op >= 0 && op < UOP_NUM_OPS && uop_names[op] ? uop_names[op] : "?";
+}
+
+const char *lower_prim_name(lower_prim p) {
+    return p >= 0 && p < PRIM_NUM && prim_names[p] ? prim_names[p] : "?";
+}
 
 void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes) {
     int count[GRAPH_NUM_OPS] = {0};
@@ -58,10 +78,12 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
     }
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
-        fprintf(f, "  %s%%%d = %s.%s", x->inner ? "  " : "", i, uop_names[x->op],
+        fprintf(f, "  %s%%%d = %s.%s", x->inner ? "  " : "", i, lower_uop_name(x->op),
                 kiln_dtype_name(x->dt));
         if (x->op == UOP_ALU || x->op == UOP_REDUCE || x->op == UOP_RAND)
             fprintf(f, " %s", graph_op_name(x->gop));
+        if (x->op == UOP_PRIM)
+            fprintf(f, " %s", lower_prim_name(x->prim));
         if (x->op == UOP_IMM && graph_dtype_is_float(x->dt))
             fprintf(f, " %.17g", x->imm.f);
         else if (x->op == UOP_IMM)
