@@ -186,15 +186,16 @@ static loaded *resolve(void *h, bool llvm, const lower_program *p, char *msg, si
 }
 
 /* The loaded program for src: from memory, else the disk cache, else built. */
-static const loaded *find_program(jit_backend *j, const lower_program *p, const char *src,
-                                  cache_key key, char *msg, size_t cap) {
+static const loaded *find_program(jit_backend *j, const lower_program *p,
+                                  const lower_plan *plans, const char *src, cache_key key,
+                                  char *msg, size_t cap) {
     loaded *l = cache_mem_get(j->cache, key);
     if (l) {
         j->counters.memory_hits++;
         return l;
     }
     bool compiled = true;
-    void *h = j->llvm ? (void *)jit_llvm_compile(p, msg, cap)
+    void *h = j->llvm ? (void *)jit_llvm_compile(p, plans, msg, cap)
                       : jit_cpu_load(j->cache, src, key, &compiled, msg, cap);
     if (!h || !(l = resolve(h, j->llvm, p, msg, cap)))
         return NULL;
@@ -221,6 +222,7 @@ typedef struct compiled {
     unsigned char *sig;
     size_t siglen;
     lower_program *prog;
+    lower_plan *plans; /* per kernel, for the CPU */
     bound_kernel *bound;
     const loaded *code; /* owned by the kernel cache */
     jit_prog_facts facts;
@@ -237,6 +239,8 @@ static void compiled_free(void *v) {
     }
     free(c->bound);
     free(c->facts.cost);
+    if (c->prog)
+        lower_plans_free(c->plans, c->prog->nkernels);
     lower_program_free(c->prog);
     free(c->sig);
     free(c);
@@ -325,9 +329,16 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         return NULL;
     }
     lower_program *p = c->prog;
+    if (!(c->plans = lower_plan_program(p, jit_cpu_target()))) {
+        compiled_free(c);
+        snprintf(msg, mcap, "kiln_realize: out of memory while planning");
+        return NULL;
+    }
     if (j->watch.debug >= 3)
-        for (int i = 0; i < p->nkernels; i++)
+        for (int i = 0; i < p->nkernels; i++) {
             lower_print_kernel(stderr, &p->kernels[i]);
+            lower_print_plan(stderr, &p->kernels[i], &c->plans[i]);
+        }
     if (!(c->facts.cost = jit_prog_costs(p))) {
         compiled_free(c);
         snprintf(msg, mcap, "kiln_realize: out of memory");
@@ -339,7 +350,7 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         return NULL;
     }
     if (p->nkernels > 0) {
-        char *src = jit_cpu_render(p);
+        char *src = jit_cpu_render(p, c->plans);
         if (!src) {
             compiled_free(c);
             snprintf(msg, mcap, "kiln_realize: out of memory while generating code");
@@ -349,8 +360,8 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
             fprintf(stderr, "kiln: generated source\n%s\n", src);
         c->facts.key = j->llvm ? jit_llvm_key(src) : jit_cpu_key(src);
         jit_counters before = j->counters;
-        jit_watch_dump(&j->watch, &c->facts, p, src, j->llvm);
-        c->code = find_program(j, p, src, c->facts.key, msg, mcap);
+        jit_watch_dump(&j->watch, &c->facts, p, c->plans, src, j->llvm);
+        c->code = find_program(j, p, c->plans, src, c->facts.key, msg, mcap);
         c->facts.origin = j->counters.compiles > before.compiles    ? "compiled"
                           : j->counters.disk_hits > before.disk_hits ? "disk"
                                                                      : "memory";

@@ -312,7 +312,7 @@ static bool write_text(const char *path, const char *text) {
 }
 
 void jit_watch_dump(jit_watch *w, const jit_prog_facts *f, const lower_program *p,
-                    const char *src, bool llvm) {
+                    const lower_plan *plans, const char *src, bool llvm) {
     if (!w->dump_dir)
         return;
     char hex[33], path[4096];
@@ -327,15 +327,17 @@ void jit_watch_dump(jit_watch *w, const jit_prog_facts *f, const lower_program *
     snprintf(path, sizeof path, "%s/%s.ir", w->dump_dir, hex);
     FILE *ir = ok ? fopen(path, "w") : NULL;
     if (ir) {
-        for (int i = 0; i < p->nkernels; i++)
+        for (int i = 0; i < p->nkernels; i++) {
             lower_print_kernel(ir, &p->kernels[i]);
+            lower_print_plan(ir, &p->kernels[i], &plans[i]);
+        }
         ok = fclose(ir) == 0;
     } else {
         ok = false;
     }
     if (ok && llvm) {
         char msg[256];
-        char *text = jit_llvm_module_text(p, false, msg, sizeof msg);
+        char *text = jit_llvm_module_text(p, plans, false, msg, sizeof msg);
         snprintf(path, sizeof path, "%s/%s.ll", w->dump_dir, hex);
         ok = text && write_text(path, text);
         free(text);

@@ -57,9 +57,10 @@ jit_watch *jit_backend_watch(jit_backend *j);
  * repeats) and one read at several places counts once. */
 jit_kernel_cost *jit_prog_costs(const lower_program *p);
 
-/* KILN_DUMP: writes the program's source, kernel IR (and LLVM IR) there. */
+/* KILN_DUMP: writes the program's source, kernel IR and plans (and LLVM IR)
+ * there. */
 void jit_watch_dump(jit_watch *w, const jit_prog_facts *f, const lower_program *p,
-                    const char *src, bool llvm);
+                    const lower_plan *plans, const char *src, bool llvm);
 
 /* Whether launches must be timed. */
 static inline bool jit_watch_timing(const jit_watch *w) {

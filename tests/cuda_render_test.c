@@ -128,7 +128,9 @@ static lower_program *schedule(graph_node *target) {
 
 static void assert_compiles(lower_program *p, const char *what) {
     char msg[16384];
-    char *src = jit_cuda_render(p);
+    lower_plan *plans = lower_plan_program(p, jit_cuda_target());
+    cr_assert(plans);
+    char *src = jit_cuda_render(p, plans);
     cr_assert(src);
     /* A real compile: jit_cuda_check_program may answer from the disk cache. */
     cr_assert_eq(jit_cuda_compile(src, 90, true, NULL, msg, sizeof msg), KILN_OK, "%s: %s", what,
@@ -140,11 +142,12 @@ static void assert_compiles(lower_program *p, const char *what) {
         char decl[160];
         snprintf(decl, sizeof decl, ") %s(", p->kernels[i].name);
         cr_assert(strstr(src, decl), "%s: kernel %s not rendered", what, p->kernels[i].name);
-        jit_cuda_dims d = jit_cuda_launch_dims(&p->kernels[i]);
+        jit_cuda_dims d = jit_cuda_launch_dims(&plans[i]);
         cr_assert(d.block >= 32 && d.block % 32 == 0 && d.block <= 1024);
         cr_assert(p->kernels[i].numel == 0 || d.grid > 0);
     }
     free(src);
+    lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
 }
 

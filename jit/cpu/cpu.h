@@ -7,9 +7,14 @@
 #include "cache/cache.h"
 #include "lower/lower.h"
 
-/* The C translation unit of a program (malloc'd), or NULL when out of
- * memory. Kernel k of the program is the function named k's name. */
-char *jit_cpu_render(const lower_program *p);
+/* What the planner is told about this host (both CPU code generators plan
+ * against it). */
+const lower_target *jit_cpu_target(void);
+
+/* The C translation unit of a program planned for jit_cpu_target()
+ * (malloc'd), or NULL when out of memory. Kernel k of the program is the
+ * function named k's name. */
+char *jit_cpu_render(const lower_program *p, const lower_plan *plans);
 
 /* The command that compiles generated C ($KILN_CC, else cc). */
 const char *jit_cpu_compiler(void);

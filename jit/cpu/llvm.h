@@ -29,7 +29,8 @@ const char *jit_llvm_identity(void);
 cache_key jit_llvm_key(const char *src);
 
 /* Compiles every kernel of p. NULL with a message on failure. */
-jit_llvm_program *jit_llvm_compile(const lower_program *p, char *msg, size_t cap);
+jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *plans, char *msg,
+                                   size_t cap);
 
 /* Kernel i's entry point, NULL for LOWER_ALIAS kernels. */
 jit_llvm_kernel_fn jit_llvm_kernel(const jit_llvm_program *h, int i);
@@ -42,6 +43,7 @@ void jit_llvm_free(jit_llvm_program *h);
 /* The program's LLVM IR as text (malloc'd), after the O3 pipeline when
  * optimised is true; NULL with a message on failure. For inspection and
  * tests (vectorised loops show as vector types). */
-char *jit_llvm_module_text(const lower_program *p, bool optimised, char *msg, size_t cap);
+char *jit_llvm_module_text(const lower_program *p, const lower_plan *plans, bool optimised,
+                           char *msg, size_t cap);
 
 #endif /* KILN_JIT_CPU_LLVM_H */

@@ -169,7 +169,7 @@ const jit_llvm_api *jit_llvm_api_get(char *msg, size_t cap);
  * external function named k's name. vbytes is the width of the host's vector
  * registers, which sizes the matmul register tile. NULL with a message. */
 LLVMModuleRef jit_llvm_render(const jit_llvm_api *L, LLVMContextRef cx, const lower_program *p,
-                              int vbytes, char *msg, size_t cap);
+                              const lower_plan *plans, char *msg, size_t cap);
 
 /* Runs body over [0, n) split into one contiguous range per thread
  * (llvm_runtime.c, OpenMP); generated kernels call it by this name. */

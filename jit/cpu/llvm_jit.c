@@ -40,7 +40,6 @@ static jit_llvm_api api;
 static char api_error[512];
 static char identity[2048];
 static char *host_triple, *host_cpu, *host_features;
-static int host_vbytes;
 static pthread_once_t api_once = PTHREAD_ONCE_INIT;
 
 static void *open_llvm(void) {
@@ -57,15 +56,6 @@ static void *open_llvm(void) {
             return h;
     }
     return NULL;
-}
-
-static bool has_feature(const char *features, const char *f) {
-    size_t n = strlen(f);
-    for (const char *p = features; (p = strstr(p, f)); p += n)
-        if (p > features && p[-1] == '+' && (p == features + 1 || p[-2] == ',') &&
-            (p[n] == ',' || p[n] == 0))
-            return true;
-    return false;
 }
 
 static void load_api(void) {
@@ -112,9 +102,6 @@ static void load_api(void) {
     host_triple = t.LLVMGetDefaultTargetTriple();
     host_cpu = t.LLVMGetHostCPUName();
     host_features = t.LLVMGetHostCPUFeatures();
-    host_vbytes = has_feature(host_features, "avx512f") ? 64
-                  : has_feature(host_features, "avx")   ? 32
-                                                        : 16;
     snprintf(identity, sizeof identity, "%s LLVM %s %s %s %s", JIT_LLVM_GENERATOR,
              LLVM_VERSION_STRING, host_triple, host_cpu, host_features);
     api = t;
@@ -199,8 +186,8 @@ static LLVMTargetMachineRef host_machine(const jit_llvm_api *L, char *msg, size_
 
 /* Builds p's module in cx and runs the O3 pipeline on it for the host. */
 static LLVMModuleRef build(const jit_llvm_api *L, LLVMContextRef cx, const lower_program *p,
-                           bool optimise, char *msg, size_t cap) {
-    LLVMModuleRef m = jit_llvm_render(L, cx, p, host_vbytes, msg, cap);
+                           const lower_plan *plans, bool optimise, char *msg, size_t cap) {
+    LLVMModuleRef m = jit_llvm_render(L, cx, p, plans, msg, cap);
     if (!m)
         return NULL;
     LLVMTargetMachineRef tm = host_machine(L, msg, cap);
@@ -230,13 +217,15 @@ static LLVMModuleRef build(const jit_llvm_api *L, LLVMContextRef cx, const lower
     return m;
 }
 
-char *jit_llvm_module_text(const lower_program *p, bool optimised, char *msg, size_t cap) {
+char *jit_llvm_module_text(const lower_program *p, const lower_plan *plans, bool optimised,
+                           char *msg, size_t cap) {
     const jit_llvm_api *L = jit_llvm_api_get(msg, cap);
     if (!L)
         return NULL;
     LLVMOrcThreadSafeContextRef tsc = L->LLVMOrcCreateNewThreadSafeContext();
     L->LLVMContextSetDiagnosticHandler(L->LLVMOrcThreadSafeContextGetContext(tsc), quiet, NULL);
-    LLVMModuleRef m = build(L, L->LLVMOrcThreadSafeContextGetContext(tsc), p, optimised, msg, cap);
+    LLVMModuleRef m =
+        build(L, L->LLVMOrcThreadSafeContextGetContext(tsc), p, plans, optimised, msg, cap);
     char *out = NULL;
     if (m) {
         char *s = L->LLVMPrintModuleToString(m);
@@ -292,7 +281,8 @@ static LLVMOrcLLJITRef new_jit(const jit_llvm_api *L, char *msg, size_t cap) {
     return jit;
 }
 
-jit_llvm_program *jit_llvm_compile(const lower_program *p, char *msg, size_t cap) {
+jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *plans, char *msg,
+                                   size_t cap) {
     const jit_llvm_api *L = jit_llvm_api_get(msg, cap);
     if (!L)
         return NULL;
@@ -305,7 +295,8 @@ jit_llvm_program *jit_llvm_compile(const lower_program *p, char *msg, size_t cap
     h->nkernels = p->nkernels;
     LLVMOrcThreadSafeContextRef tsc = L->LLVMOrcCreateNewThreadSafeContext();
     L->LLVMContextSetDiagnosticHandler(L->LLVMOrcThreadSafeContextGetContext(tsc), quiet, NULL);
-    LLVMModuleRef m = build(L, L->LLVMOrcThreadSafeContextGetContext(tsc), p, true, msg, cap);
+    LLVMModuleRef m =
+        build(L, L->LLVMOrcThreadSafeContextGetContext(tsc), p, plans, true, msg, cap);
     if (!m || !(h->jit = new_jit(L, msg, cap))) {
         if (m)
             L->LLVMDisposeModule(m);

@@ -722,66 +722,42 @@ static void ins_value(gen *g, int i) {
     v[i] = r;
 }
 
-/* Marks in `in` the instructions that `target` needs (render_c.c's rule: dead
- * ones are never emitted, so an unused load cannot read out of bounds; with
- * inner_only, only the inner ones a pass over the reduced elements redoes). */
-static void needs(const lower_kernel *k, int target, bool inner_only, bool *in) {
-    if (inner_only && !k->ins[target].inner)
-        return;
-    in[target] = true;
-    for (int i = target; i >= 0; i--) {
-        if (!in[i])
-            continue;
-        const lower_ins *x = &k->ins[i];
-        int ops[3] = {x->a, x->b, x->c};
-        for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && (!inner_only || k->ins[ops[j]].inner))
-                in[ops[j]] = true;
-    }
-}
-
-static void needs_results(const lower_kernel *k, bool inner_only, bool *in) {
-    for (int o = 0; o < k->nouts; o++)
-        needs(k, k->results[o], inner_only, in);
-    needs(k, k->store, inner_only, in);
-}
-
 /* ---- kernels ---- */
 
-static void elementwise(gen *g, LLVMValueRef lo, LLVMValueRef hi, bool *live) {
+static void block_values(gen *g, const lower_block *blk) {
+    for (int i = 0; i < blk->n; i++)
+        ins_value(g, blk->ins[i]);
+}
+
+static void elementwise(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
     const lower_kernel *k = g->k;
-    needs_results(k, false, live);
     LLVMValueRef T = i64c(g, k->tile), N = i64c(g, k->numel);
     LLVMValueRef glo = L_->LLVMBuildMul(B, lo, T, "");
     LLVMValueRef ghi = L_->LLVMBuildMul(B, hi, T, "");
     ghi = sel(g, icmp(g, LLVMIntSLT, ghi, N), ghi, N);
     loop l;
     g->gidx = loop_open(g, &l, glo, ghi);
-    for (int i = 0; i < k->nins; i++)
-        if (live[i])
-            ins_value(g, i);
+    for (int i = 0; i < plan->nblocks; i++)
+        block_values(g, &plan->blocks[i]);
     store_results(g);
     loop_close(g, &l, false);
 }
 
-/* The reduction red over the row: its accumulators, a pass over the reduced
- * elements, and its value (prelude semantics: sums in double or uint64,
- * max/min/arg keeping the first of ties, NaN winning). */
-static void reduce(gen *g, int red, bool *pass) {
+/* A pass over the reduced elements that finishes reduction blk->reduce: its
+ * accumulators, the pass, and its value (prelude semantics: sums in double
+ * or uint64, max/min/arg keeping the first of ties, NaN winning). */
+static void reduce(gen *g, const lower_block *blk) {
     const lower_kernel *k = g->k;
+    int red = blk->reduce;
     const lower_ins *x = &k->ins[red];
     kiln_dtype in = k->ins[x->a].dt;
     bool fl = is_float(in), sum = x->gop == GRAPH_SUM;
     LLVMTypeRef at_ = fl ? g->f64 : g->i64;
     LLVMValueRef acc = var(g, at_, fl ? cf(g, g->f64, 0.0) : i64c(g, 0));
     LLVMValueRef at = sum ? NULL : var(g, g->i64, i64c(g, -1));
-    memset(pass, 0, sizeof *pass * (size_t)k->nins);
-    needs(k, x->a, true, pass);
     loop l;
     g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, k->rnumel));
-    for (int i = 0; i < k->nins; i++)
-        if (pass[i])
-            ins_value(g, i);
+    block_values(g, blk);
     LLVMValueRef v = fl ? to_f64(g, g->val[x->a], in) : wide(g, g->val[x->a], in);
     LLVMValueRef cur = get(g, at_, acc);
     if (sum) {
@@ -818,69 +794,37 @@ static void reduce(gen *g, int red, bool *pass) {
     g->val[red] = r;
 }
 
-/* Reductions and row kernels, as render_phased in render_c.c: per output row,
- * one pass over its reduced elements per reduction, in order, outer values
- * as soon as the reductions they read are done, then (in a row kernel) a
- * last pass that stores. */
-static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, bool *live) {
+/* Reductions and row kernels: per output row, the plan's blocks in order:
+ * outer values, passes that finish reductions, and in a row kernel a last
+ * pass that stores. */
+static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
     const lower_kernel *k = g->k;
-    int n = k->nins;
-    int *stage = calloc((size_t)n, sizeof *stage);
-    bool *pass = calloc((size_t)n, sizeof *pass);
-    if (!stage || !pass) {
-        free(stage);
-        free(pass);
-        g->failed = true;
-        return;
-    }
-    needs_results(k, false, live);
-    int nred = 0;
-    for (int i = 0; i < n; i++) {
-        const lower_ins *x = &k->ins[i];
-        if (!live[i] || x->inner)
-            continue;
-        if (x->op == UOP_REDUCE) {
-            stage[i] = ++nred;
-            continue;
-        }
-        int ops[3] = {x->a, x->b, x->c};
-        for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && stage[ops[j]] > stage[i])
-                stage[i] = stage[ops[j]];
-    }
     loop rows;
     g->gidx = loop_open(g, &rows, lo, hi);
-    for (int s = 0, done = 0; s <= nred; s++) {
-        for (int i = 0; i < n; i++)
-            if (live[i] && !k->ins[i].inner && k->ins[i].op != UOP_REDUCE && stage[i] == s)
-                ins_value(g, i);
-        if (s == nred)
+    bool stored = false;
+    for (int i = 0; i < plan->nblocks; i++) {
+        const lower_block *blk = &plan->blocks[i];
+        switch (blk->kind) {
+        case LOWER_BLOCK_OUTER:
+            block_values(g, blk);
             break;
-        int red = done;
-        while (!(live[red] && k->ins[red].op == UOP_REDUCE))
-            red++;
-        done = red + 1;
-        reduce(g, red, pass);
+        case LOWER_BLOCK_REDUCE:
+            reduce(g, blk);
+            break;
+        case LOWER_BLOCK_STORE: {
+            loop l;
+            g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, k->rnumel));
+            block_values(g, blk);
+            store_results(g);
+            loop_close(g, &l, false);
+            stored = true;
+            break;
+        }
+        }
     }
-    bool inner = k->ins[k->store].inner;
-    for (int o = 0; o < k->nouts; o++)
-        inner = inner || k->ins[k->results[o]].inner;
-    if (inner) {
-        memset(pass, 0, sizeof *pass * (size_t)n);
-        needs_results(k, true, pass);
-        loop l;
-        g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, k->rnumel));
-        for (int i = 0; i < n; i++)
-            if (pass[i])
-                ins_value(g, i);
+    if (!stored)
         store_results(g);
-        loop_close(g, &l, false);
-    } else {
-        store_results(g);
-    }
     loop_close(g, &rows, false);
-    free(stage);
-    free(pass);
 }
 
 /* Matmul register tile: MR rows by NV vectors of W accumulators. */
@@ -918,7 +862,8 @@ static LLVMValueRef operand_offset(gen *g, const lower_operand *o, LLVMValueRef 
 
 /* One tile of columns starting at j0; with `tail` (j0 constant), only the
  * first ncols columns exist and loads of the others read column j0. */
-static void mm_tile(gen *g, const mm *p, LLVMValueRef j0, bool tail, int64_t ncols, bool *live) {
+static void mm_tile(gen *g, const mm *p, LLVMValueRef j0, bool tail, int64_t ncols,
+                    const lower_plan *plan) {
     const lower_kernel *k = g->k;
     LLVMValueRef accs[MR][4];
     LLVMValueRef zero = L_->LLVMConstNull(p->vec);
@@ -1000,9 +945,8 @@ static void mm_tile(gen *g, const mm *p, LLVMValueRef j0, bool tail, int64_t nco
     LLVMValueRef gi = L_->LLVMBuildMul(B, p->bt_idx, i64c(g, k->n * k->m), "");
     gi = L_->LLVMBuildAdd(B, gi, L_->LLVMBuildMul(B, L_->LLVMBuildAdd(B, p->i0, i, ""), i64c(g, k->m), ""), "");
     g->gidx = L_->LLVMBuildAdd(B, gi, L_->LLVMBuildAdd(B, j0, j, ""), "");
-    for (int x = 0; x < k->nins; x++)
-        if (live[x])
-            ins_value(g, x);
+    for (int x = 0; x < plan->nblocks; x++)
+        block_values(g, &plan->blocks[x]);
     store_results(g);
     loop_close(g, &jl, false);
     loop_close(g, &il, false);
@@ -1017,9 +961,8 @@ static int64_t pow2_at_least(int64_t v) {
 
 static int64_t mm_row_blocks(const lower_kernel *k) { return (k->n + MR - 1) / MR; }
 
-static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, bool *live) {
+static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
     const lower_kernel *k = g->k;
-    needs_results(k, false, live);
     mm p = {.dt = k->out->dtype, .at = buf_dtype(k, k->a.buf), .bt = buf_dtype(k, k->b.buf)};
     p.acc = is_float(p.dt) ? (p.dt == KILN_F64 ? g->f64 : g->f32) : g->i64;
     int64_t esize = p.acc == g->f32 ? 4 : 8;
@@ -1042,26 +985,26 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, bool *live) {
     if (full > 0) {
         loop jl;
         LLVMValueRef jt = loop_open(g, &jl, i64c(g, 0), i64c(g, full));
-        mm_tile(g, &p, L_->LLVMBuildMul(B, jt, i64c(g, p.nr), ""), false, p.nr, live);
+        mm_tile(g, &p, L_->LLVMBuildMul(B, jt, i64c(g, p.nr), ""), false, p.nr, plan);
         loop_close(g, &jl, false);
     }
     if (k->m % p.nr)
-        mm_tile(g, &p, i64c(g, full * p.nr), true, k->m % p.nr, live);
+        mm_tile(g, &p, i64c(g, full * p.nr), true, k->m % p.nr, plan);
     loop_close(g, &q, false);
 }
 
 /* The kernel's three functions. */
-static void kernel(gen *g, const lower_kernel *k, LLVMValueRef pfor, LLVMTypeRef pfor_t,
-                   LLVMTypeRef body_t) {
+static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMValueRef pfor,
+                   LLVMTypeRef pfor_t, LLVMTypeRef body_t) {
     const jit_llvm_api *L = g->L;
     int nb = k->nouts + k->ninputs;
     g->k = k;
     LLVMTypeRef *pt = calloc((size_t)nb + 2, sizeof *pt);
     LLVMValueRef *args = calloc((size_t)nb + 2, sizeof *args);
-    bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
+    g->vbytes = plan->vector_bytes;
     g->val = calloc((size_t)(k->nins ? k->nins : 1), sizeof *g->val);
     g->ptr = calloc((size_t)nb + 1, sizeof *g->ptr);
-    if (!pt || !args || !live || !g->val || !g->ptr) {
+    if (!pt || !args || !g->val || !g->ptr) {
         g->failed = true;
         goto done;
     }
@@ -1092,21 +1035,14 @@ static void kernel(gen *g, const lower_kernel *k, LLVMValueRef pfor, LLVMTypeRef
                       (unsigned)nb + 2, "");
     fn_end(g);
 
-    int64_t n, work;
-    bool par;
-    if (k->kind == LOWER_ELEMENTWISE) {
-        n = (k->numel + k->tile - 1) / k->tile;
-        par = k->numel >= 32768;
-    } else if (k->kind == LOWER_MATMUL) {
+    int64_t n = plan->grid;
+    bool par = plan->parallel || plan->split;
+    if (k->kind == LOWER_MATMUL) {
         int64_t nb_ = 1;
         for (int d = 0; d < k->nbatch; d++)
             nb_ *= k->batch[d];
         n = nb_ * mm_row_blocks(k);
-        work = nb_ * k->n * k->m * k->k;
-        par = work >= 65536;
-    } else {
-        n = k->numel;
-        par = k->numel * k->rnumel >= 32768;
+        par = nb_ * k->n * k->m * k->k >= 65536;
     }
     fn_begin(g, entry);
     LLVMValueRef ctx = L->LLVMBuildBitCast(B, L->LLVMGetParam(entry, 0), g->i8p, "");
@@ -1124,24 +1060,23 @@ static void kernel(gen *g, const lower_kernel *k, LLVMValueRef pfor, LLVMTypeRef
         g->ptr[i] = L->LLVMGetParam(inner, (unsigned)i);
     LLVMValueRef lo = L->LLVMGetParam(inner, (unsigned)nb), hi = L->LLVMGetParam(inner, (unsigned)nb + 1);
     if (k->kind == LOWER_ELEMENTWISE)
-        elementwise(g, lo, hi, live);
+        elementwise(g, lo, hi, plan);
     else if (k->kind == LOWER_MATMUL)
-        matmul(g, lo, hi, live);
+        matmul(g, lo, hi, plan);
     else
-        phased(g, lo, hi, live);
+        phased(g, lo, hi, plan);
     fn_end(g);
 done:
     free(pt);
     free(args);
-    free(live);
     free(g->val);
     free(g->ptr);
     g->val = g->ptr = NULL;
 }
 
 LLVMModuleRef jit_llvm_render(const jit_llvm_api *L, LLVMContextRef cx, const lower_program *p,
-                              int vbytes, char *msg, size_t cap) {
-    gen g = {.L = L, .cx = cx, .vbytes = vbytes};
+                              const lower_plan *plans, char *msg, size_t cap) {
+    gen g = {.L = L, .cx = cx};
     g.m = L->LLVMModuleCreateWithNameInContext("kiln", cx);
     g.b = L->LLVMCreateBuilderInContext(cx);
     g.ab = L->LLVMCreateBuilderInContext(cx);
@@ -1161,7 +1096,7 @@ LLVMModuleRef jit_llvm_render(const jit_llvm_api *L, LLVMContextRef cx, const lo
     LLVMValueRef pfor = add_fn(&g, "jit_llvm_parallel_for", pfor_t, false);
     for (int i = 0; i < p->nkernels && !g.failed; i++)
         if (p->kernels[i].kind != LOWER_ALIAS)
-            kernel(&g, &p->kernels[i], pfor, pfor_t, body_t);
+            kernel(&g, &p->kernels[i], &plans[i], pfor, pfor_t, body_t);
     L->LLVMDisposeBuilder(g.b);
     L->LLVMDisposeBuilder(g.ab);
     char *err = NULL;

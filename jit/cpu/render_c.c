@@ -373,25 +373,6 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     put(b, ";\n");
 }
 
-/* Marks in `in` the instructions that `target` needs (dead ones are never
- * rendered, so a load that simplification left unused cannot read out of
- * bounds). With inner_only, only the inner ones: a pass over the reduced
- * elements recomputes those, while outer values are already in scope. */
-static void needs(const lower_kernel *k, int target, bool inner_only, bool *in) {
-    if (inner_only && !k->ins[target].inner)
-        return;
-    in[target] = true;
-    for (int i = target; i >= 0; i--) {
-        if (!in[i])
-            continue;
-        const lower_ins *x = &k->ins[i];
-        int ops[3] = {x->a, x->b, x->c};
-        for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && (!inner_only || k->ins[ops[j]].inner))
-                in[ops[j]] = true;
-    }
-}
-
 static void params(sbuf *b, const lower_kernel *k) {
     put(b, "void %s(char **bufs, int nthreads) {\n", k->name);
     for (int o = 0; o < k->nouts; o++)
@@ -455,45 +436,34 @@ static void store_stmt(sbuf *b, const lower_kernel *k, const char *indent) {
     }
 }
 
+/* The instructions of a block of the plan. */
+static void block_stmts(sbuf *b, const lower_kernel *k, const lower_block *blk) {
+    for (int i = 0; i < blk->n; i++)
+        ins_stmt(b, k->ins, blk->ins[i]);
+}
+
 /* Elementwise: a tile of output elements per program instance, its loop
  * vectorised. */
-static void render_elementwise(sbuf *b, const lower_kernel *k, bool *live) {
-    for (int o = 0; o < k->nouts; o++)
-        needs(k, k->results[o], false, live);
-    needs(k, k->store, false, live);
+static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     put(b, "  const int64_t N = %lldLL, T = %lldLL;\n", (long long)k->numel, (long long)k->tile);
-    put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) if(N >= 32768)\n");
-    put(b, "  for (int64_t t = 0; t < (N + T - 1) / T; t++) {\n");
+    if (plan->parallel)
+        put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
+    put(b, "  for (int64_t t = 0; t < %lldLL; t++) {\n", (long long)plan->grid);
     put(b, "    const int64_t lo = t * T, hi = lo + T < N ? lo + T : N;\n");
     put(b, "    #pragma omp simd\n");
     put(b, "    for (int64_t g = lo; g < hi; g++) {\n");
-    for (int i = 0; i < k->nins; i++)
-        if (live[i])
-            ins_stmt(b, k->ins, i);
+    for (int i = 0; i < plan->nblocks; i++)
+        block_stmts(b, k, &plan->blocks[i]);
     store_stmt(b, k, "      ");
     put(b, "    }\n  }\n}\n\n");
 }
 
-/* One pass over the reduced elements: the inner instructions that target
- * (and also, if not negative, target2) need. */
-static void render_pass(sbuf *b, const lower_kernel *k, int target, int target2, bool *pass) {
-    memset(pass, 0, sizeof *pass * (size_t)k->nins);
-    needs(k, target, true, pass);
-    if (target2 >= 0)
-        needs(k, target2, true, pass);
-    for (int i = 0; i < k->nins; i++)
-        if (pass[i])
-            ins_stmt(b, k->ins, i);
-}
-
-/* Rows at least this long are split across threads when there are few. */
-#define SPLIT_MIN ((int64_t)1 << 18)
-
 /* A max/min/arg pass split across threads: each reduces a contiguous chunk
  * of the row, then the chunks combine in order, so the first of equal values
  * (and the first NaN) still wins. */
-static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_ins *x,
-                               kiln_dtype in, bool *pass) {
+static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_block *blk) {
+    const lower_ins *x = &k->ins[blk->reduce];
+    kiln_dtype in = k->ins[x->a].dt;
     const char *acc = is_float(in) ? "double" : "int64_t";
     put(b, "      enum { KT = 256 };\n");
     put(b, "      %s pbest[KT]; int64_t pat[KT];\n", acc);
@@ -504,7 +474,7 @@ static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_ins *
     put(b, "        const int64_t lo = R * t / T, hi = R * (t + 1) / T;\n");
     reduce_init(b, x, in);
     put(b, "        for (int64_t r = lo; r < hi; r++) {\n");
-    render_pass(b, k, x->a, -1, pass);
+    block_stmts(b, k, blk);
     reduce_step(b, x, in);
     put(b, "        }\n");
     put(b, "        pbest[t] = best; pat[t] = at;\n");
@@ -518,126 +488,74 @@ static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_ins *
     put(b, "      }\n");
 }
 
-/* Reductions and row kernels: a program instance per output row, which
- * passes over its reduced elements once per reduction, in order (each may
- * read the ones before), then, in a row kernel, once more to store. Outer
- * values are computed as soon as the reductions they read are done. */
-static void render_phased(sbuf *b, const lower_kernel *k, bool *live) {
-    int n = k->nins;
-    int *stage = calloc((size_t)n, sizeof *stage);
-    bool *pass = calloc((size_t)n, sizeof *pass);
-    if (!stage || !pass) {
-        free(stage);
-        free(pass);
-        b->failed = true;
-        return;
-    }
-    needs(k, k->result, false, live);
-    needs(k, k->store, false, live);
-    int nred = 0;
-    for (int i = 0; i < n; i++) {
-        const lower_ins *x = &k->ins[i];
-        if (!live[i] || x->inner)
-            continue;
-        if (x->op == UOP_REDUCE) {
-            stage[i] = ++nred;
-            continue;
-        }
-        int ops[3] = {x->a, x->b, x->c};
-        for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && stage[ops[j]] > stage[i])
-                stage[i] = stage[ops[j]];
-    }
-    /* Few rows, each long (a full sum): the rows would leave cores idle, so
-     * each pass over a row is split across the threads instead. */
-    bool split = k->numel <= 4 && k->rnumel >= SPLIT_MIN;
-    put(b, "  const int64_t N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
-    if (!split)
-        put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) "
-               "if(N * R >= 32768)\n");
-    put(b, "  for (int64_t g = 0; g < N; g++) {\n");
-    for (int s = 0, done = 0; s <= nred; s++) {
-        for (int i = 0; i < n; i++)
-            if (live[i] && !k->ins[i].inner && k->ins[i].op != UOP_REDUCE && stage[i] == s)
-                ins_stmt(b, k->ins, i);
-        if (s == nred)
-            break;
-        int red = done;
-        while (!(live[red] && k->ins[red].op == UOP_REDUCE))
-            red++;
-        done = red + 1;
-        const lower_ins *x = &k->ins[red];
-        kiln_dtype in = k->ins[x->a].dt;
-        put(b, "    %s v%d;\n    {\n", ctype(x->dt), red);
-        reduce_init(b, x, in);
-        /* A sum may run in SIMD lanes (a different order of additions, in
-         * double, well inside every float tolerance); max/min and the arg
-         * reductions keep their order, which decides ties and NaN. */
-        if (x->gop != GRAPH_SUM && split) {
-            split_ordered_pass(b, k, x, in, pass);
-        } else {
-            if (x->gop == GRAPH_SUM)
-                put(b, split ? "      #pragma omp parallel for simd reduction(+:acc) "
-                               "schedule(static) num_threads(nthreads)\n"
-                             : "      #pragma omp simd reduction(+:acc)\n");
-            put(b, "      for (int64_t r = 0; r < R; r++) {\n");
-            render_pass(b, k, x->a, -1, pass);
-            reduce_step(b, x, in);
-            put(b, "      }\n");
-        }
-        reduce_result(b, x, red);
-        put(b, "    }\n");
-    }
-    if (k->ins[k->result].inner || k->ins[k->store].inner) {
-        put(b, split ? "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n"
-                     : "    #pragma omp simd\n");
-        put(b, "    for (int64_t r = 0; r < R; r++) {\n");
-        render_pass(b, k, k->result, k->store, pass);
-        store_stmt(b, k, "      ");
-        put(b, "    }\n");
+/* A pass over the reduced elements that finishes one reduction. A sum may
+ * run in SIMD lanes (a different order of additions, in double, well inside
+ * every float tolerance); max/min and the arg reductions keep their order,
+ * which decides ties and NaN. */
+static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, bool split) {
+    const lower_ins *x = &k->ins[blk->reduce];
+    kiln_dtype in = k->ins[x->a].dt;
+    put(b, "    %s v%d;\n    {\n", ctype(x->dt), blk->reduce);
+    reduce_init(b, x, in);
+    if (x->gop != GRAPH_SUM && split) {
+        split_ordered_pass(b, k, blk);
     } else {
+        if (x->gop == GRAPH_SUM)
+            put(b, split ? "      #pragma omp parallel for simd reduction(+:acc) "
+                           "schedule(static) num_threads(nthreads)\n"
+                         : "      #pragma omp simd reduction(+:acc)\n");
+        put(b, "      for (int64_t r = 0; r < R; r++) {\n");
+        block_stmts(b, k, blk);
+        reduce_step(b, x, in);
+        put(b, "      }\n");
+    }
+    reduce_result(b, x, blk->reduce);
+    put(b, "    }\n");
+}
+
+/* Reductions and row kernels: a program instance per output row, walking
+ * the plan's blocks: outer values, passes that finish reductions, and in a
+ * row kernel a last pass that stores. */
+static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    put(b, "  const int64_t N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
+    if (plan->parallel)
+        put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
+    put(b, "  for (int64_t g = 0; g < N; g++) {\n");
+    bool stored = false;
+    for (int i = 0; i < plan->nblocks; i++) {
+        const lower_block *blk = &plan->blocks[i];
+        switch (blk->kind) {
+        case LOWER_BLOCK_OUTER:
+            block_stmts(b, k, blk);
+            break;
+        case LOWER_BLOCK_REDUCE:
+            reduce_pass(b, k, blk, plan->split);
+            break;
+        case LOWER_BLOCK_STORE:
+            put(b, plan->split
+                       ? "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n"
+                       : "    #pragma omp simd\n");
+            put(b, "    for (int64_t r = 0; r < R; r++) {\n");
+            block_stmts(b, k, blk);
+            store_stmt(b, k, "      ");
+            put(b, "    }\n");
+            stored = true;
+            break;
+        }
+    }
+    if (!stored)
         store_stmt(b, k, "    ");
-    }
     put(b, "  }\n}\n\n");
-    free(stage);
-    free(pass);
 }
 
-/* Whether every index value of k, in every lane (masked ones too), lies well
- * inside int32 — and so do the immediates index arithmetic uses. */
-static bool narrow_indices(const lower_kernel *k) {
-    const int64_t lim = INT32_MAX / 2;
-    if (k->numel > lim || k->rnumel > lim)
-        return false;
-    for (int i = 0; i < k->nins; i++) {
-        const lower_ins *x = &k->ins[i];
-        bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
-        if (index && (x->min < -lim || x->max > lim))
-            return false;
-        if (x->op >= UOP_IADD && x->op <= UOP_ILT)
-            for (int j = 0; j < 2; j++) {
-                const lower_ins *o = &k->ins[j ? x->b : x->a];
-                if (o->min < -lim || o->max > lim)
-                    return false;
-            }
-    }
-    return true;
-}
-
-static void render_ir_kernel(sbuf *b, const lower_kernel *k) {
-    bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
-    if (!live) {
-        b->failed = true;
-        return;
-    }
+static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     params(b, k);
-    b->narrow = narrow_indices(k);
+    b->narrow = plan->narrow;
     if (k->kind == LOWER_ELEMENTWISE)
-        render_elementwise(b, k, live);
+        render_elementwise(b, k, plan);
     else
-        render_phased(b, k, live);
+        render_phased(b, k, plan);
     b->narrow = false;
-    free(live);
 }
 
 static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
@@ -653,41 +571,11 @@ static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
     put(b, ";\n");
 }
 
-/* The register tile of the matmul micro-kernel for this host: vector bytes,
- * rows (MR) and vectors per row (NV). MR x NV accumulators, NV loads of B
- * and a broadcast of A must fit the vector register file. */
+/* The register tile of the micro-kernel, from the plan: vector bytes, rows
+ * (MR) and vectors per row (NV). */
 typedef struct mm_shape {
     int vbytes, mr, nv;
 } mm_shape;
-
-static mm_shape mm_host_shape(void) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f"))
-        return (mm_shape){64, 6, 4};
-    if (__builtin_cpu_supports("avx2"))
-        return (mm_shape){32, 6, 2};
-    return (mm_shape){16, 6, 2};
-#else
-    return (mm_shape){16, 6, 4};
-#endif
-}
-
-/* Block targets: MC rows of A share each packing of B; the KC x NC slice of
- * packed B stays in L2 while the micro-kernel walks it with one MR-row panel
- * of A, which stays in L1. Measured on AVX-512 f32 at 1024 and 2048. */
-enum { MM_MC = 720, MM_NC = 512 };
-
-static int64_t mm_ceil(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* A block size of about `target`, a multiple of `unit`, that splits n into
- * blocks of nearly equal size. */
-static int64_t mm_block(int64_t n, int64_t target, int64_t unit) {
-    if (n < 1)
-        n = 1;
-    int64_t nblocks = mm_ceil(n, target);
-    return mm_ceil(mm_ceil(n, nblocks), unit) * unit;
-}
 
 /* The micro-kernel: an MR x NR tile of C (NR = NV vectors) accumulated in
  * registers over kc steps of A (MR values per step, rows `rs` apart, steps
@@ -791,58 +679,19 @@ static void mm_buffers(sbuf *b, const lower_kernel *k) {
  * element. Floats accumulate in their own precision (halves in float),
  * integers in wrapping uint64_t. Should the panels not be allocated, a plain
  * dot product per element is the fallback. */
-static void render_matmul(sbuf *b, const lower_kernel *k) {
-    kiln_dtype dt = k->out->dtype;
-    for (int i = 0; i < k->nins; i++)
-        if (k->ins[i].op == UOP_ACC)
-            dt = k->ins[i].dt;
+static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    const lower_mm_plan *mm = &plan->mm;
+    kiln_dtype dt = mm->acc;
     kiln_dtype at = k->inputs[k->a.buf - k->nouts]->dtype;
     kiln_dtype bt = k->inputs[k->b.buf - k->nouts]->dtype;
     const char *e = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "uint64_t";
-    int esz = dt == KILN_F32 || dt == KILN_F16 || dt == KILN_BF16 ? 4 : 8;
-    /* A of the accumulation type whose rows are contiguous feeds the
-     * micro-kernel where it lies (measured: faster than packing it, while a
-     * transposed A is faster packed); only a last panel of fewer than MR
-     * rows is packed (padded with zeros). */
-    bool direct = at == dt && (dt == KILN_F32 || dt == KILN_F64) && k->a.col_stride == 1;
-    bool *live = calloc((size_t)k->nins, sizeof *live);
-    if (!live) {
-        b->failed = true;
-        return;
-    }
-    needs(k, k->result, false, live);
-    needs(k, k->store, false, live);
+    int esz = dt == KILN_F32 ? 4 : 8;
+    bool direct = mm->a_direct;
     int64_t nb = 1;
     for (int d = 0; d < k->nbatch; d++)
         nb *= k->batch[d];
-    mm_shape s = mm_host_shape();
-    int64_t lanes = s.vbytes / esz;
-    /* Narrow outputs (a matrix times a vector, a projection to a few
-     * features) take fewer vectors per row and more rows, in the same
-     * registers, rather than computing columns that do not exist. */
-    if (k->m > 0 && mm_ceil(k->m, lanes) < s.nv) {
-        int nv = (int)mm_ceil(k->m, lanes);
-        s.mr = s.mr * s.nv / nv < 12 ? s.mr * s.nv / nv : 12;
-        s.nv = nv;
-    }
-    int64_t nr = lanes * s.nv;
-    /* KC x NR of B is about 64 KiB: long enough runs of k to hide the
-     * C tile's load and store. Blocks shrink until there are enough tasks to
-     * balance the threads. */
-    int64_t kc_target = 65536 / (nr * esz);
-    kc_target = kc_target < 64 ? 64 : kc_target > 512 ? 512 : kc_target;
-    int64_t kc = mm_block(k->k, kc_target, 1);
-    int64_t mc = mm_block(k->n, MM_MC, s.mr), nc = mm_block(k->m, MM_NC, nr);
-    for (int it = 0; it < 16 && nb * mm_ceil(k->n, mc) * mm_ceil(k->m, nc) < 8; it++) {
-        if (mc >= nc / 2 && mc > 2 * s.mr)
-            mc = mm_block(k->n, mc / 2, s.mr);
-        else if (nc > nr)
-            nc = mm_block(k->m, nc / 2, nr);
-        else if (mc > s.mr)
-            mc = mm_block(k->n, mc / 2, s.mr);
-        else
-            break;
-    }
+    mm_shape s = {mm->lanes * esz, mm->mr, mm->nv};
+    int64_t lanes = mm->lanes, nr = lanes * mm->nv, mc = mm->mc, nc = mm->nc, kc = mm->kc;
     const char *name = k->name;
     put(b, "#include <stdlib.h>\n");
     put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, name, s.vbytes);
@@ -865,10 +714,9 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, "  for (int64_t j = 0; j < n; j++) {\n");
     put(b, "    const int64_t g = g0 + j;\n");
     put(b, "    const %s dot = dots[j];\n", e);
-    b->narrow = narrow_indices(k);
-    for (int i = 0; i < k->nins; i++)
-        if (live[i])
-            ins_stmt(b, k->ins, i);
+    b->narrow = plan->narrow;
+    for (int i = 0; i < plan->nblocks; i++)
+        block_stmts(b, k, &plan->blocks[i]);
     b->narrow = false;
     store_stmt(b, k, "    ");
     put(b, "  }\n}\n");
@@ -882,8 +730,8 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, "  const size_t csz = MCP * NC, bsz = KC * NC, asz = MCP * KC;\n");
     put(b, "  const size_t bytes = ((csz + bsz + asz) * sizeof(%s) + 63) / 64 * 64;\n", e);
     put(b, "  const int64_t T = NB * NBM * NBN;\n");
-    put(b, "  #pragma omp parallel num_threads(nthreads < T ? nthreads : (int)T) "
-           "if(NB * N * M * K >= 262144 && T > 1)\n  {\n");
+    put(b, "  #pragma omp parallel num_threads(nthreads < T ? nthreads : (int)T) if(%d)\n  {\n",
+        plan->parallel);
     put(b, "  %s *const cb = K > 0 ? aligned_alloc(64, bytes) : NULL;\n", e);
     put(b, "  %s *const bp = cb ? cb + csz : NULL, *const ap = cb ? cb + csz + bsz : NULL;\n", e);
     put(b, "  #pragma omp for schedule(dynamic, 1)\n");
@@ -935,18 +783,17 @@ static void render_matmul(sbuf *b, const lower_kernel *k) {
     put(b, ";\n            }\n");
     put(b, "            %s_epi(bufs, bt * N * M + (i0 + i) * M + j0 + j, &dot, 1);\n", name);
     put(b, "          }\n  }\n  free(cb);\n  }\n}\n\n");
-    free(live);
 }
 
-char *jit_cpu_render(const lower_program *p) {
+char *jit_cpu_render(const lower_program *p, const lower_plan *plans) {
     sbuf b = {0};
     put(&b, "%s\n", jit_cpu_prelude);
     for (int i = 0; i < p->nkernels; i++) {
         const lower_kernel *k = &p->kernels[i];
         if (k->kind == LOWER_MATMUL)
-            render_matmul(&b, k);
+            render_matmul(&b, k, &plans[i]);
         else if (k->kind != LOWER_ALIAS)
-            render_ir_kernel(&b, k);
+            render_ir_kernel(&b, k, &plans[i]);
     }
     if (b.failed) {
         free(b.s);

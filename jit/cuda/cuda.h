@@ -27,15 +27,18 @@
 
 /* ---- rendering ---------------------------------------------------------- */
 
-/* The CUDA C translation unit of a program (malloc'd), or NULL when out of
- * memory. */
-char *jit_cuda_render(const lower_program *p);
+/* What the planner is told about a CUDA device. */
+const lower_target *jit_cuda_target(void);
 
-/* How to launch kernel k of a rendered program. */
+/* The CUDA C translation unit of a program planned for jit_cuda_target()
+ * (malloc'd), or NULL when out of memory. */
+char *jit_cuda_render(const lower_program *p, const lower_plan *plans);
+
+/* How to launch a kernel of a rendered program, from its plan. */
 typedef struct jit_cuda_dims {
     unsigned grid, block;
 } jit_cuda_dims;
-jit_cuda_dims jit_cuda_launch_dims(const lower_kernel *k);
+jit_cuda_dims jit_cuda_launch_dims(const lower_plan *plan);
 
 /* ---- NVRTC --------------------------------------------------------------- */
 

@@ -260,7 +260,9 @@ static void remember(cache_key k) {
 }
 
 kiln_status jit_cuda_check_program(const lower_program *p, char *msg, size_t cap) {
-    char *src = jit_cuda_render(p);
+    lower_plan *plans = lower_plan_program(p, jit_cuda_target());
+    char *src = plans ? jit_cuda_render(p, plans) : NULL;
+    lower_plans_free(plans, p->nkernels);
     if (!src) {
         snprintf(msg, cap, "kiln: out of memory while generating CUDA code");
         return KILN_ERR_OOM;

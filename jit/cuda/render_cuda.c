@@ -16,13 +16,8 @@
 #include "jit/cuda/cuda.h"
 #include "jit/cuda/half.h"
 
-/* Threads per block of elementwise and matmul kernels; the matmul tile is
- * MM_T by MM_T outputs, 4x4 per thread, over steps of MM_K along k. */
+/* Threads per block of elementwise kernels (the planner decides the rest). */
 #define EW_BLOCK 256
-#define MM_T 64
-#define MM_K 16
-/* Grids stay below this many blocks; kernels loop over the rest. */
-#define GRID_CAP (1u << 21)
 
 static const char prelude[] =
     "typedef unsigned char kh_u8;\n"
@@ -501,40 +496,6 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i, const char *indent) {
     put(b, ";\n");
 }
 
-/* Marks in `in` the instructions that `target` needs (dead ones are never
- * rendered: a load that simplification left unused cannot read out of
- * bounds, and NVRTC warns about unused variables). With inner_only, only the
- * inner ones: a pass over the reduced elements recomputes those, while outer
- * values are already in scope. */
-static void needs(const lower_kernel *k, int target, bool inner_only, bool *in) {
-    if (inner_only && !k->ins[target].inner)
-        return;
-    in[target] = true;
-    for (int i = target; i >= 0; i--) {
-        if (!in[i])
-            continue;
-        const lower_ins *x = &k->ins[i];
-        int ops[3] = {x->a, x->b, x->c};
-        for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && (!inner_only || k->ins[ops[j]].inner))
-                in[ops[j]] = true;
-    }
-}
-
-/* Everything the stores need: each output's value and the index. */
-static void needs_stores(const lower_kernel *k, bool inner_only, bool *in) {
-    for (int o = 0; o < k->nouts; o++)
-        needs(k, k->results[o], inner_only, in);
-    needs(k, k->store, inner_only, in);
-}
-
-static bool stores_inner(const lower_kernel *k) {
-    for (int o = 0; o < k->nouts; o++)
-        if (k->ins[k->results[o]].inner)
-            return true;
-    return k->ins[k->store].inner;
-}
-
 static void store_stmts(sbuf *b, const lower_kernel *k, const char *indent) {
     for (int o = 0; o < k->nouts; o++) {
         put(b, "%sb%d[v%d] = ", indent, o, k->store);
@@ -543,46 +504,23 @@ static void store_stmts(sbuf *b, const lower_kernel *k, const char *indent) {
     }
 }
 
-/* Threads per block of a kernel: reductions use no more threads than they
- * have reduced elements, in whole warps. */
-static unsigned block_size(const lower_kernel *k) {
-    if (k->kind != LOWER_REDUCE)
-        return EW_BLOCK;
-    int64_t r = k->rnumel < 1 ? 1 : k->rnumel;
-    return r >= 256 ? 256u : (unsigned)((r + 31) / 32 * 32);
+const lower_target *jit_cuda_target(void) {
+    static const lower_target t = {.name = "cuda", .gpu = true, .block_threads = EW_BLOCK};
+    return &t;
 }
 
-static unsigned grid_of(int64_t units) {
-    if (units <= 0)
-        return 0;
-    return units > (int64_t)GRID_CAP ? GRID_CAP : (unsigned)units;
+jit_cuda_dims jit_cuda_launch_dims(const lower_plan *plan) {
+    return (jit_cuda_dims){(unsigned)plan->grid, (unsigned)plan->block_threads};
 }
 
-jit_cuda_dims jit_cuda_launch_dims(const lower_kernel *k) {
-    jit_cuda_dims d = {0, block_size(k)};
-    switch (k->kind) {
-    case LOWER_ELEMENTWISE: {
-        int64_t t = k->tile > 0 ? k->tile : 1;
-        d.grid = grid_of(k->numel > 0 ? (k->numel + t - 1) / t : 0);
-        break;
-    }
-    case LOWER_REDUCE:
-        d.grid = grid_of(k->numel);
-        break;
-    case LOWER_MATMUL: {
-        int64_t nb = k->n > 0 && k->m > 0 ? k->numel / (k->n * k->m) : 0;
-        d.grid = grid_of(nb * ((k->n + MM_T - 1) / MM_T) * ((k->m + MM_T - 1) / MM_T));
-        break;
-    }
-    case LOWER_ALIAS:
-        d.block = 0;
-        break;
-    }
-    return d;
+static void block_stmts(sbuf *b, const lower_kernel *k, const lower_block *blk,
+                        const char *indent) {
+    for (int i = 0; i < blk->n; i++)
+        ins_stmt(b, k->ins, blk->ins[i], indent);
 }
 
-static void params(sbuf *b, const lower_kernel *k) {
-    put(b, "extern \"C\" __global__ void __launch_bounds__(%u) %s(", block_size(k), k->name);
+static void params(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    put(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", plan->block_threads, k->name);
     int nbufs = k->nouts + k->ninputs;
     for (int i = 0; i < nbufs; i++) {
         const char *t = stype(buf_node(k, i)->dtype);
@@ -593,35 +531,23 @@ static void params(sbuf *b, const lower_kernel *k) {
 
 /* Elementwise: a tile of output elements per block, spread over its
  * threads so that neighbouring threads touch neighbouring elements. */
-static void render_elementwise(sbuf *b, const lower_kernel *k, bool *live) {
-    needs_stores(k, false, live);
+static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     put(b, "  const kh_i64 N = %lldLL, T = %lldLL;\n", (long long)k->numel,
         (long long)(k->tile > 0 ? k->tile : 1));
     put(b, "  for (kh_i64 t = blockIdx.x; t * T < N; t += gridDim.x) {\n");
     put(b, "    const kh_i64 hi = N - t * T < T ? N : t * T + T;\n");
-    put(b, "    for (kh_i64 g = t * T + threadIdx.x; g < hi; g += %u) {\n", EW_BLOCK);
-    for (int i = 0; i < k->nins; i++)
-        if (live[i])
-            ins_stmt(b, k->ins, i, "      ");
+    put(b, "    for (kh_i64 g = t * T + threadIdx.x; g < hi; g += %d) {\n", plan->block_threads);
+    for (int i = 0; i < plan->nblocks; i++)
+        block_stmts(b, k, &plan->blocks[i], "      ");
     store_stmts(b, k, "      ");
     put(b, "    }\n  }\n}\n\n");
 }
 
-/* One pass over the reduced elements: the inner instructions target needs. */
-static void render_pass(sbuf *b, const lower_kernel *k, int target, bool stores, bool *pass) {
-    memset(pass, 0, sizeof *pass * (size_t)k->nins);
-    if (stores)
-        needs_stores(k, true, pass);
-    else
-        needs(k, target, true, pass);
-    for (int i = 0; i < k->nins; i++)
-        if (pass[i])
-            ins_stmt(b, k->ins, i, "        ");
-}
-
 /* One reduction: each thread scans its share of the row in order (so the
  * first index wins ties within it), then the block combines the shares. */
-static void render_reduction(sbuf *b, const lower_kernel *k, int red, bool *pass) {
+static void render_reduction(sbuf *b, const lower_kernel *k, const lower_block *blk,
+                             int threads) {
+    int red = blk->reduce;
     const lower_ins *x = &k->ins[red];
     kiln_dtype in = k->ins[x->a].dt, dt = x->dt;
     int v = x->a;
@@ -629,8 +555,8 @@ static void render_reduction(sbuf *b, const lower_kernel *k, int red, bool *pass
     if (x->gop == GRAPH_SUM) {
         const char *acc = is_float(in) ? "double" : "kh_u64";
         put(b, "      %s acc = 0;\n", acc);
-        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %u) {\n", block_size(k));
-        render_pass(b, k, v, false, pass);
+        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", threads);
+        block_stmts(b, k, blk, "        ");
         put(b, "        acc += (%s)v%d;\n      }\n", acc, v);
         put(b, "      acc = kh_block_sum(acc, kh_s%s);\n", is_float(in) ? "d" : "u");
         if (is_float(dt))
@@ -641,8 +567,8 @@ static void render_reduction(sbuf *b, const lower_kernel *k, int red, bool *pass
         bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
         bool arg = x->gop == GRAPH_ARGMAX || x->gop == GRAPH_ARGMIN;
         put(b, "      %s best = 0; kh_i64 at = -1;\n", is_float(in) ? "double" : "kh_i64");
-        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %u) {\n", block_size(k));
-        render_pass(b, k, v, false, pass);
+        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", threads);
+        block_stmts(b, k, blk, "        ");
         if (is_float(in))
             put(b,
                 "        if (at < 0 || (best == best && (v%d != v%d || v%d %s best))) "
@@ -663,12 +589,12 @@ static void render_reduction(sbuf *b, const lower_kernel *k, int red, bool *pass
 }
 
 /* The shared arrays the kernel's combines use. */
-static void shared_decls(sbuf *b, const lower_kernel *k, const bool *live) {
+static void shared_decls(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     bool d = false, u = false, i = false, a = false;
-    for (int j = 0; j < k->nins; j++) {
-        const lower_ins *x = &k->ins[j];
-        if (!live[j] || x->op != UOP_REDUCE)
+    for (int j = 0; j < plan->nblocks; j++) {
+        if (plan->blocks[j].kind != LOWER_BLOCK_REDUCE)
             continue;
+        const lower_ins *x = &k->ins[plan->blocks[j].reduce];
         bool f = is_float(k->ins[x->a].dt);
         d |= f;
         if (x->gop == GRAPH_SUM) {
@@ -688,64 +614,38 @@ static void shared_decls(sbuf *b, const lower_kernel *k, const bool *live) {
         put(b, "  __shared__ kh_i64 kh_sa[33];\n");
 }
 
-/* Reductions and row kernels: a block per output row, which passes over its
- * reduced elements once per reduction, in order (each may read the ones
- * before), then, in a row kernel, once more to store. Outer values are
- * computed, by every thread alike, as soon as the reductions they read are
- * done. */
-static void render_phased(sbuf *b, const lower_kernel *k, bool *live) {
-    int n = k->nins;
-    int *stage = calloc((size_t)n, sizeof *stage);
-    bool *pass = calloc((size_t)n, sizeof *pass);
-    if (!stage || !pass) {
-        free(stage);
-        free(pass);
-        b->failed = true;
-        return;
-    }
-    needs_stores(k, false, live);
-    int nred = 0;
-    for (int i = 0; i < n; i++) {
-        const lower_ins *x = &k->ins[i];
-        if (!live[i] || x->inner)
-            continue;
-        if (x->op == UOP_REDUCE) {
-            stage[i] = ++nred;
-            continue;
-        }
-        int ops[3] = {x->a, x->b, x->c};
-        for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0 && stage[ops[j]] > stage[i])
-                stage[i] = stage[ops[j]];
-    }
-    shared_decls(b, k, live);
+/* Reductions and row kernels: a block per output row, walking the plan's
+ * blocks: outer values (computed by every thread alike), passes that finish
+ * reductions, and in a row kernel a last pass that stores. */
+static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    shared_decls(b, k, plan);
     put(b, "  const kh_i64 N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
     put(b, "  for (kh_i64 g = blockIdx.x; g < N; g += gridDim.x) {\n");
-    for (int s = 0, done = 0; s <= nred; s++) {
-        for (int i = 0; i < n; i++)
-            if (live[i] && !k->ins[i].inner && k->ins[i].op != UOP_REDUCE && stage[i] == s)
-                ins_stmt(b, k->ins, i, "    ");
-        if (s == nred)
+    bool stored = false;
+    for (int i = 0; i < plan->nblocks; i++) {
+        const lower_block *blk = &plan->blocks[i];
+        switch (blk->kind) {
+        case LOWER_BLOCK_OUTER:
+            block_stmts(b, k, blk, "    ");
             break;
-        int red = done;
-        while (!(live[red] && k->ins[red].op == UOP_REDUCE))
-            red++;
-        done = red + 1;
-        render_reduction(b, k, red, pass);
+        case LOWER_BLOCK_REDUCE:
+            render_reduction(b, k, blk, plan->block_threads);
+            break;
+        case LOWER_BLOCK_STORE:
+            put(b, "    for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", plan->block_threads);
+            block_stmts(b, k, blk, "      ");
+            store_stmts(b, k, "      ");
+            put(b, "    }\n");
+            stored = true;
+            break;
+        }
     }
-    if (stores_inner(k)) {
-        put(b, "    for (kh_i64 r = threadIdx.x; r < R; r += %u) {\n", block_size(k));
-        render_pass(b, k, -1, true, pass);
-        store_stmts(b, k, "      ");
-        put(b, "    }\n");
-    } else {
+    if (!stored) {
         put(b, "    if (threadIdx.x == 0) {\n");
         store_stmts(b, k, "      ");
         put(b, "    }\n");
     }
     put(b, "  }\n}\n\n");
-    free(stage);
-    free(pass);
 }
 
 static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
@@ -761,19 +661,18 @@ static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
     put(b, ";\n");
 }
 
-/* A block owns an MM_T x MM_T output tile, its threads a 16 x 16 grid each
- * holding 4 x 4 outputs (rows ty + 16 i, columns tx + 16 j, so that a warp
- * reads consecutive shared words). Each step along k stages MM_K columns of
- * A and rows of B in shared memory, zero outside the matrices. */
-static void render_matmul(sbuf *b, const lower_kernel *k, bool *live) {
-    kiln_dtype dt = k->outs[0]->dtype;
+/* A block owns the plan's output tile (64 x 64), its threads a 16 x 16 grid
+ * each holding 4 x 4 outputs (rows ty + 16 i, columns tx + 16 j, so that a
+ * warp reads consecutive shared words). Each step along k stages ktile
+ * columns of A and rows of B in shared memory, zero outside the matrices. */
+static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    kiln_dtype dt = plan->mm.acc;
     kiln_dtype at = buf_node(k, k->a.buf)->dtype, bt = buf_node(k, k->b.buf)->dtype;
-    const char *acc = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "kh_u64";
-    needs_stores(k, false, live);
+    const char *acc = dt == KILN_F64 ? "double" : dt == KILN_F32 ? "float" : "kh_u64";
     int64_t nb = 1;
     for (int d = 0; d < k->nbatch; d++)
         nb *= k->batch[d];
-    put(b, "  enum { TM = %d, TK = %d };\n", MM_T, MM_K);
+    put(b, "  enum { TM = %d, TK = %d };\n", plan->mm.tile, plan->mm.ktile);
     put(b, "  __shared__ %s sa[TK][TM + 1], sb[TK][TM];\n", acc);
     put(b, "  const kh_i64 NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
         (long long)k->n, (long long)k->k, (long long)k->m);
@@ -787,7 +686,7 @@ static void render_matmul(sbuf *b, const lower_kernel *k, bool *live) {
     put(b, "    %s acc[4][4];\n", acc);
     put(b, "    for (int i = 0; i < 4; i++)\n      for (int j = 0; j < 4; j++) acc[i][j] = 0;\n");
     put(b, "    for (kh_i64 k0 = 0; k0 < K; k0 += TK) {\n");
-    put(b, "      for (int e = threadIdx.x; e < TM * TK; e += %d) {\n", EW_BLOCK);
+    put(b, "      for (int e = threadIdx.x; e < TM * TK; e += %d) {\n", plan->block_threads);
     put(b, "        const int ai = e / TK, ak = e %% TK, bk = e / TM, bj = e %% TM;\n");
     put(b, "        const kh_i64 ri = i0 + ai, ka = k0 + ak, kb = k0 + bk, cj = j0 + bj;\n");
     put(b, "        sa[ak][ai] = ri < N && ka < K ? (%s)", acc);
@@ -814,39 +713,32 @@ static void render_matmul(sbuf *b, const lower_kernel *k, bool *live) {
     put(b, "        if (row >= N || col >= M) continue;\n");
     put(b, "        const kh_i64 g = bt * N * M + row * M + col;\n");
     put(b, "        const %s dot = acc[i][j];\n", acc);
-    for (int i = 0; i < k->nins; i++)
-        if (live[i])
-            ins_stmt(b, k->ins, i, "        ");
+    for (int i = 0; i < plan->nblocks; i++)
+        block_stmts(b, k, &plan->blocks[i], "        ");
     store_stmts(b, k, "        ");
     put(b, "      }\n  }\n}\n\n");
 }
 
-static void render_kernel(sbuf *b, const lower_kernel *k) {
-    bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
-    if (!live) {
-        b->failed = true;
-        return;
-    }
-    params(b, k);
+static void render_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    params(b, k, plan);
     /* Nothing to compute (the kernel is never launched); a body would only
      * divide by the empty sizes. */
     if (k->numel <= 0)
         put(b, "}\n\n");
     else if (k->kind == LOWER_MATMUL)
-        render_matmul(b, k, live);
+        render_matmul(b, k, plan);
     else if (k->kind == LOWER_ELEMENTWISE)
-        render_elementwise(b, k, live);
+        render_elementwise(b, k, plan);
     else
-        render_phased(b, k, live);
-    free(live);
+        render_phased(b, k, plan);
 }
 
-char *jit_cuda_render(const lower_program *p) {
+char *jit_cuda_render(const lower_program *p, const lower_plan *plans) {
     sbuf b = {0};
     put(&b, "%s\n", prelude);
     for (int i = 0; i < p->nkernels; i++)
         if (p->kernels[i].kind != LOWER_ALIAS)
-            render_kernel(&b, &p->kernels[i]);
+            render_kernel(&b, &p->kernels[i], &plans[i]);
     if (b.failed) {
         free(b.s);
         return NULL;

@@ -63,20 +63,23 @@ static size_t node_bytes(const graph_node *x) {
 /* Runs program p on the device; the target's result lands in host. */
 static kiln_status run_on_device(jit_cuda_device *d, const lower_program *p,
                                  const graph_node *target, void *host, char *msg, size_t cap) {
-    char *src = jit_cuda_render(p);
+    lower_plan *plans = lower_plan_program(p, jit_cuda_target());
+    char *src = plans ? jit_cuda_render(p, plans) : NULL;
     if (!src) {
+        lower_plans_free(plans, p->nkernels);
         snprintf(msg, cap, "out of memory rendering");
         return KILN_ERR_OOM;
     }
     jit_cuda_binary bin;
     kiln_status st = jit_cuda_compile(src, jit_cuda_device_arch(d), true, &bin, msg, cap);
     free(src);
-    if (st != KILN_OK)
-        return st;
-    jit_cuda_module *mod = jit_cuda_module_load(d, &bin, msg, cap);
-    jit_cuda_binary_free(&bin);
-    if (!mod)
-        return KILN_ERR_DEVICE;
+    jit_cuda_module *mod = st == KILN_OK ? jit_cuda_module_load(d, &bin, msg, cap) : NULL;
+    if (st == KILN_OK)
+        jit_cuda_binary_free(&bin);
+    if (!mod) {
+        lower_plans_free(plans, p->nkernels);
+        return st == KILN_OK ? KILN_ERR_DEVICE : st;
+    }
     dev_map m = {0};
     for (int i = 0; st == KILN_OK && i < p->nkernels; i++) {
         const lower_kernel *k = &p->kernels[i];
@@ -116,7 +119,8 @@ static kiln_status run_on_device(jit_cuda_device *d, const lower_program *p,
                 m.node[m.n] = k->outs[o], m.ptr[m.n] = bufs[o], m.owned[m.n++] = true;
         }
         if (st == KILN_OK && k->numel > 0)
-            st = jit_cuda_launch(mod, k->name, jit_cuda_launch_dims(k), nb, bufs, msg, cap);
+            st = jit_cuda_launch(mod, k->name, jit_cuda_launch_dims(&plans[i]), nb, bufs, msg,
+                                 cap);
     }
     if (st == KILN_OK) {
         jit_cuda_ptr out = lookup(&m, target);
@@ -129,6 +133,7 @@ static kiln_status run_on_device(jit_cuda_device *d, const lower_program *p,
         if (m.owned[i])
             jit_cuda_free(d, m.ptr[i]);
     jit_cuda_module_unload(mod);
+    lower_plans_free(plans, p->nkernels);
     return st;
 }
 

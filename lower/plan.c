@@ -1,0 +1,387 @@
+/* plan.c — every decision a renderer needs, made once for every target: which
+ * instructions are live and in which block (per element, per pass over the
+ * reduced elements, after a reduction), whether index arithmetic fits 32
+ * bits, whether a long row is split across threads, how much work is worth
+ * threads, the grid, and how a matmul is blocked. A renderer walks the plan
+ * and prints or emits what it says; it decides nothing. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/lower.h"
+
+/* Parallel loops below this much work run on one thread: spawning the team
+ * costs more than the loop (measured on 2 cores, elementwise and row kernels;
+ * a matmul's tasks pay for packing as well, hence its larger threshold). */
+#define PAR_MIN_WORK ((int64_t)1 << 15)
+#define PAR_MIN_MATMUL ((int64_t)1 << 18)
+/* Rows at least this long are split across threads when there are few. */
+#define SPLIT_MIN ((int64_t)1 << 18)
+#define SPLIT_MAX_ROWS 4
+/* GPU: threads of a reduction block at most, the matmul's output tile (its
+ * 16 x 16 threads each hold 4 x 4 outputs) and k step, and the grid's cap
+ * (blocks loop over the rest). */
+#define GPU_RED_THREADS 256
+#define GPU_MM_TILE 64
+#define GPU_MM_K 16
+#define GPU_MM_THREADS 256
+#define GPU_GRID_CAP ((int64_t)1 << 21)
+/* CPU matmul cache blocks: MC rows of A share each packing of B; the KC x NC
+ * slice of packed B stays in L2 while the micro-kernel walks it with one
+ * MR-row panel of A, which stays in L1. Measured on AVX-512 f32 at 1024 and
+ * 2048. */
+#define MM_MC 720
+#define MM_NC 512
+
+/* Marks in `in` the instructions that `target` needs. Dead ones are never
+ * rendered: a load that simplification left unused cannot read out of bounds.
+ * With inner_only, only the inner ones: a pass over the reduced elements
+ * recomputes those, while outer values are already in scope. */
+static void needs(const lower_kernel *k, int target, bool inner_only, bool *in) {
+    if (inner_only && !k->ins[target].inner)
+        return;
+    in[target] = true;
+    for (int i = target; i >= 0; i--) {
+        if (!in[i])
+            continue;
+        const lower_ins *x = &k->ins[i];
+        int ops[3] = {x->a, x->b, x->c};
+        for (int j = 0; j < 3; j++)
+            if (ops[j] >= 0 && (!inner_only || k->ins[ops[j]].inner))
+                in[ops[j]] = true;
+    }
+}
+
+/* Everything the stores need: each output's value and the index. */
+static void needs_stores(const lower_kernel *k, bool inner_only, bool *in) {
+    for (int o = 0; o < k->nouts; o++)
+        needs(k, k->results[o], inner_only, in);
+    needs(k, k->store, inner_only, in);
+}
+
+static bool stores_inner(const lower_kernel *k) {
+    for (int o = 0; o < k->nouts; o++)
+        if (k->ins[k->results[o]].inner)
+            return true;
+    return k->ins[k->store].inner;
+}
+
+/* Appends a block of the instructions marked in `pick`, in order; an outer
+ * block with nothing in it is left out. */
+static bool add_block(lower_plan *p, const lower_kernel *k, lower_block_kind kind, int reduce,
+                      const bool *pick) {
+    int n = 0;
+    for (int i = 0; i < k->nins; i++)
+        n += pick[i];
+    if (n == 0 && kind == LOWER_BLOCK_OUTER)
+        return true;
+    lower_block *blocks = realloc(p->blocks, sizeof *blocks * (size_t)(p->nblocks + 1));
+    if (!blocks)
+        return false;
+    p->blocks = blocks;
+    lower_block *b = &blocks[p->nblocks];
+    b->kind = kind;
+    b->reduce = reduce;
+    b->n = n;
+    b->ins = malloc(sizeof *b->ins * (size_t)(n ? n : 1));
+    if (!b->ins)
+        return false;
+    p->nblocks++;
+    n = 0;
+    for (int i = 0; i < k->nins; i++)
+        if (pick[i])
+            b->ins[n++] = i;
+    return true;
+}
+
+/* Elementwise kernels and matmul epilogues: one block, per output element. */
+static bool plan_flat(lower_plan *p, const lower_kernel *k, bool *live) {
+    needs_stores(k, false, live);
+    return add_block(p, k, LOWER_BLOCK_OUTER, -1, live);
+}
+
+/* Reductions and row kernels: per output row, a pass over its reduced
+ * elements per reduction, in order (each may read the ones before); outer
+ * values as soon as the reductions they read are done; then, in a row
+ * kernel, a last pass that stores. */
+static bool plan_phased(lower_plan *p, const lower_kernel *k, bool *live) {
+    int n = k->nins;
+    int *stage = calloc((size_t)n, sizeof *stage);
+    bool *pick = calloc((size_t)n, sizeof *pick);
+    bool ok = stage && pick;
+    if (ok)
+        needs_stores(k, false, live);
+    int nred = 0;
+    for (int i = 0; ok && i < n; i++) {
+        const lower_ins *x = &k->ins[i];
+        if (!live[i] || x->inner)
+            continue;
+        if (x->op == UOP_REDUCE) {
+            stage[i] = ++nred;
+            continue;
+        }
+        int ops[3] = {x->a, x->b, x->c};
+        for (int j = 0; j < 3; j++)
+            if (ops[j] >= 0 && stage[ops[j]] > stage[i])
+                stage[i] = stage[ops[j]];
+    }
+    for (int s = 0, next = 0; ok && s <= nred; s++) {
+        for (int i = 0; i < n; i++)
+            pick[i] = live[i] && !k->ins[i].inner && k->ins[i].op != UOP_REDUCE && stage[i] == s;
+        ok = add_block(p, k, LOWER_BLOCK_OUTER, -1, pick);
+        if (!ok || s == nred)
+            break;
+        int red = next;
+        while (!(live[red] && k->ins[red].op == UOP_REDUCE))
+            red++;
+        next = red + 1;
+        memset(pick, 0, sizeof *pick * (size_t)n);
+        needs(k, k->ins[red].a, true, pick);
+        ok = add_block(p, k, LOWER_BLOCK_REDUCE, red, pick);
+    }
+    if (ok && stores_inner(k)) {
+        memset(pick, 0, sizeof *pick * (size_t)n);
+        needs_stores(k, true, pick);
+        ok = add_block(p, k, LOWER_BLOCK_STORE, -1, pick);
+    }
+    free(stage);
+    free(pick);
+    return ok;
+}
+
+/* Whether every index value of k, in every lane (masked ones too), lies well
+ * inside int32 — and so do the immediates index arithmetic uses. 64-bit
+ * division by a constant does not vectorise, and views make kernels full of
+ * it. */
+static bool narrow_indices(const lower_kernel *k) {
+    const int64_t lim = INT32_MAX / 2;
+    if (k->numel > lim || k->rnumel > lim)
+        return false;
+    for (int i = 0; i < k->nins; i++) {
+        const lower_ins *x = &k->ins[i];
+        bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
+        if (index && (x->min < -lim || x->max > lim))
+            return false;
+        if (x->op >= UOP_IADD && x->op <= UOP_ILT)
+            for (int j = 0; j < 2; j++) {
+                const lower_ins *o = &k->ins[j ? x->b : x->a];
+                if (o->min < -lim || o->max > lim)
+                    return false;
+            }
+    }
+    return true;
+}
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* A block size of about `target`, a multiple of `unit`, that splits n into
+ * blocks of nearly equal size. */
+static int64_t even_block(int64_t n, int64_t target, int64_t unit) {
+    if (n < 1)
+        n = 1;
+    int64_t nblocks = ceil_div(n, target);
+    return ceil_div(ceil_div(n, nblocks), unit) * unit;
+}
+
+static int64_t batch_count(const lower_kernel *k) {
+    int64_t nb = 1;
+    for (int d = 0; d < k->nbatch; d++)
+        nb *= k->batch[d];
+    return nb;
+}
+
+static kiln_dtype mm_acc_type(const lower_kernel *k) {
+    kiln_dtype dt = k->out->dtype;
+    for (int i = 0; i < k->nins; i++)
+        if (k->ins[i].op == UOP_ACC)
+            dt = k->ins[i].dt;
+    /* Halves accumulate in float, integers in wrapping 64 bits. */
+    if (dt == KILN_F16 || dt == KILN_BF16)
+        return KILN_F32;
+    return graph_dtype_is_float(dt) ? dt : KILN_I64;
+}
+
+static kiln_dtype operand_dtype(const lower_kernel *k, const lower_operand *o) {
+    return k->inputs[o->buf - k->nouts]->dtype;
+}
+
+/* A GotoBLAS-style blocking for a CPU. The register tile: MR x NV vector
+ * accumulators, NV loads of B and a broadcast of A fit the vector register
+ * file (6 x 4 with AVX-512's 32 registers, 6 x 2 with 16). The output is cut
+ * into MC x NC blocks, and the blocks of every batch are the tasks, so that
+ * both long and skinny shapes give every thread work. */
+static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_target *t) {
+    lower_mm_plan *mm = &p->mm;
+    mm->acc = mm_acc_type(k);
+    int esz = mm->acc == KILN_F32 ? 4 : 8;
+    int vbytes = t->vector_bytes >= 16 ? t->vector_bytes : 16;
+    mm->mr = 6;
+    mm->nv = vbytes >= 64 ? 4 : 2;
+    mm->lanes = vbytes / esz;
+    /* Narrow outputs (a matrix times a vector, a projection to a few
+     * features) take fewer vectors per row and more rows, in the same
+     * registers, rather than computing columns that do not exist. */
+    if (k->m > 0 && ceil_div(k->m, mm->lanes) < mm->nv) {
+        int nv = (int)ceil_div(k->m, mm->lanes);
+        mm->mr = mm->mr * mm->nv / nv < 12 ? mm->mr * mm->nv / nv : 12;
+        mm->nv = nv;
+    }
+    int64_t nr = (int64_t)mm->lanes * mm->nv;
+    /* KC x NR of B is about 64 KiB: long enough runs of k to hide the C
+     * tile's load and store. */
+    int64_t kc = 65536 / (nr * esz);
+    kc = kc < 64 ? 64 : kc > 512 ? 512 : kc;
+    mm->kc = even_block(k->k, kc, 1);
+    mm->mc = even_block(k->n, MM_MC, mm->mr);
+    mm->nc = even_block(k->m, MM_NC, nr);
+    /* Blocks shrink until there are enough tasks to balance the threads. */
+    int64_t nb = batch_count(k);
+    for (int it = 0; it < 16 && nb * ceil_div(k->n, mm->mc) * ceil_div(k->m, mm->nc) < 8; it++) {
+        if (mm->mc >= mm->nc / 2 && mm->mc > 2 * mm->mr)
+            mm->mc = even_block(k->n, mm->mc / 2, mm->mr);
+        else if (mm->nc > nr)
+            mm->nc = even_block(k->m, mm->nc / 2, nr);
+        else if (mm->mc > mm->mr)
+            mm->mc = even_block(k->n, mm->mc / 2, mm->mr);
+        else
+            break;
+    }
+    /* A of the accumulation type whose rows are contiguous feeds the
+     * micro-kernel where it lies (measured: faster than packing it, while a
+     * transposed A is faster packed). */
+    kiln_dtype at = operand_dtype(k, &k->a);
+    mm->a_direct = at == mm->acc && (at == KILN_F32 || at == KILN_F64) && k->a.col_stride == 1;
+    int64_t tasks = nb * ceil_div(k->n, mm->mc) * ceil_div(k->m, mm->nc);
+    p->grid = k->n > 0 && k->m > 0 ? tasks : 0;
+    p->parallel = nb * k->n * k->m * k->k >= PAR_MIN_MATMUL && tasks > 1;
+}
+
+static int64_t gpu_grid(int64_t units) {
+    return units <= 0 ? 0 : units > GPU_GRID_CAP ? GPU_GRID_CAP : units;
+}
+
+/* The loop nest: grid, threads, splits, and the matmul's blocking. */
+static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target *t) {
+    int64_t tile = k->tile > 0 ? k->tile : 1;
+    p->vector_bytes = t->vector_bytes;
+    if (t->gpu) {
+        switch (k->kind) {
+        case LOWER_ELEMENTWISE:
+            p->grid = gpu_grid(k->numel > 0 ? ceil_div(k->numel, tile) : 0);
+            p->block_threads = t->block_threads;
+            break;
+        case LOWER_REDUCE: {
+            /* No more threads than reduced elements, in whole warps. */
+            int64_t r = k->rnumel < 1 ? 1 : k->rnumel;
+            p->grid = gpu_grid(k->numel);
+            p->block_threads = r >= GPU_RED_THREADS ? GPU_RED_THREADS : (int)ceil_div(r, 32) * 32;
+            break;
+        }
+        case LOWER_MATMUL:
+            p->mm.acc = mm_acc_type(k);
+            p->mm.tile = GPU_MM_TILE;
+            p->mm.ktile = GPU_MM_K;
+            p->grid = gpu_grid(batch_count(k) * ceil_div(k->n, GPU_MM_TILE) *
+                               ceil_div(k->m, GPU_MM_TILE));
+            p->block_threads = GPU_MM_THREADS;
+            break;
+        case LOWER_ALIAS:
+            break;
+        }
+        p->parallel = p->grid > 0;
+        return;
+    }
+    switch (k->kind) {
+    case LOWER_ELEMENTWISE:
+        p->grid = k->numel > 0 ? ceil_div(k->numel, tile) : 0;
+        p->parallel = k->numel >= PAR_MIN_WORK;
+        break;
+    case LOWER_REDUCE:
+        p->grid = k->numel;
+        /* Few rows, each long (a full sum): the rows would leave cores idle,
+         * so each pass over a row is split across the threads instead. */
+        p->split = k->numel <= SPLIT_MAX_ROWS && k->rnumel >= SPLIT_MIN;
+        p->parallel = !p->split && k->numel * k->rnumel >= PAR_MIN_WORK;
+        break;
+    case LOWER_MATMUL:
+        plan_cpu_matmul(p, k, t);
+        break;
+    case LOWER_ALIAS:
+        break;
+    }
+}
+
+static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target *t) {
+    memset(p, 0, sizeof *p);
+    if (k->kind == LOWER_ALIAS)
+        return true;
+    bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
+    if (!live)
+        return false;
+    bool ok = k->kind == LOWER_REDUCE ? plan_phased(p, k, live) : plan_flat(p, k, live);
+    free(live);
+    p->narrow = narrow_indices(k);
+    plan_loops(p, k, t);
+    return ok;
+}
+
+void lower_plans_free(lower_plan *plans, int n) {
+    if (!plans)
+        return;
+    for (int i = 0; i < n; i++) {
+        for (int b = 0; b < plans[i].nblocks; b++)
+            free(plans[i].blocks[b].ins);
+        free(plans[i].blocks);
+    }
+    free(plans);
+}
+
+lower_plan *lower_plan_program(const lower_program *p, const lower_target *t) {
+    lower_plan *plans = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *plans);
+    if (!plans)
+        return NULL;
+    for (int i = 0; i < p->nkernels; i++)
+        if (!plan_kernel(&plans[i], &p->kernels[i], t)) {
+            lower_plans_free(plans, p->nkernels);
+            return NULL;
+        }
+    return plans;
+}
+
+static const char *const block_names[] = {
+    [LOWER_BLOCK_OUTER] = "outer",
+    [LOWER_BLOCK_REDUCE] = "reduce",
+    [LOWER_BLOCK_STORE] = "store pass",
+};
+_Static_assert(sizeof block_names / sizeof *block_names == LOWER_BLOCK_STORE + 1,
+               "a block kind without a name");
+
+void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
+    fprintf(f, "plan %s: grid %lld%s%s, %d-byte vectors, %s indices", k->name,
+            (long long)p->grid, p->parallel ? ", parallel" : "", p->split ? ", rows split" : "",
+            p->vector_bytes, p->narrow ? "int32" : "int64");
+    if (p->block_threads)
+        fprintf(f, ", %d threads per block", p->block_threads);
+    fprintf(f, "\n");
+    if (k->kind == LOWER_MATMUL) {
+        const lower_mm_plan *mm = &p->mm;
+        if (mm->tile)
+            fprintf(f, "  matmul: %s accumulators, %d x %d output tile per block, k steps of %d\n",
+                    kiln_dtype_name(mm->acc), mm->tile, mm->tile, mm->ktile);
+        else
+            fprintf(f,
+                    "  matmul: %s accumulators, register tile %d x %d vectors of %d, blocks "
+                    "%lld x %lld over k steps of %lld, A %s\n",
+                    kiln_dtype_name(mm->acc), mm->mr, mm->nv, mm->lanes, (long long)mm->mc,
+                    (long long)mm->nc, (long long)mm->kc, mm->a_direct ? "in place" : "packed");
+    }
+    for (int b = 0; b < p->nblocks; b++) {
+        const lower_block *x = &p->blocks[b];
+        fprintf(f, "  %s", block_names[x->kind]);
+        if (x->kind == LOWER_BLOCK_REDUCE)
+            fprintf(f, " -> %%%d", x->reduce);
+        fprintf(f, ":");
+        for (int i = 0; i < x->n; i++)
+            fprintf(f, " %%%d", x->ins[i]);
+        fprintf(f, "\n");
+    }
+}
