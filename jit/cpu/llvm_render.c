@@ -827,14 +827,15 @@ static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
     loop_close(g, &rows, false);
 }
 
-/* Matmul register tile: MR rows by NV vectors of W accumulators. */
-enum { MR = 6 };
+/* ---- matmul: the plan's GotoBLAS blocking, as render_c.c renders it ---- */
 
 typedef struct mm {
-    kiln_dtype dt, at, bt;
-    LLVMTypeRef acc, vec;
-    int w, nv, nr;
-    LLVMValueRef oa, ob, i0, mr, bt_idx;
+    const lower_mm_plan *plan;
+    kiln_dtype at, bt;
+    LLVMTypeRef acc, vec, accp;
+    int64_t nr, nbm, nbn;
+    LLVMValueRef ukr;
+    LLVMTypeRef ukr_t;
 } mm;
 
 static LLVMValueRef to_acc(gen *g, const mm *p, LLVMValueRef v, kiln_dtype from) {
@@ -860,137 +861,255 @@ static LLVMValueRef operand_offset(gen *g, const lower_operand *o, LLVMValueRef 
     return off;
 }
 
-/* One tile of columns starting at j0; with `tail` (j0 constant), only the
- * first ncols columns exist and loads of the others read column j0. */
-static void mm_tile(gen *g, const mm *p, LLVMValueRef j0, bool tail, int64_t ncols,
-                    const lower_plan *plan) {
-    const lower_kernel *k = g->k;
-    LLVMValueRef accs[MR][4];
-    LLVMValueRef zero = L_->LLVMConstNull(p->vec);
-    for (int i = 0; i < MR; i++)
-        for (int v = 0; v < p->nv; v++)
+static LLVMValueRef add(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildAdd(B, a, b, ""); }
+static LLVMValueRef mul(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildMul(B, a, b, ""); }
+static LLVMValueRef imin(gen *g, LLVMValueRef a, LLVMValueRef b) {
+    return sel(g, icmp(g, LLVMIntSLT, a, b), a, b);
+}
+static LLVMValueRef gep(gen *g, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i) {
+    return L_->LLVMBuildInBoundsGEP2(B, t, p, &i, 1, "");
+}
+
+/* The micro-kernel ukr(kc, a, rs, cs, b, c, add): an MR x NR tile of C
+ * (NR = NV vectors) accumulated in registers over kc steps of A (MR values
+ * per step, rows rs apart, steps cs apart: packed, or the operand in place)
+ * and packed B (NR values per step), then stored into, or added to, the C
+ * block (rows NC apart). Products are contracted (llvm.fmuladd). */
+static void mm_micro_kernel(gen *g, mm *p) {
+    const jit_llvm_api *L = g->L;
+    const lower_mm_plan *pl = p->plan;
+    LLVMTypeRef params[7] = {g->i64, p->accp, g->i64, g->i64, p->accp, p->accp, g->i1};
+    p->ukr_t = L->LLVMFunctionType(g->vd, params, 7, 0);
+    char name[128];
+    snprintf(name, sizeof name, "%s.ukr", g->k->name);
+    p->ukr = add_fn(g, name, p->ukr_t, true);
+    /* a, b and c (attribute indices count the return value first). */
+    fn_attr(g, p->ukr, 2, "noalias");
+    fn_attr(g, p->ukr, 5, "noalias");
+    fn_attr(g, p->ukr, 6, "noalias");
+    fn_begin(g, p->ukr);
+    LLVMValueRef kc = L->LLVMGetParam(p->ukr, 0), a = L->LLVMGetParam(p->ukr, 1);
+    LLVMValueRef rs = L->LLVMGetParam(p->ukr, 2), cs = L->LLVMGetParam(p->ukr, 3);
+    LLVMValueRef bp = L->LLVMGetParam(p->ukr, 4), c = L->LLVMGetParam(p->ukr, 5);
+    LLVMValueRef addp = L->LLVMGetParam(p->ukr, 6);
+    LLVMValueRef accs[12][4];
+    LLVMValueRef zero = L->LLVMConstNull(p->vec);
+    for (int i = 0; i < pl->mr; i++)
+        for (int v = 0; v < pl->nv; v++)
             accs[i][v] = var(g, p->vec, zero);
-    bool fast = !tail && k->b.col_stride == 1 && p->bt != KILN_F16 && p->bt != KILN_BF16;
+    LLVMTypeRef vptr = L->LLVMPointerType(p->vec, 0);
+    unsigned esz = p->acc == g->f32 ? 4 : 8;
     loop kl;
-    LLVMValueRef kk = loop_open(g, &kl, i64c(g, 0), i64c(g, k->k));
-    LLVMValueRef brow = L_->LLVMBuildAdd(B, p->ob, L_->LLVMBuildMul(B, kk, i64c(g, k->b.row_stride), ""), "");
+    LLVMValueRef kk = loop_open(g, &kl, i64c(g, 0), kc);
+    LLVMValueRef brow = gep(g, p->acc, bp, mul(g, kk, i64c(g, p->nr)));
     LLVMValueRef bv[4];
-    for (int v = 0; v < p->nv; v++) {
-        if (fast) {
-            LLVMValueRef idx = L_->LLVMBuildAdd(B, brow, L_->LLVMBuildAdd(B, j0, i64c(g, v * p->w), ""), "");
-            LLVMTypeRef st = sty(g, p->bt);
-            LLVMTypeRef svec = g->L->LLVMVectorType(st, (unsigned)p->w);
-            LLVMValueRef ptr = L_->LLVMBuildBitCast(B, elem_ptr(g, k->b.buf, p->bt, idx),
-                                                    g->L->LLVMPointerType(svec, 0), "");
-            LLVMValueRef x = get(g, svec, ptr);
-            g->L->LLVMSetAlignment(x, (unsigned)kiln_dtype_size(p->bt));
-            if (st != p->acc)
-                x = p->acc == g->i64 ? (is_signed(p->bt) ? L_->LLVMBuildSExt(B, x, p->vec, "")
-                                                         : L_->LLVMBuildZExt(B, x, p->vec, ""))
-                                     : L_->LLVMBuildFPExt(B, x, p->vec, "");
-            bv[v] = x;
-            continue;
-        }
-        LLVMValueRef x = L_->LLVMGetUndef(p->vec);
-        for (int l = 0; l < p->w; l++) {
-            int64_t j = (int64_t)v * p->w + l;
-            LLVMValueRef col = tail ? i64c(g, j < ncols ? j : 0) : i64c(g, j);
-            col = L_->LLVMBuildAdd(B, j0, col, "");
-            LLVMValueRef idx = L_->LLVMBuildAdd(B, brow, L_->LLVMBuildMul(B, col, i64c(g, k->b.col_stride), ""), "");
-            x = L_->LLVMBuildInsertElement(B, x, to_acc(g, p, load(g, k->b.buf, idx), p->bt),
-                                           i32c(g, l), "");
-        }
-        bv[v] = x;
+    for (int v = 0; v < pl->nv; v++) {
+        LLVMValueRef ptr = gep(g, p->acc, brow, i64c(g, (int64_t)v * pl->lanes));
+        bv[v] = get(g, p->vec, L->LLVMBuildBitCast(B, ptr, vptr, ""));
+        L->LLVMSetAlignment(bv[v], esz);
     }
-    LLVMValueRef mask = L_->LLVMConstNull(g->L->LLVMVectorType(g->i32, (unsigned)p->w));
-    LLVMValueRef acol = L_->LLVMBuildMul(B, kk, i64c(g, k->a.col_stride), "");
-    for (int i = 0; i < MR; i++) {
-        LLVMValueRef row = sel(g, icmp(g, LLVMIntSLT, i64c(g, i), p->mr), i64c(g, i), i64c(g, 0));
-        row = L_->LLVMBuildAdd(B, p->i0, row, "");
-        LLVMValueRef idx = L_->LLVMBuildAdd(
-            B, p->oa, L_->LLVMBuildAdd(B, L_->LLVMBuildMul(B, row, i64c(g, k->a.row_stride), ""), acol, ""), "");
-        LLVMValueRef a = to_acc(g, p, load(g, k->a.buf, idx), p->at);
-        a = L_->LLVMBuildInsertElement(B, L_->LLVMGetUndef(p->vec), a, i32c(g, 0), "");
-        a = L_->LLVMBuildShuffleVector(B, a, L_->LLVMGetUndef(p->vec), mask, "");
-        for (int v = 0; v < p->nv; v++) {
-            LLVMValueRef c = get(g, p->vec, accs[i][v]);
-            LLVMValueRef r;
+    LLVMValueRef acol = mul(g, kk, cs);
+    LLVMValueRef mask = L->LLVMConstNull(L->LLVMVectorType(g->i32, (unsigned)pl->lanes));
+    for (int i = 0; i < pl->mr; i++) {
+        LLVMValueRef x = get(g, p->acc, gep(g, p->acc, a, add(g, mul(g, i64c(g, i), rs), acol)));
+        x = L->LLVMBuildInsertElement(B, L->LLVMGetUndef(p->vec), x, i32c(g, 0), "");
+        x = L->LLVMBuildShuffleVector(B, x, L->LLVMGetUndef(p->vec), mask, "");
+        for (int v = 0; v < pl->nv; v++) {
+            LLVMValueRef cur = get(g, p->vec, accs[i][v]), r;
             if (p->acc == g->i64) {
-                r = L_->LLVMBuildAdd(B, L_->LLVMBuildMul(B, a, bv[v], ""), c, "");
+                r = add(g, mul(g, x, bv[v]), cur);
             } else {
-                LLVMValueRef args[3] = {a, bv[v], c};
+                LLVMValueRef args[3] = {x, bv[v], cur};
                 r = intrinsic(g, "llvm.fmuladd", p->vec, args, 3);
             }
             set(g, accs[i][v], r);
         }
     }
     loop_close(g, &kl, false);
-    /* The finished tile goes through memory to the scalar epilogue. */
-    LLVMTypeRef tile_t = g->L->LLVMArrayType(p->acc, (unsigned)(MR * p->nr));
-    LLVMValueRef tile = var(g, tile_t, NULL);
-    LLVMValueRef base = L_->LLVMBuildBitCast(B, tile, g->L->LLVMPointerType(p->acc, 0), "");
-    for (int i = 0; i < MR; i++)
-        for (int v = 0; v < p->nv; v++) {
-            LLVMValueRef at = i64c(g, (int64_t)i * p->nr + (int64_t)v * p->w);
-            LLVMValueRef ptr = L_->LLVMBuildInBoundsGEP2(B, p->acc, base, &at, 1, "");
-            ptr = L_->LLVMBuildBitCast(B, ptr, g->L->LLVMPointerType(p->vec, 0), "");
-            LLVMValueRef st = L_->LLVMBuildStore(B, get(g, p->vec, accs[i][v]), ptr);
-            g->L->LLVMSetAlignment(st, (unsigned)(p->acc == g->f32 ? 4 : 8));
+    for (int i = 0; i < pl->mr; i++)
+        for (int v = 0; v < pl->nv; v++) {
+            LLVMValueRef at = i64c(g, (int64_t)i * pl->nc + (int64_t)v * pl->lanes);
+            LLVMValueRef ptr = L->LLVMBuildBitCast(B, gep(g, p->acc, c, at), vptr, "");
+            LLVMValueRef old = get(g, p->vec, ptr);
+            L->LLVMSetAlignment(old, esz);
+            LLVMValueRef sum = p->acc == g->i64 ? add(g, old, get(g, p->vec, accs[i][v]))
+                                                : L->LLVMBuildFAdd(B, old, get(g, p->vec, accs[i][v]), "");
+            LLVMValueRef st = L->LLVMBuildStore(B, sel(g, addp, sum, get(g, p->vec, accs[i][v])), ptr);
+            L->LLVMSetAlignment(st, esz);
         }
-    loop il, jl;
-    LLVMValueRef i = loop_open(g, &il, i64c(g, 0), p->mr);
-    LLVMValueRef j = loop_open(g, &jl, i64c(g, 0), i64c(g, ncols));
-    LLVMValueRef at = L_->LLVMBuildAdd(B, L_->LLVMBuildMul(B, i, i64c(g, p->nr), ""), j, "");
-    g->dot = get(g, p->acc, L_->LLVMBuildInBoundsGEP2(B, p->acc, base, &at, 1, ""));
-    LLVMValueRef gi = L_->LLVMBuildMul(B, p->bt_idx, i64c(g, k->n * k->m), "");
-    gi = L_->LLVMBuildAdd(B, gi, L_->LLVMBuildMul(B, L_->LLVMBuildAdd(B, p->i0, i, ""), i64c(g, k->m), ""), "");
-    g->gidx = L_->LLVMBuildAdd(B, gi, L_->LLVMBuildAdd(B, j0, j, ""), "");
+    fn_end(g);
+}
+
+/* Packs `rows` rows from `first` on (rows row_stride apart in buffer buf) and
+ * kc steps of k (k_stride apart) into panels of `unit` rows, step-major,
+ * converted to the accumulation type; rows past `rows` are zeros. */
+static void mm_pack(gen *g, const mm *p, LLVMValueRef dst, int buf, LLVMValueRef first, LLVMValueRef rows, LLVMValueRef kc, int64_t unit,
+                    int64_t row_stride, int64_t k_stride) {
+    loop r0l, pl, rl;
+    LLVMValueRef r0 = loop_open(g, &r0l, i64c(g, 0), L_->LLVMBuildSDiv(B, add(g, rows, i64c(g, unit - 1)), i64c(g, unit), ""));
+    LLVMValueRef panel = gep(g, p->acc, dst, mul(g, r0, mul(g, i64c(g, unit), kc)));
+    LLVMValueRef pp = loop_open(g, &pl, i64c(g, 0), kc);
+    LLVMValueRef r = loop_open(g, &rl, i64c(g, 0), i64c(g, unit));
+    LLVMValueRef row = add(g, mul(g, r0, i64c(g, unit)), r);
+    LLVMValueRef inside = icmp(g, LLVMIntSLT, row, rows);
+    LLVMValueRef safe = sel(g, inside, row, i64c(g, 0));
+    LLVMValueRef idx = add(g, first, add(g, mul(g, safe, i64c(g, row_stride)), mul(g, pp, i64c(g, k_stride))));
+    LLVMValueRef v = to_acc(g, p, load(g, buf, idx), buf_dtype(g->k, buf));
+    v = sel(g, inside, v, L_->LLVMConstNull(p->acc));
+    set(g, gep(g, p->acc, panel, add(g, mul(g, pp, i64c(g, unit)), r)), v);
+    loop_close(g, &rl, false);
+    loop_close(g, &pl, false);
+    loop_close(g, &r0l, false);
+}
+
+/* The epilogue of output element (row, col) of the batch, from its dot. */
+static void mm_epilogue(gen *g, const lower_plan *plan, LLVMValueRef bt, LLVMValueRef row,
+                        LLVMValueRef col, LLVMValueRef dot) {
+    const lower_kernel *k = g->k;
+    g->dot = dot;
+    g->gidx = add(g, add(g, mul(g, bt, i64c(g, k->n * k->m)), mul(g, row, i64c(g, k->m))), col);
     for (int x = 0; x < plan->nblocks; x++)
         block_values(g, &plan->blocks[x]);
     store_results(g);
-    loop_close(g, &jl, false);
-    loop_close(g, &il, false);
 }
 
-static int64_t pow2_at_least(int64_t v) {
-    int64_t p = 1;
-    while (p < v)
-        p *= 2;
-    return p;
+static LLVMValueRef libc_fn(gen *g, const char *name, LLVMTypeRef ty) {
+    LLVMValueRef f = g->L->LLVMGetNamedFunction(g->m, name);
+    return f ? f : add_fn(g, name, ty, false);
 }
 
-static int64_t mm_row_blocks(const lower_kernel *k) { return (k->n + MR - 1) / MR; }
-
-static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
+/* Tasks lo..hi of the plan's MC x NC output blocks (over every batch). A
+ * task walks k in steps of KC: it packs its KC x NC slice of B (and A unless
+ * A is read in place) into the thread's panels, runs the micro-kernel over
+ * every MR x NR tile, the sums collecting in the thread's C block, on which
+ * the epilogue then runs. Should the panels not be allocated, a plain dot
+ * product per element is the fallback. */
+static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan, mm *p) {
+    const jit_llvm_api *L = g->L;
     const lower_kernel *k = g->k;
-    mm p = {.dt = k->out->dtype, .at = buf_dtype(k, k->a.buf), .bt = buf_dtype(k, k->b.buf)};
-    p.acc = is_float(p.dt) ? (p.dt == KILN_F64 ? g->f64 : g->f32) : g->i64;
-    int64_t esize = p.acc == g->f32 ? 4 : 8;
-    p.w = (int)(g->vbytes / esize > 1 ? g->vbytes / esize : 1);
-    if (pow2_at_least(k->m) < p.w)
-        p.w = (int)pow2_at_least(k->m);
-    p.nv = k->m > p.w ? 2 : 1;
-    p.nr = p.w * p.nv;
-    p.vec = g->L->LLVMVectorType(p.acc, (unsigned)p.w);
-    int64_t nib = mm_row_blocks(k);
-    loop q;
-    LLVMValueRef blk = loop_open(g, &q, lo, hi);
-    p.bt_idx = L_->LLVMBuildSDiv(B, blk, i64c(g, nib), "");
-    p.i0 = L_->LLVMBuildMul(B, L_->LLVMBuildSRem(B, blk, i64c(g, nib), ""), i64c(g, MR), "");
-    LLVMValueRef left = L_->LLVMBuildSub(B, i64c(g, k->n), p.i0, "");
-    p.mr = sel(g, icmp(g, LLVMIntSLT, left, i64c(g, MR)), left, i64c(g, MR));
-    p.oa = operand_offset(g, &k->a, p.bt_idx);
-    p.ob = operand_offset(g, &k->b, p.bt_idx);
-    int64_t full = k->m / p.nr;
-    if (full > 0) {
-        loop jl;
-        LLVMValueRef jt = loop_open(g, &jl, i64c(g, 0), i64c(g, full));
-        mm_tile(g, &p, L_->LLVMBuildMul(B, jt, i64c(g, p.nr), ""), false, p.nr, plan);
+    const lower_mm_plan *pl = &plan->mm;
+    int64_t mcp = (pl->mc + pl->mr - 1) / pl->mr * pl->mr;
+    int64_t csz = mcp * pl->nc, bsz = pl->kc * pl->nc, asz = mcp * pl->kc;
+    int64_t esz = p->acc == g->f32 ? 4 : 8;
+    int64_t bytes = ((csz + bsz + asz) * esz + 63) / 64 * 64;
+    LLVMTypeRef aa_p[2] = {g->i64, g->i64};
+    LLVMValueRef aalloc = libc_fn(g, "aligned_alloc", L->LLVMFunctionType(g->i8p, aa_p, 2, 0));
+    LLVMValueRef freef = libc_fn(g, "free", L->LLVMFunctionType(g->vd, &g->i8p, 1, 0));
+    LLVMValueRef args[7] = {i64c(g, 64), i64c(g, bytes)};
+    LLVMValueRef raw = k->k > 0 ? L->LLVMBuildCall2(B, L->LLVMFunctionType(g->i8p, aa_p, 2, 0),
+                                                    aalloc, args, 2, "")
+                                : L->LLVMConstNull(g->i8p);
+    LLVMValueRef cb = L->LLVMBuildBitCast(B, raw, p->accp, "");
+    LLVMValueRef bp = gep(g, p->acc, cb, i64c(g, csz)), ap = gep(g, p->acc, cb, i64c(g, csz + bsz));
+    LLVMValueRef have = icmp(g, LLVMIntNE, raw, L->LLVMConstNull(g->i8p));
+    loop tl;
+    LLVMValueRef t = loop_open(g, &tl, lo, hi);
+    LLVMValueRef bt = L->LLVMBuildSDiv(B, t, i64c(g, p->nbm * p->nbn), "");
+    LLVMValueRef ib = L->LLVMBuildSRem(B, L->LLVMBuildSDiv(B, t, i64c(g, p->nbn), ""), i64c(g, p->nbm), "");
+    LLVMValueRef jb = L->LLVMBuildSRem(B, t, i64c(g, p->nbn), "");
+    LLVMValueRef i0 = mul(g, ib, i64c(g, pl->mc)), j0 = mul(g, jb, i64c(g, pl->nc));
+    LLVMValueRef mc = imin(g, L->LLVMBuildSub(B, i64c(g, k->n), i0, ""), i64c(g, pl->mc));
+    LLVMValueRef nc = imin(g, L->LLVMBuildSub(B, i64c(g, k->m), j0, ""), i64c(g, pl->nc));
+    LLVMValueRef oa = operand_offset(g, &k->a, bt), ob = operand_offset(g, &k->b, bt);
+    LLVMValueRef full = pl->a_direct ? mul(g, L->LLVMBuildSDiv(B, mc, i64c(g, pl->mr), ""), i64c(g, pl->mr))
+                                     : i64c(g, 0);
+    LLVMBasicBlockRef blocked = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "blocked");
+    LLVMBasicBlockRef plain = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "plain");
+    LLVMBasicBlockRef next = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "next");
+    L->LLVMBuildCondBr(B, have, blocked, plain);
+
+    L->LLVMPositionBuilderAtEnd(B, blocked);
+    {
+        LLVMValueRef p0v = var(g, g->i64, i64c(g, 0));
+        LLVMBasicBlockRef head = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "khead");
+        LLVMBasicBlockRef body = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "kbody");
+        LLVMBasicBlockRef done = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "kdone");
+        L->LLVMBuildBr(B, head);
+        L->LLVMPositionBuilderAtEnd(B, head);
+        LLVMValueRef p0 = get(g, g->i64, p0v);
+        L->LLVMBuildCondBr(B, icmp(g, LLVMIntSLT, p0, i64c(g, k->k)), body, done);
+        L->LLVMPositionBuilderAtEnd(B, body);
+        LLVMValueRef kc = imin(g, L->LLVMBuildSub(B, i64c(g, k->k), p0, ""), i64c(g, pl->kc));
+        mm_pack(g, p, bp, k->b.buf,
+                add(g, ob, add(g, mul(g, j0, i64c(g, k->b.col_stride)), mul(g, p0, i64c(g, k->b.row_stride)))),
+                nc, kc, p->nr, k->b.col_stride, k->b.row_stride);
+        mm_pack(g, p, gep(g, p->acc, ap, mul(g, full, kc)), k->a.buf,
+                add(g, oa, add(g, mul(g, add(g, i0, full), i64c(g, k->a.row_stride)),
+                               mul(g, p0, i64c(g, k->a.col_stride)))),
+                L->LLVMBuildSub(B, mc, full, ""), kc, pl->mr, k->a.row_stride, k->a.col_stride);
+        LLVMValueRef addp = icmp(g, LLVMIntSGT, p0, i64c(g, 0));
+        loop irl, jrl;
+        LLVMValueRef irb = loop_open(g, &irl, i64c(g, 0), L->LLVMBuildSDiv(B, add(g, mc, i64c(g, pl->mr - 1)), i64c(g, pl->mr), ""));
+        LLVMValueRef ir = mul(g, irb, i64c(g, pl->mr));
+        LLVMValueRef jrb = loop_open(g, &jrl, i64c(g, 0), L->LLVMBuildSDiv(B, add(g, nc, i64c(g, p->nr - 1)), i64c(g, p->nr), ""));
+        LLVMValueRef jr = mul(g, jrb, i64c(g, p->nr));
+        LLVMValueRef cptr = gep(g, p->acc, cb, add(g, mul(g, ir, i64c(g, pl->nc)), jr));
+        LLVMValueRef bpanel = gep(g, p->acc, bp, mul(g, jr, kc));
+        LLVMValueRef apacked = gep(g, p->acc, ap, mul(g, ir, kc));
+        LLVMValueRef aptr = apacked, rs = i64c(g, 1), cs = i64c(g, pl->mr);
+        if (pl->a_direct) {
+            LLVMValueRef in_place = icmp(g, LLVMIntSLT, ir, full);
+            LLVMValueRef aoff = add(g, oa, add(g, mul(g, add(g, i0, ir), i64c(g, k->a.row_stride)),
+                                             mul(g, p0, i64c(g, k->a.col_stride))));
+            LLVMValueRef adirect = L->LLVMBuildBitCast(B, elem_ptr(g, k->a.buf, p->at, aoff), p->accp, "");
+            aptr = sel(g, in_place, adirect, apacked);
+            rs = sel(g, in_place, i64c(g, k->a.row_stride), rs);
+            cs = sel(g, in_place, i64c(g, k->a.col_stride), cs);
+        }
+        LLVMValueRef ua[7] = {kc, aptr, rs, cs, bpanel, cptr, addp};
+        L->LLVMBuildCall2(B, p->ukr_t, p->ukr, ua, 7, "");
+        loop_close(g, &jrl, false);
+        loop_close(g, &irl, false);
+        set(g, p0v, add(g, p0, i64c(g, pl->kc)));
+        L->LLVMBuildBr(B, head);
+        L->LLVMPositionBuilderAtEnd(B, done);
+        loop il, jl;
+        LLVMValueRef i = loop_open(g, &il, i64c(g, 0), mc);
+        LLVMValueRef j = loop_open(g, &jl, i64c(g, 0), nc);
+        LLVMValueRef dot = get(g, p->acc, gep(g, p->acc, cb, add(g, mul(g, i, i64c(g, pl->nc)), j)));
+        mm_epilogue(g, plan, bt, add(g, i0, i), add(g, j0, j), dot);
         loop_close(g, &jl, false);
+        loop_close(g, &il, false);
+        L->LLVMBuildBr(B, next);
     }
-    if (k->m % p.nr)
-        mm_tile(g, &p, i64c(g, full * p.nr), true, k->m % p.nr, plan);
-    loop_close(g, &q, false);
+
+    L->LLVMPositionBuilderAtEnd(B, plain);
+    {
+        loop il, jl, kl;
+        LLVMValueRef i = loop_open(g, &il, i64c(g, 0), mc);
+        LLVMValueRef j = loop_open(g, &jl, i64c(g, 0), nc);
+        LLVMValueRef acc = var(g, p->acc, L->LLVMConstNull(p->acc));
+        LLVMValueRef kk = loop_open(g, &kl, i64c(g, 0), i64c(g, k->k));
+        LLVMValueRef ai = add(g, oa, add(g, mul(g, add(g, i0, i), i64c(g, k->a.row_stride)), mul(g, kk, i64c(g, k->a.col_stride))));
+        LLVMValueRef bi = add(g, ob, add(g, mul(g, kk, i64c(g, k->b.row_stride)), mul(g, add(g, j0, j), i64c(g, k->b.col_stride))));
+        LLVMValueRef x = to_acc(g, p, load(g, k->a.buf, ai), p->at);
+        LLVMValueRef y = to_acc(g, p, load(g, k->b.buf, bi), p->bt);
+        LLVMValueRef cur = get(g, p->acc, acc);
+        set(g, acc, p->acc == g->i64 ? add(g, mul(g, x, y), cur)
+                                     : L->LLVMBuildFAdd(B, L->LLVMBuildFMul(B, x, y, ""), cur, ""));
+        loop_close(g, &kl, false);
+        mm_epilogue(g, plan, bt, add(g, i0, i), add(g, j0, j), get(g, p->acc, acc));
+        loop_close(g, &jl, false);
+        loop_close(g, &il, false);
+        L->LLVMBuildBr(B, next);
+    }
+    L->LLVMPositionBuilderAtEnd(B, next);
+    loop_close(g, &tl, false);
+    if (k->k > 0)
+        L->LLVMBuildCall2(B, L->LLVMFunctionType(g->vd, &g->i8p, 1, 0), freef, &raw, 1, "");
+}
+
+static void mm_setup(gen *g, const lower_plan *plan, mm *p) {
+    const lower_kernel *k = g->k;
+    p->plan = &plan->mm;
+    p->at = buf_dtype(k, k->a.buf);
+    p->bt = buf_dtype(k, k->b.buf);
+    p->acc = plan->mm.acc == KILN_F64 ? g->f64 : plan->mm.acc == KILN_F32 ? g->f32 : g->i64;
+    p->accp = g->L->LLVMPointerType(p->acc, 0);
+    p->vec = g->L->LLVMVectorType(p->acc, (unsigned)plan->mm.lanes);
+    p->nr = (int64_t)plan->mm.lanes * plan->mm.nv;
+    p->nbm = (k->n + plan->mm.mc - 1) / plan->mm.mc;
+    p->nbn = (k->m + plan->mm.nc - 1) / plan->mm.nc;
 }
 
 /* The kernel's three functions. */
@@ -1037,12 +1156,10 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
 
     int64_t n = plan->grid;
     bool par = plan->parallel || plan->split;
+    mm p;
     if (k->kind == LOWER_MATMUL) {
-        int64_t nb_ = 1;
-        for (int d = 0; d < k->nbatch; d++)
-            nb_ *= k->batch[d];
-        n = nb_ * mm_row_blocks(k);
-        par = nb_ * k->n * k->m * k->k >= 65536;
+        mm_setup(g, plan, &p);
+        mm_micro_kernel(g, &p);
     }
     fn_begin(g, entry);
     LLVMValueRef ctx = L->LLVMBuildBitCast(B, L->LLVMGetParam(entry, 0), g->i8p, "");
@@ -1062,7 +1179,7 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     if (k->kind == LOWER_ELEMENTWISE)
         elementwise(g, lo, hi, plan);
     else if (k->kind == LOWER_MATMUL)
-        matmul(g, lo, hi, plan);
+        matmul(g, lo, hi, plan, &p);
     else
         phased(g, lo, hi, plan);
     fn_end(g);
