@@ -724,6 +724,9 @@ static void ins_value(gen *g, int i) {
 
 /* ---- kernels ---- */
 
+static LLVMValueRef add(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildAdd(B, a, b, ""); }
+static LLVMValueRef mul(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildMul(B, a, b, ""); }
+
 static void block_values(gen *g, const lower_block *blk) {
     for (int i = 0; i < blk->n; i++)
         ins_value(g, blk->ins[i]);
@@ -743,55 +746,227 @@ static void elementwise(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_pl
     loop_close(g, &l, false);
 }
 
-/* A pass over the reduced elements that finishes reduction blk->reduce: its
- * accumulators, the pass, and its value (prelude semantics: sums in double
- * or uint64, max/min/arg keeping the first of ties, NaN winning). */
-static void reduce(gen *g, const lower_block *blk) {
-    const lower_kernel *k = g->k;
-    int red = blk->reduce;
-    const lower_ins *x = &k->ins[red];
-    kiln_dtype in = k->ins[x->a].dt;
-    bool fl = is_float(in), sum = x->gop == GRAPH_SUM;
-    LLVMTypeRef at_ = fl ? g->f64 : g->i64;
-    LLVMValueRef acc = var(g, at_, fl ? cf(g, g->f64, 0.0) : i64c(g, 0));
-    LLVMValueRef at = sum ? NULL : var(g, g->i64, i64c(g, -1));
-    loop l;
-    g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, k->rnumel));
-    block_values(g, blk);
-    LLVMValueRef v = fl ? to_f64(g, g->val[x->a], in) : wide(g, g->val[x->a], in);
-    LLVMValueRef cur = get(g, at_, acc);
-    if (sum) {
-        set(g, acc, fl ? L_->LLVMBuildFAdd(B, cur, v, "") : L_->LLVMBuildAdd(B, cur, v, ""));
-    } else {
-        bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
-        LLVMValueRef pos = get(g, g->i64, at);
-        LLVMValueRef take = icmp(g, LLVMIntSLT, pos, i64c(g, 0));
-        if (fl)
-            take = bor(g, take,
-                       band(g, fcmp(g, LLVMRealOEQ, cur, cur),
-                            bor(g, fcmp(g, LLVMRealUNE, v, v),
-                                fcmp(g, mx ? LLVMRealOGT : LLVMRealOLT, v, cur))));
-        else
-            take = bor(g, take, icmp(g, mx ? LLVMIntSGT : LLVMIntSLT, v, cur));
-        set(g, acc, sel(g, take, v, cur));
-        set(g, at, sel(g, take, g->ridx, pos));
+/* A reduction's accumulator (prelude semantics: sums in double or uint64,
+ * max/min/arg keeping the first of ties, NaN winning). */
+typedef struct racc {
+    const lower_ins *x;
+    kiln_dtype in;
+    bool fl, sum;
+    LLVMTypeRef t;
+    LLVMValueRef acc, at;
+} racc;
+
+static racc racc_new(gen *g, int red) {
+    racc a = {.x = &g->k->ins[red]};
+    a.in = g->k->ins[a.x->a].dt;
+    a.fl = is_float(a.in);
+    a.sum = a.x->gop == GRAPH_SUM;
+    a.t = a.fl ? g->f64 : g->i64;
+    a.acc = var(g, a.t, a.fl ? cf(g, g->f64, 0.0) : i64c(g, 0));
+    a.at = var(g, g->i64, i64c(g, -1));
+    return a;
+}
+
+/* Takes value v (already widened to the accumulator's type) at position r;
+ * with `valid`, only where it holds. */
+static void racc_step(gen *g, racc *a, LLVMValueRef v, LLVMValueRef r, LLVMValueRef valid) {
+    LLVMValueRef cur = get(g, a->t, a->acc);
+    if (a->sum) {
+        LLVMValueRef s = a->fl ? L_->LLVMBuildFAdd(B, cur, v, "") : L_->LLVMBuildAdd(B, cur, v, "");
+        set(g, a->acc, valid ? sel(g, valid, s, cur) : s);
+        return;
     }
-    loop_close(g, &l, sum && fl);
-    kiln_dtype dt = x->dt;
+    bool mx = a->x->gop == GRAPH_RMAX || a->x->gop == GRAPH_ARGMAX;
+    LLVMValueRef pos = get(g, g->i64, a->at);
+    LLVMValueRef take = icmp(g, LLVMIntSLT, pos, i64c(g, 0));
+    if (a->fl)
+        take = bor(g, take,
+                   band(g, fcmp(g, LLVMRealOEQ, cur, cur),
+                        bor(g, fcmp(g, LLVMRealUNE, v, v),
+                            fcmp(g, mx ? LLVMRealOGT : LLVMRealOLT, v, cur))));
+    else
+        take = bor(g, take, icmp(g, mx ? LLVMIntSGT : LLVMIntSLT, v, cur));
+    if (valid)
+        take = band(g, take, valid);
+    set(g, a->acc, sel(g, take, v, cur));
+    set(g, a->at, sel(g, take, r, pos));
+}
+
+static LLVMValueRef racc_value(gen *g, racc *a) {
+    kiln_dtype dt = a->x->dt;
     LLVMValueRef r;
-    if (x->gop == GRAPH_ARGMAX || x->gop == GRAPH_ARGMIN) {
-        LLVMValueRef pos = get(g, g->i64, at);
+    if (a->x->gop == GRAPH_ARGMAX || a->x->gop == GRAPH_ARGMIN) {
+        LLVMValueRef pos = get(g, g->i64, a->at);
         r = sel(g, icmp(g, LLVMIntSLT, pos, i64c(g, 0)), i64c(g, 0), pos);
         if (dt != KILN_I64)
             r = L_->LLVMBuildTrunc(B, r, cty(g, dt), "");
     } else {
-        r = get(g, at_, acc);
-        if (fl)
+        r = get(g, a->t, a->acc);
+        if (a->fl)
             r = dt == KILN_F64 ? r : rnd(g, dt, L_->LLVMBuildFPTrunc(B, r, g->f32, ""));
         else if (dt != KILN_I64)
             r = L_->LLVMBuildTrunc(B, r, cty(g, dt), "");
     }
-    g->val[red] = r;
+    return r;
+}
+
+/* One pass over reduced elements [lo, hi) into accumulator a. */
+static void racc_pass(gen *g, racc *a, const lower_block *blk, LLVMValueRef lo, LLVMValueRef hi) {
+    loop l;
+    g->ridx = loop_open(g, &l, lo, hi);
+    block_values(g, blk);
+    LLVMValueRef v = g->val[a->x->a];
+    v = a->fl ? to_f64(g, v, a->in) : wide(g, v, a->in);
+    racc_step(g, a, v, g->ridx, NULL);
+    loop_close(g, &l, a->sum && a->fl);
+}
+
+/* A pass over the reduced elements that finishes reduction blk->reduce. */
+static void reduce(gen *g, const lower_block *blk) {
+    racc a = racc_new(g, blk->reduce);
+    racc_pass(g, &a, blk, i64c(g, 0), i64c(g, g->k->rnumel));
+    g->val[blk->reduce] = racc_value(g, &a);
+}
+
+/* ---- rows split across threads (the plan's `split`) ----
+ * Each pass over a row runs as SPLIT_CHUNKS chunks spread over the threads by
+ * jit_llvm_parallel_for, each chunk its own function. A chunk function gets
+ * a context of 64-bit slots: the buffer array, the row, the results of the
+ * reductions finished so far, and per chunk a partial accumulator and
+ * position; it recomputes the row's outer values (cheap: once per chunk).
+ * The chunks then combine in order, so the first of equal values (and the
+ * first NaN) still wins, as in the C path. */
+enum { SPLIT_CHUNKS = 256, SLOT_BUFS = 0, SLOT_ROW = 1, SLOT_REDS = 2 };
+
+static LLVMValueRef slot_ptr(gen *g, LLVMValueRef ctx, int64_t i, LLVMTypeRef t) {
+    LLVMValueRef p = L_->LLVMBuildInBoundsGEP2(B, g->i64, ctx, (LLVMValueRef[]){i64c(g, i)}, 1, "");
+    return L_->LLVMBuildBitCast(B, p, g->L->LLVMPointerType(t, 0), "");
+}
+
+static LLVMValueRef slot_at(gen *g, LLVMValueRef ctx, LLVMValueRef i, LLVMTypeRef t) {
+    LLVMValueRef p = L_->LLVMBuildInBoundsGEP2(B, g->i64, ctx, &i, 1, "");
+    return L_->LLVMBuildBitCast(B, p, g->L->LLVMPointerType(t, 0), "");
+}
+
+static int plan_reductions(const lower_plan *plan) {
+    int n = 0;
+    for (int i = 0; i < plan->nblocks; i++)
+        n += plan->blocks[i].kind == LOWER_BLOCK_REDUCE;
+    return n;
+}
+
+/* The buffers' typed pointers from the array of buffer addresses. */
+static void bind_buffers(gen *g, LLVMValueRef bufs) {
+    const lower_kernel *k = g->k;
+    for (int i = 0; i < k->nouts + k->ninputs; i++) {
+        LLVMValueRef at = i64c(g, i);
+        LLVMValueRef p = get(g, g->i8p, L_->LLVMBuildInBoundsGEP2(B, g->i8p, bufs, &at, 1, ""));
+        g->ptr[i] = L_->LLVMBuildBitCast(B, p, g->L->LLVMPointerType(sty(g, buf_dtype(k, i)), 0), "");
+    }
+}
+
+/* The chunk function of block `upto` (a reduction or the store pass). */
+static LLVMValueRef split_chunk_fn(gen *g, const lower_plan *plan, int upto, LLVMTypeRef body_t) {
+    const jit_llvm_api *L = g->L;
+    const lower_kernel *k = g->k;
+    char name[128];
+    snprintf(name, sizeof name, "%s.chunk%d", k->name, upto);
+    LLVMValueRef fn = add_fn(g, name, body_t, true);
+    fn_begin(g, fn);
+    LLVMValueRef ctx = L->LLVMBuildBitCast(B, L->LLVMGetParam(fn, 0), L->LLVMPointerType(g->i64, 0), "");
+    LLVMValueRef bufs = get(g, g->i8p, slot_ptr(g, ctx, SLOT_BUFS, g->i8p));
+    bind_buffers(g, L->LLVMBuildBitCast(B, bufs, L->LLVMPointerType(g->i8p, 0), ""));
+    g->gidx = get(g, g->i64, slot_ptr(g, ctx, SLOT_ROW, g->i64));
+    int nred = plan_reductions(plan), q = 0;
+    for (int i = 0; i < upto; i++) {
+        const lower_block *blk = &plan->blocks[i];
+        if (blk->kind == LOWER_BLOCK_OUTER) {
+            block_values(g, blk);
+        } else if (blk->kind == LOWER_BLOCK_REDUCE) {
+            LLVMTypeRef t = cty(g, k->ins[blk->reduce].dt);
+            g->val[blk->reduce] = get(g, t, slot_ptr(g, ctx, SLOT_REDS + q++, t));
+        }
+    }
+    const lower_block *blk = &plan->blocks[upto];
+    loop cl;
+    LLVMValueRef c = loop_open(g, &cl, L->LLVMGetParam(fn, 1), L->LLVMGetParam(fn, 2));
+    LLVMValueRef R = i64c(g, k->rnumel), C = i64c(g, SPLIT_CHUNKS);
+    LLVMValueRef lo = L_->LLVMBuildSDiv(B, mul(g, R, c), C, "");
+    LLVMValueRef hi = L_->LLVMBuildSDiv(B, mul(g, R, add(g, c, i64c(g, 1))), C, "");
+    if (blk->kind == LOWER_BLOCK_REDUCE) {
+        racc a = racc_new(g, blk->reduce);
+        racc_pass(g, &a, blk, lo, hi);
+        int64_t base = SLOT_REDS + nred;
+        set(g, slot_at(g, ctx, add(g, i64c(g, base), c), a.t), get(g, a.t, a.acc));
+        set(g, slot_at(g, ctx, add(g, i64c(g, base + SPLIT_CHUNKS), c), g->i64), get(g, g->i64, a.at));
+    } else {
+        loop l;
+        g->ridx = loop_open(g, &l, lo, hi);
+        block_values(g, blk);
+        store_results(g);
+        loop_close(g, &l, false);
+    }
+    loop_close(g, &cl, false);
+    fn_end(g);
+    return fn;
+}
+
+/* The entry of a split kernel: the rows one after the other, each pass
+ * spread over the threads. */
+static void split_rows(gen *g, const lower_plan *plan, LLVMValueRef entry, LLVMValueRef pfor,
+                       LLVMTypeRef pfor_t, LLVMTypeRef body_t) {
+    const jit_llvm_api *L = g->L;
+    const lower_kernel *k = g->k;
+    LLVMValueRef *chunks = calloc((size_t)plan->nblocks, sizeof *chunks);
+    if (!chunks) {
+        g->failed = true;
+        return;
+    }
+    for (int i = 0; i < plan->nblocks; i++)
+        if (plan->blocks[i].kind != LOWER_BLOCK_OUTER)
+            chunks[i] = split_chunk_fn(g, plan, i, body_t);
+    fn_begin(g, entry);
+    int nred = plan_reductions(plan);
+    int64_t nslots = SLOT_REDS + nred + 2 * SPLIT_CHUNKS;
+    LLVMValueRef ctxa = var(g, L->LLVMArrayType(g->i64, (unsigned)nslots), NULL);
+    LLVMValueRef ctx = L->LLVMBuildBitCast(B, ctxa, L->LLVMPointerType(g->i64, 0), "");
+    LLVMValueRef bufs = L->LLVMGetParam(entry, 0);
+    set(g, slot_ptr(g, ctx, SLOT_BUFS, g->i8p), L->LLVMBuildBitCast(B, bufs, g->i8p, ""));
+    bind_buffers(g, bufs);
+    LLVMValueRef ctx8 = L->LLVMBuildBitCast(B, ctx, g->i8p, "");
+    loop rows;
+    g->gidx = loop_open(g, &rows, i64c(g, 0), i64c(g, k->numel));
+    set(g, slot_ptr(g, ctx, SLOT_ROW, g->i64), g->gidx);
+    bool stored = false;
+    for (int i = 0, q = 0; i < plan->nblocks; i++) {
+        const lower_block *blk = &plan->blocks[i];
+        if (blk->kind == LOWER_BLOCK_OUTER) {
+            block_values(g, blk);
+            continue;
+        }
+        LLVMValueRef a[4] = {chunks[i], ctx8, i64c(g, SPLIT_CHUNKS), L->LLVMGetParam(entry, 1)};
+        L->LLVMBuildCall2(B, pfor_t, pfor, a, 4, "");
+        if (blk->kind == LOWER_BLOCK_STORE) {
+            stored = true;
+            continue;
+        }
+        racc acc = racc_new(g, blk->reduce);
+        int64_t base = SLOT_REDS + nred;
+        loop cl;
+        LLVMValueRef c = loop_open(g, &cl, i64c(g, 0), i64c(g, SPLIT_CHUNKS));
+        LLVMValueRef at = get(g, g->i64, slot_at(g, ctx, add(g, i64c(g, base + SPLIT_CHUNKS), c), g->i64));
+        LLVMValueRef v = get(g, acc.t, slot_at(g, ctx, add(g, i64c(g, base), c), acc.t));
+        racc_step(g, &acc, v, at, acc.sum ? NULL : icmp(g, LLVMIntSGE, at, i64c(g, 0)));
+        loop_close(g, &cl, false);
+        LLVMValueRef r = racc_value(g, &acc);
+        g->val[blk->reduce] = r;
+        set(g, slot_ptr(g, ctx, SLOT_REDS + q++, cty(g, k->ins[blk->reduce].dt)), r);
+    }
+    if (!stored)
+        store_results(g);
+    loop_close(g, &rows, false);
+    fn_end(g);
+    free(chunks);
 }
 
 /* Reductions and row kernels: per output row, the plan's blocks in order:
@@ -861,8 +1036,6 @@ static LLVMValueRef operand_offset(gen *g, const lower_operand *o, LLVMValueRef 
     return off;
 }
 
-static LLVMValueRef add(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildAdd(B, a, b, ""); }
-static LLVMValueRef mul(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildMul(B, a, b, ""); }
 static LLVMValueRef imin(gen *g, LLVMValueRef a, LLVMValueRef b) {
     return sel(g, icmp(g, LLVMIntSLT, a, b), a, b);
 }
@@ -1130,6 +1303,12 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     for (int i = 0; i < nb; i++)
         pt[i] = L->LLVMPointerType(sty(g, buf_dtype(k, i)), 0);
     pt[nb] = pt[nb + 1] = g->i64;
+    LLVMTypeRef entry_p[2] = {L->LLVMPointerType(g->i8p, 0), g->i32};
+    if (plan->split) {
+        LLVMValueRef e = add_fn(g, k->name, L->LLVMFunctionType(g->vd, entry_p, 2, 0), false);
+        split_rows(g, plan, e, pfor, pfor_t, body_t);
+        goto done;
+    }
     char name[128];
     snprintf(name, sizeof name, "%s.inner", k->name);
     LLVMValueRef inner = add_fn(g, name, L->LLVMFunctionType(g->vd, pt, (unsigned)nb + 2, 0), true);
@@ -1137,7 +1316,6 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
         fn_attr(g, inner, (unsigned)i + 1, "noalias");
     snprintf(name, sizeof name, "%s.body", k->name);
     LLVMValueRef body = add_fn(g, name, body_t, true);
-    LLVMTypeRef entry_p[2] = {L->LLVMPointerType(g->i8p, 0), g->i32};
     LLVMValueRef entry = add_fn(g, k->name, L->LLVMFunctionType(g->vd, entry_p, 2, 0), false);
 
     fn_begin(g, body);
@@ -1155,7 +1333,7 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     fn_end(g);
 
     int64_t n = plan->grid;
-    bool par = plan->parallel || plan->split;
+    bool par = plan->parallel;
     mm p;
     if (k->kind == LOWER_MATMUL) {
         mm_setup(g, plan, &p);
