@@ -938,7 +938,7 @@ static void mm_tile(gen *g, const mm *p, LLVMValueRef j0, bool tail, int64_t nco
             LLVMValueRef ptr = L_->LLVMBuildBitCast(B, elem_ptr(g, k->b.buf, p->bt, idx),
                                                     g->L->LLVMPointerType(svec, 0), "");
             LLVMValueRef x = get(g, svec, ptr);
-            g->L->LLVMSetAlignment(x, (unsigned)kiln_dtype_size(p->bt));
+            g->L->LLVMSetAlignment(x, (unsigned)graph_dtype_size(p->bt));
             if (st != p->acc)
                 x = p->acc == g->i64 ? (is_signed(p->bt) ? L_->LLVMBuildSExt(B, x, p->vec, "")
                                                          : L_->LLVMBuildZExt(B, x, p->vec, ""))
