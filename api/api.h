@@ -67,9 +67,6 @@ kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int6
  * (u8 -3 is 253, as when adding -3), bool is v != 0. */
 graph_scalar api_scalar(double v, kiln_dtype dt);
 
-/* The promoted dtype of two (see kiln.h). */
-kiln_dtype api_promote(kiln_dtype a, kiln_dtype b);
-
 /* Broadcasts node shapes; false when they do not broadcast. */
 bool api_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,
                          int64_t *out);

@@ -1,34 +1,16 @@
 /* common.c — argument checking shared by the ops: axes, shapes, dtype
- * promotion, broadcasting, and the names used in messages. */
+ * broadcasting, the public dtype facts, and the names used in messages. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "api/api.h"
 
-size_t kiln_dtype_size(kiln_dtype dt) {
-    switch (dt) {
-    case KILN_F32:
-    case KILN_I32:
-        return 4;
-    case KILN_F64:
-    case KILN_I64:
-        return 8;
-    case KILN_F16:
-    case KILN_BF16:
-        return 2;
-    case KILN_U8:
-    case KILN_BOOL:
-        return 1;
-    }
-    return 0;
-}
+/* The public faces of graph/'s dtype facts, which the layers below api/ use
+ * directly. */
+size_t kiln_dtype_size(kiln_dtype dt) { return graph_dtype_size(dt); }
 
-const char *kiln_dtype_name(kiln_dtype dt) {
-    static const char *const names[KILN_NUM_DTYPES] = {"f32", "f64", "f16", "bf16",
-                                                       "i32", "i64", "u8",  "bool"};
-    return (unsigned)dt < KILN_NUM_DTYPES ? names[dt] : "?";
-}
+const char *kiln_dtype_name(kiln_dtype dt) { return graph_dtype_name(dt); }
 
 const char *kiln_status_string(kiln_status st) {
     switch (st) {
@@ -122,38 +104,11 @@ kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int6
     return NULL;
 }
 
-static int dtype_rank(kiln_dtype dt) {
-    switch (dt) {
-    case KILN_BOOL:
-        return 0;
-    case KILN_U8:
-        return 1;
-    case KILN_I32:
-        return 2;
-    case KILN_I64:
-        return 3;
-    case KILN_F16:
-    case KILN_BF16:
-        return 4;
-    case KILN_F32:
-        return 5;
-    case KILN_F64:
-        return 6;
-    }
-    return 0;
-}
-
 graph_scalar api_scalar(double v, kiln_dtype dt) {
     if (graph_dtype_is_float(dt) || dt == KILN_BOOL || isnan(v))
         return graph_scalar_from_double(v, dt);
     graph_scalar i = graph_scalar_from_double(v, KILN_I64);
     return graph_scalar_convert(i, false, dt);
-}
-
-kiln_dtype api_promote(kiln_dtype a, kiln_dtype b) {
-    if ((a == KILN_F16 && b == KILN_BF16) || (a == KILN_BF16 && b == KILN_F16))
-        return KILN_F32;
-    return dtype_rank(a) >= dtype_rank(b) ? a : b;
 }
 
 bool api_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,

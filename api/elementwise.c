@@ -77,7 +77,7 @@ static kiln_tensor *binary(const char *op, graph_op gop, kiln_tensor *a, kiln_te
     kiln_tensor *e = api_check(op, 2, args, &ctx);
     if (e || !a || !b)
         return e;
-    return combine(ctx, op, gop, a->node, b->node, api_promote(a->node->dtype, b->node->dtype));
+    return combine(ctx, op, gop, a->node, b->node, graph_dtype_promote(a->node->dtype, b->node->dtype));
 }
 
 kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b) { return binary("kiln_add", GRAPH_ADD, a, b); }
@@ -199,7 +199,7 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b) {
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "kiln_where: shapes %s (condition), %s and %s do not broadcast",
                         api_shape_str(c), api_shape_str(x), api_shape_str(y));
-    kiln_dtype dt = api_promote(x->dtype, y->dtype);
+    kiln_dtype dt = graph_dtype_promote(x->dtype, y->dtype);
     graph_node *bc = api_broadcast_to(c, nd, shp), *bx = api_broadcast_to(x, nd, shp),
                *by = api_broadcast_to(y, nd, shp);
     graph_node *cc = bc ? graph_cast(bc, KILN_BOOL) : NULL;

@@ -47,7 +47,7 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b) {
     if (nb + 2 > KILN_MAX_DIMS)
         return api_fail(ctx, KILN_ERR_SHAPE, "kiln_matmul: %s @ %s: too many dimensions",
                         api_shape_str(x), api_shape_str(y));
-    kiln_dtype dt = api_promote(x->dtype, y->dtype);
+    kiln_dtype dt = graph_dtype_promote(x->dtype, y->dtype);
     int64_t xf[KILN_MAX_DIMS], yf[KILN_MAX_DIMS], out[KILN_MAX_DIMS];
     for (int d = 0; d < nb; d++)
         xf[d] = yf[d] = batch[d];

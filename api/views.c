@@ -259,7 +259,7 @@ kiln_tensor *kiln_cat(int n, kiln_tensor *const *ts, int axis) {
                             "kiln_cat: tensor %d has shape %s, which does not fit %s along "
                             "axis %d",
                             i, api_shape_str(x), api_shape_str(first), axis);
-        dt = api_promote(dt, x->dtype);
+        dt = graph_dtype_promote(dt, x->dtype);
     }
     graph_node **srcs = calloc((size_t)n, sizeof *srcs);
     if (!srcs)

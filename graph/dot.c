@@ -28,7 +28,7 @@ void graph_dump_dot(FILE *f, int n, graph_node *const *roots)
         char shape[16 + KILN_MAX_DIMS * 21];
         graph_format_shape(shape, sizeof shape, node->ndim, node->shape);
         fprintf(f, "  n%lld [label=\"#%lld %s\\n%s %s\"%s];\n", (long long)node->id,
-                (long long)node->id, graph_op_name(node->op), kiln_dtype_name(node->dtype),
+                (long long)node->id, graph_op_name(node->op), graph_dtype_name(node->dtype),
                 shape, node->buf ? ", style=filled, fillcolor=lightgrey" : "");
         for (int j = 0; j < node->nsrc; j++) {
             graph_node *s = node->src[j];

@@ -1,5 +1,5 @@
-/* dtype.c — what every dtype can hold and how a scalar op behaves in it: the
- * f16/bf16 encodings, rounding, integer wrapping and saturation, and the
+/* dtype.c — what every dtype is and how a scalar op behaves in it: sizes,
+ * names and promotion, the f16/bf16 encodings, rounding, integer wrapping and saturation, and the
  * per-element semantics of every unary and binary op. Constant folding and
  * the reference evaluator both compute through here, so the two can never
  * disagree about a single element. */
@@ -18,6 +18,63 @@ typedef struct float_format {
 
 static const float_format F16_FORMAT = {11, -14, 65504.0};
 static const float_format BF16_FORMAT = {8, -126, 0x1.fep127};
+
+size_t graph_dtype_size(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_F32:
+    case KILN_I32:
+        return 4;
+    case KILN_F64:
+    case KILN_I64:
+        return 8;
+    case KILN_F16:
+    case KILN_BF16:
+        return 2;
+    case KILN_U8:
+    case KILN_BOOL:
+        return 1;
+    }
+    return 0;
+}
+
+const char *graph_dtype_name(kiln_dtype dt)
+{
+    static const char *const names[KILN_NUM_DTYPES] = {"f32", "f64", "f16", "bf16",
+                                                       "i32", "i64", "u8",  "bool"};
+    return (unsigned)dt < KILN_NUM_DTYPES ? names[dt] : "?";
+}
+
+/* A dtype's place in the promotion order; f16 and bf16 share one. */
+static int dtype_rank(kiln_dtype dt)
+{
+    switch (dt) {
+    case KILN_BOOL:
+        return 0;
+    case KILN_U8:
+        return 1;
+    case KILN_I32:
+        return 2;
+    case KILN_I64:
+        return 3;
+    case KILN_F16:
+    case KILN_BF16:
+        return 4;
+    case KILN_F32:
+        return 5;
+    case KILN_F64:
+        return 6;
+    }
+    return 0;
+}
+
+kiln_dtype graph_dtype_promote(kiln_dtype a, kiln_dtype b)
+{
+    /* neither half type holds the other's values, f32 holds both */
+    if ((a == KILN_F16 && b == KILN_BF16) || (a == KILN_BF16 && b == KILN_F16))
+        return KILN_F32;
+    return dtype_rank(a) >= dtype_rank(b) ? a : b;
+}
 
 bool graph_dtype_is_float(kiln_dtype dt)
 {

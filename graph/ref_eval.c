@@ -74,10 +74,10 @@ static kiln_status fail_oom(ev_pass *P, bool overflow, size_t bytes, const graph
     graph_format_shape(shape, sizeof shape, n->ndim, n->shape);
     if (overflow)
         fail(P, "kiln_realize: out of memory: a %s tensor of shape %s needs more than %zu bytes",
-             kiln_dtype_name(n->dtype), shape, (size_t)SIZE_MAX);
+             graph_dtype_name(n->dtype), shape, (size_t)SIZE_MAX);
     else
         fail(P, "kiln_realize: out of memory allocating %zu bytes for a %s tensor of shape %s",
-             bytes, kiln_dtype_name(n->dtype), shape);
+             bytes, graph_dtype_name(n->dtype), shape);
     return KILN_ERR_OOM;
 }
 
@@ -377,7 +377,7 @@ static kiln_status eval_node(ev_pass *P, graph_node *n)
     graph_buffer *buf = NULL;
     size_t bytes;
     if (st->requested) {
-        if (!size_of_array(numel, kiln_dtype_size(n->dtype), &bytes))
+        if (!size_of_array(numel, graph_dtype_size(n->dtype), &bytes))
             return fail_oom(P, true, 0, n);
         buf = graph_buffer_new(bytes);
         if (!buf)

@@ -134,7 +134,7 @@ static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes)
     char shape[KILN_MAX_DIMS * 21 + 3];
     graph_format_shape(shape, sizeof shape, x->ndim, x->shape);
     snprintf(msg, cap, "kiln_realize: out of memory allocating %zu bytes for a %s tensor of shape %s",
-             bytes, kiln_dtype_name(x->dtype), shape);
+             bytes, graph_dtype_name(x->dtype), shape);
     return KILN_ERR_OOM;
 }
 
@@ -403,7 +403,7 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
         } else {
             for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
                 graph_node *x = nodes[bk->outs[o]];
-                size_t bytes = (size_t)graph_numel(x) * kiln_dtype_size(x->dtype);
+                size_t bytes = (size_t)graph_numel(x) * graph_dtype_size(x->dtype);
                 if (!(x->buf = pool_take(j, bytes)))
                     st = oom(msg, mcap, x, bytes);
                 else

@@ -106,7 +106,7 @@ void jit_watch_fini(jit_watch *w) {
 /* ---- what a kernel costs ---- */
 
 static double node_bytes(const graph_node *n) {
-    return (double)graph_numel(n) * (double)kiln_dtype_size(n->dtype);
+    return (double)graph_numel(n) * (double)graph_dtype_size(n->dtype);
 }
 
 static jit_kernel_cost kernel_cost(const lower_kernel *k) {
@@ -139,7 +139,7 @@ static jit_kernel_cost kernel_cost(const lower_kernel *k) {
                 touched = e;
         }
         c.bytes += (touched < whole ? touched : whole) *
-                   (double)kiln_dtype_size(k->inputs[in]->dtype);
+                   (double)graph_dtype_size(k->inputs[in]->dtype);
     }
     return c;
 }

@@ -366,12 +366,12 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
         const lower_mm_plan *mm = &p->mm;
         if (mm->tile)
             fprintf(f, "  matmul: %s accumulators, %d x %d output tile per block, k steps of %d\n",
-                    kiln_dtype_name(mm->acc), mm->tile, mm->tile, mm->ktile);
+                    graph_dtype_name(mm->acc), mm->tile, mm->tile, mm->ktile);
         else
             fprintf(f,
                     "  matmul: %s accumulators, register tile %d x %d vectors of %d, blocks "
                     "%lld x %lld over k steps of %lld, A %s\n",
-                    kiln_dtype_name(mm->acc), mm->mr, mm->nv, mm->lanes, (long long)mm->mc,
+                    graph_dtype_name(mm->acc), mm->mr, mm->nv, mm->lanes, (long long)mm->mc,
                     (long long)mm->nc, (long long)mm->kc, mm->a_direct ? "in place" : "packed");
     }
     for (int b = 0; b < p->nblocks; b++) {

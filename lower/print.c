@@ -79,7 +79,7 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
         fprintf(f, "  %s%%%d = %s.%s", x->inner ? "  " : "", i, lower_uop_name(x->op),
-                kiln_dtype_name(x->dt));
+                graph_dtype_name(x->dt));
         if (x->op == UOP_ALU || x->op == UOP_REDUCE || x->op == UOP_RAND)
             fprintf(f, " %s", graph_op_name(x->gop));
         if (x->op == UOP_PRIM)

@@ -28,7 +28,7 @@ static double uniform(void) {
 static graph_node *leaf(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *shape, double lo,
                         double hi) {
     int64_t n = graph_shape_numel(ndim, shape);
-    graph_buffer *b = graph_buffer_new((size_t)(n ? n : 1) * kiln_dtype_size(dt));
+    graph_buffer *b = graph_buffer_new((size_t)(n ? n : 1) * graph_dtype_size(dt));
     if (!b)
         return NULL;
     for (int64_t i = 0; i < n; i++) {
@@ -57,7 +57,7 @@ static jit_cuda_ptr lookup(const dev_map *m, const graph_node *x) {
 }
 
 static size_t node_bytes(const graph_node *x) {
-    return (size_t)graph_numel(x) * kiln_dtype_size(x->dtype);
+    return (size_t)graph_numel(x) * graph_dtype_size(x->dtype);
 }
 
 /* Runs program p on the device; the target's result lands in host. */
