@@ -494,6 +494,11 @@ KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reducti
  * x^3))). kiln_gelu is the exact erf form. */
 KILN_API kiln_tensor *kiln_gelu_tanh(kiln_tensor *x);
 
+/* Hard swish, x * min(max(x + 3, 0), 6) / 6 (MobileNetV3; PyTorch's
+ * hardswish). Its gradient is that of the composition: 0 below -3, 1 above
+ * 3, (2x + 3) / 6 between. */
+KILN_API kiln_tensor *kiln_hardswish(kiln_tensor *x);
+
 /* In training, zeroes each element of x with probability p and scales the
  * others by 1/(1-p); the mask is kiln_rand(seed) >= p over x's shape (f32
  * draws), so a seed gives the same mask on every device and in every mode.

@@ -549,6 +549,19 @@ kiln_tensor *kiln_gelu_tanh(kiln_tensor *x) {
     return finish(ctx, y);
 }
 
+/* A composition of ops that already lower to primitives: its reference
+ * value, gradient and kernel all follow, and it fuses with its neighbours. */
+kiln_tensor *kiln_hardswish(kiln_tensor *x) {
+    const nn_arg args[] = {{x, "input", false, false}};
+    kiln_ctx *ctx;
+    kiln_tensor *e = check_args("kiln_hardswish", 1, args, &ctx);
+    if (e || !ctx)
+        return e;
+    kiln_scope_begin(ctx);
+    kiln_tensor *gate = kiln_minimum_scalar(kiln_maximum_scalar(kiln_add_scalar(x, 3), 0), 6);
+    return finish(ctx, kiln_div_scalar(kiln_mul(x, gate), 6));
+}
+
 kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training) {
     const char *op = "kiln_dropout";
     const nn_arg args[] = {{x, "input", false, false}};

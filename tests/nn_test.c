@@ -416,6 +416,23 @@ TU_TEST(nn, gelu_tanh) {
     TU_EXPECT(kiln_gelu_tanh(tx), KILN_F64, y, 50);
 }
 
+static double hardswish_ref(double x) { return x * fmin(fmax(x + 3, 0), 6) / 6; }
+
+TU_TEST(nn, hardswish) {
+    TU_RNG(r);
+    static double x[60], y[60];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(6, 10), -6, 6, x);
+    for (int i = 0; i < 60; i++)
+        y[i] = hardswish_ref(x[i]);
+    TU_EXPECT(kiln_hardswish(tx), KILN_F64, y, 60);
+    float xf[60];
+    for (int i = 0; i < 60; i++)
+        y[i] = hardswish_ref(xf[i] = (float)x[i]);
+    TU_EXPECT_TOL(kiln_hardswish(kiln_cast(tx, KILN_F32)), KILN_F32, y, 60, 1e-12);
+    TU_ASSERT_ERROR(kiln_hardswish(kiln_cast(tx, KILN_I32)), KILN_ERR_DTYPE, "kiln_hardswish",
+                    "[6,10]");
+}
+
 TU_TEST(nn, dropout) {
     TU_RNG(r);
     enum { R = 64, C = 64 };
@@ -769,6 +786,12 @@ static void gc_gelu_tanh(double *const *in, const void *cfg, double *out) {
         out[i] = gelu_tanh_ref(in[0][i]);
 }
 
+static void gc_hardswish(double *const *in, const void *cfg, double *out) {
+    (void)cfg;
+    for (int i = 0; i < 12; i++)
+        out[i] = hardswish_ref(in[0][i]);
+}
+
 static void gc_dropout(double *const *in, const void *cfg, double *out) {
     (void)cfg;
     for (int i = 0; i < 40; i++)
@@ -855,6 +878,10 @@ TU_TEST(nn_grad, finite_differences) {
         grad_check(ctx, &r, "mse_loss", kiln_mse_loss(a.t, b.t, KILN_REDUCTION_NONE), 2,
                    (gc_input[]){a, b}, gc_mse, NULL);
         grad_check(ctx, &r, "gelu_tanh", kiln_gelu_tanh(a.t), 1, &a, gc_gelu_tanh, NULL);
+    }
+    {
+        GC_IN(a, 12, -5, 5, 3, 4);
+        grad_check(ctx, &r, "hardswish", kiln_hardswish(a.t), 1, &a, gc_hardswish, NULL);
     }
     {
         GC_IN(x, 40, -2, 2, 5, 8);
