@@ -1,0 +1,205 @@
+/* plan_test.c — lower/plan.c: the decisions every renderer follows. Blocks
+ * hold exactly the live instructions, each once, in order and in the right
+ * stage; long few-row reductions split; index widths follow value ranges;
+ * matmul blocking follows the target's vectors; a GPU target gets thread
+ * counts and tiles instead. Checked on the plans themselves, so that a wrong
+ * decision shows here before any renderer runs it. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "graph/graph.h"
+#include "lower/lower.h"
+
+static const lower_target cpu512 = {.name = "cpu", .vector_bytes = 64};
+static const lower_target cpu256 = {.name = "cpu", .vector_bytes = 32};
+static const lower_target gpu = {.name = "cuda", .gpu = true, .block_threads = 256};
+
+static graph_node *input(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *shape) {
+    graph_buffer *b = graph_buffer_new((size_t)graph_shape_numel(ndim, shape) * 8);
+    cr_assert(b);
+    graph_node *n = graph_buffer_node(g, dt, ndim, shape, b);
+    graph_buffer_unref(b);
+    cr_assert(n);
+    return n;
+}
+
+/* Takes the reference to target; returns its program (one reference kept). */
+static lower_program *schedule(graph_node *target) {
+    lower_program *p = lower_schedule(1, &target, true);
+    cr_assert(p);
+    graph_unref(target);
+    return p;
+}
+
+/* Every block's instructions are in increasing order, no instruction is in
+ * two blocks, and each instruction an output needs is in some block. */
+static void check_blocks(const lower_kernel *k, const lower_plan *p) {
+    int *seen = calloc((size_t)k->nins, sizeof *seen);
+    cr_assert(seen);
+    for (int b = 0; b < p->nblocks; b++) {
+        const lower_block *x = &p->blocks[b];
+        for (int i = 0; i < x->n; i++) {
+            cr_assert(x->ins[i] >= 0 && x->ins[i] < k->nins);
+            cr_assert(i == 0 || x->ins[i] > x->ins[i - 1], "block %d out of order", b);
+            bool inner = k->ins[x->ins[i]].inner;
+            cr_assert(inner == (x->kind != LOWER_BLOCK_OUTER),
+                      "instruction %%%d in a block of the wrong stage", x->ins[i]);
+            if (x->kind == LOWER_BLOCK_OUTER)
+                cr_assert(!seen[x->ins[i]]++, "%%%d computed twice", x->ins[i]);
+        }
+    }
+    for (int o = 0; o < k->nouts; o++)
+        if (!k->ins[k->results[o]].inner)
+            cr_assert(seen[k->results[o]] || k->ins[k->results[o]].op == UOP_REDUCE);
+    free(seen);
+}
+
+Test(plan, elementwise_is_one_outer_block) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t n = 1 << 16;
+    graph_node *a = input(g, KILN_F32, 1, &n), *b = input(g, KILN_F32, 1, &n);
+    lower_program *p = schedule(graph_unary(GRAPH_EXP, graph_binary(GRAPH_MUL, a, b)));
+    cr_assert_eq(p->nkernels, 1);
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    cr_assert(plans);
+    cr_assert_eq(plans[0].nblocks, 1);
+    cr_assert_eq(plans[0].blocks[0].kind, LOWER_BLOCK_OUTER);
+    check_blocks(&p->kernels[0], &plans[0]);
+    cr_assert(plans[0].narrow, "65536 elements fit int32 indices");
+    cr_assert(plans[0].parallel);
+    cr_assert_eq(plans[0].grid, (n + p->kernels[0].tile - 1) / p->kernels[0].tile);
+    cr_assert_eq(plans[0].vector_bytes, 64);
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &gpu);
+    cr_assert(plans);
+    cr_assert_eq(plans[0].block_threads, 256);
+    cr_assert(!plans[0].split);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(a);
+    graph_unref(b);
+    graph_ctx_free(g);
+}
+
+/* softmax over rows: max pass, sum pass, then a store pass, with the outer
+ * values between them. */
+Test(plan, softmax_is_two_passes_and_a_store) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t shape[2] = {64, 1000};
+    graph_node *x = input(g, KILN_F32, 2, shape);
+    graph_node *mx = graph_reduce(GRAPH_RMAX, x, 2u, KILN_F32);
+    int64_t full[2] = {64, 1000};
+    graph_node *mxe = graph_expand(mx, full);
+    graph_node *e = graph_unary(GRAPH_EXP, graph_binary(GRAPH_SUB, x, mxe));
+    graph_node *s = graph_expand(graph_reduce(GRAPH_SUM, e, 2u, KILN_F32), full);
+    lower_program *p = schedule(graph_binary(GRAPH_DIV, e, s));
+    cr_assert_eq(p->nkernels, 1);
+    const lower_kernel *k = &p->kernels[0];
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    cr_assert(plans);
+    int reduces = 0, stores = 0;
+    for (int b = 0; b < plans[0].nblocks; b++) {
+        reduces += plans[0].blocks[b].kind == LOWER_BLOCK_REDUCE;
+        stores += plans[0].blocks[b].kind == LOWER_BLOCK_STORE;
+        if (plans[0].blocks[b].kind == LOWER_BLOCK_REDUCE)
+            cr_assert_eq(k->ins[plans[0].blocks[b].reduce].op, UOP_REDUCE);
+    }
+    cr_assert_eq(reduces, 2);
+    cr_assert_eq(stores, 1);
+    cr_assert_eq(plans[0].blocks[plans[0].nblocks - 1].kind, LOWER_BLOCK_STORE);
+    check_blocks(k, &plans[0]);
+    cr_assert(!plans[0].split, "64 rows keep the threads busy without splitting");
+    cr_assert_eq(plans[0].grid, 64);
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &gpu);
+    cr_assert(plans);
+    cr_assert_eq(plans[0].block_threads, 256);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(x);
+    graph_unref(mx);
+    graph_unref(mxe);
+    graph_unref(e);
+    graph_unref(s);
+    graph_ctx_free(g);
+}
+
+Test(plan, long_rows_split_on_cpu_only) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t n = 1 << 20, small = 1000;
+    graph_node *x = input(g, KILN_F32, 1, &n), *y = input(g, KILN_F32, 1, &small);
+    lower_program *p = schedule(graph_reduce(GRAPH_SUM, x, 1u, KILN_F32));
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    cr_assert(plans[0].split && !plans[0].parallel);
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &gpu);
+    cr_assert(!plans[0].split);
+    cr_assert_eq(plans[0].block_threads, 256);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    p = schedule(graph_reduce(GRAPH_SUM, y, 1u, KILN_F32));
+    plans = lower_plan_program(p, &cpu512);
+    cr_assert(!plans[0].split && !plans[0].parallel, "1000 elements: one thread, no split");
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &gpu);
+    cr_assert_eq(plans[0].block_threads, 256);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(x);
+    graph_unref(y);
+    graph_ctx_free(g);
+}
+
+/* Index values past int32 keep 64-bit index arithmetic. */
+Test(plan, wide_indices_stay_64_bit) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t shape[2] = {(int64_t)1 << 16, (int64_t)1 << 16};
+    graph_node *x = input(g, KILN_U8, 1, (int64_t[]){1});
+    graph_node *big = graph_expand(graph_reshape(x, 2, (int64_t[]){1, 1}), shape);
+    lower_program *p = schedule(graph_unary(GRAPH_NEG, graph_cast(big, KILN_I32)));
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    cr_assert(!plans[0].narrow, "2^32 elements cannot be indexed in int32");
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(x);
+    graph_unref(big);
+    graph_ctx_free(g);
+}
+
+Test(plan, matmul_blocking_follows_the_vectors) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t sa[2] = {512, 256}, sb[2] = {256, 384}, sv[2] = {256, 3};
+    graph_node *a = input(g, KILN_F32, 2, sa), *b = input(g, KILN_F32, 2, sb);
+    graph_node *v = input(g, KILN_F32, 2, sv);
+    lower_program *p = schedule(graph_matmul(a, b));
+    cr_assert_eq(p->kernels[0].kind, LOWER_MATMUL);
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    const lower_mm_plan *mm = &plans[0].mm;
+    cr_assert_eq(mm->acc, KILN_F32);
+    cr_assert(mm->mr == 6 && mm->nv == 4 && mm->lanes == 16, "%d x %d x %d", mm->mr, mm->nv,
+              mm->lanes);
+    cr_assert(mm->mc % mm->mr == 0 && mm->nc % (mm->nv * mm->lanes) == 0);
+    cr_assert(mm->kc >= 1 && mm->kc <= 512);
+    cr_assert(mm->a_direct, "row-major f32 A is read in place");
+    cr_assert(plans[0].grid >= 2, "enough tasks for two threads");
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &cpu256);
+    cr_assert(plans[0].mm.nv == 2 && plans[0].mm.lanes == 8);
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &gpu);
+    cr_assert(plans[0].mm.tile == 64 && plans[0].mm.ktile == 16 && plans[0].block_threads == 256);
+    cr_assert_eq(plans[0].grid, (512 / 64) * (384 / 64));
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    /* Three columns: one vector per row and more rows in the same registers. */
+    p = schedule(graph_matmul(a, v));
+    plans = lower_plan_program(p, &cpu512);
+    cr_assert(plans[0].mm.nv == 1 && plans[0].mm.mr == 12, "%d x %d", plans[0].mm.mr,
+              plans[0].mm.nv);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(a);
+    graph_unref(b);
+    graph_unref(v);
+    graph_ctx_free(g);
+}
