@@ -12,10 +12,12 @@
 #   ./kiln.sh asan              the test suite under ASan+UBSan only
 #   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so and kiln.pc
 #                               under PREFIX (default /usr/local)
-#   ./kiln.sh bench [--quick|--full] [STEPS]
+#   ./kiln.sh bench [--quick|--full] [--baseline REV] [STEPS]
 #                               lazy against eager and kiln against NumPy,
 #                               PyTorch, torch.compile and tinygrad on the
-#                               workloads of bench/; rewrites bench/RESULTS.md
+#                               workloads of bench/; rewrites bench/RESULTS.md;
+#                               with --baseline, also kiln built at REV,
+#                               alternately, workload by workload
 #
 # On Debian and Ubuntu, build dependencies that are missing are installed with
 # apt-get first (through sudo when not run as root).

@@ -98,6 +98,39 @@ def label(k):
     return f"{DESCRIPTION.get(w, w)}, {shape}"
 
 
+def baseline_section(base_dir, ops, keys):
+    """This tree's lazy and eager times against the baseline revision's, run
+    alternately in the same session: a ratio above 1 means this tree is faster."""
+    with open(os.path.join(base_dir, "REVISION")) as f:
+        rev = f.read().strip()
+    base = collections.defaultdict(dict)
+    for r in load(base_dir):
+        if r["suite"] in ("ops", "nn") and "error" not in r:
+            base[key(r)][r["impl"]] = r
+    rows, slower = [], []
+    for k in keys:
+        cells = []
+        for impl in ("kiln-lazy", "kiln-eager"):
+            now, was = ops[k].get(impl), base[k].get(impl)
+            if now is None or was is None or "error" in now:
+                cells += ["—", "—", "—"]
+                continue
+            ratio = was["median_ms"] / now["median_ms"]
+            cells += [fmt_ms(was["median_ms"]), fmt_ms(now["median_ms"]), fmt_ratio(ratio)]
+            if ratio < 0.9:
+                slower.append(f"{label(k)} ({impl}: {ratio:.2f})")
+        if any(c != "—" for c in cells):
+            rows.append([label(k)] + cells)
+    out = [f"## This tree against {rev}", "",
+           f"kiln's own programs built at {rev} and at this tree, run alternately in this "
+           "session. *before/after* above 1 means this tree is faster.", ""]
+    out += table(["workload", f"lazy ms {rev}", "lazy ms now", "before/after",
+                  f"eager ms {rev}", "eager ms now", "before/after"], rows,
+                 ["l", "r", "r", "r", "r", "r", "r"])
+    out += ["", "Slower by more than 10%: " + ("; ".join(slower) if slower else "none") + ".", ""]
+    return out
+
+
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
@@ -253,6 +286,10 @@ def main():
         lines += table(["graph", "impl", "cold ms", "warm_disk ms", "repeat ms"], rows,
                        ["l", "l", "r", "r", "r"])
         lines += [""]
+
+    base_dir = os.path.join(directory, "baseline")
+    if os.path.isdir(base_dir):
+        lines += baseline_section(base_dir, ops, keys)
 
     lines += ["## Where kiln loses", ""]
     if losses:

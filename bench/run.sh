@@ -4,10 +4,16 @@
 # workloads back to back, keeps their JSON lines in bench/results/, and writes
 # bench/RESULTS.md and bench/results.png with bench/report.py.
 #
-# Usage (from anywhere): bench/run.sh [--quick | --full] [--steps N] [STEPS]
+# Usage (from anywhere): bench/run.sh [--quick | --full] [--steps N]
+#                                      [--baseline REV] [STEPS]
 #   --quick   3 timed steps, no 4096 matmul, a time budget per peer: under 5
 #             minutes on 2 cores
 #   --full    also the 4096 matmul
+#   --baseline REV
+#             also builds kiln's benchmarks at git revision REV (in a scratch
+#             worktree) and runs them alternately with this tree's, so that
+#             RESULTS.md says, workload by workload, whether this tree is
+#             slower than REV, measured under the same load
 # The peers are installed on first use into the virtual environment
 # bench/peers/.venv (several GiB: PyTorch's wheels bring CUDA libraries even
 # where only the CPU is used). Environment: BAZEL (default bazel),
@@ -17,9 +23,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 args=()
-for a in "$@"; do
+baseline=
+while (($#)); do
+    a=$1
+    shift
     # A bare number is the step count (./kiln.sh bench STEPS).
-    if [[ $a =~ ^[0-9]+$ ]]; then args+=(--steps "$a"); else args+=("$a"); fi
+    if [[ $a == --baseline ]]; then
+        baseline=${1:?--baseline needs a revision}
+        shift
+    elif [[ $a =~ ^[0-9]+$ ]]; then args+=(--steps "$a"); else args+=("$a"); fi
 done
 quick=false
 for a in "${args[@]+"${args[@]}"}"; do [[ $a == --quick ]] && quick=true; done
@@ -50,6 +62,18 @@ bazel=${BAZEL:-bazel}
     --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
+base_bin=
+if [[ -n $baseline ]]; then
+    stage "building the baseline $baseline"
+    base_tree=$(mktemp -d)
+    trap 'git worktree remove --force "$base_tree" >/dev/null 2>&1 || true' EXIT
+    git worktree add --detach "$base_tree" "$baseline" >/dev/null
+    (cd "$base_tree" && "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
+        --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn)
+    base_bin=$(cd "$base_tree" && "$bazel" "${startup[@]+"${startup[@]}"}" info \
+        "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
+fi
+
 rm -rf "$results"
 mkdir -p "$results"
 printf '{"suite":"run","date":"%s","quick":%s,"threads":%s,"loadavg":"%s","commit":"%s"}\n' \
@@ -63,7 +87,17 @@ run() { # run NAME COMMAND...: JSON lines into results/NAME.jsonl
     stage "$name"
     "$@" >"$results/$name.jsonl" || { echo "bench: $name failed" >&2; status=1; }
 }
+# With a baseline, its runs alternate with this tree's, into results/baseline/
+# (which the peers' tables do not read).
+if [[ -n $base_bin ]]; then
+    mkdir -p "$results/baseline"
+    git -C "$base_tree" rev-parse --short HEAD >"$results/baseline/REVISION"
+    run baseline/kiln_ops "$base_bin/bench/ops" "${args[@]+"${args[@]}"}"
+fi
 run kiln_ops "$bin/bench/ops" "${args[@]+"${args[@]}"}"
+if [[ -n $base_bin ]]; then
+    run baseline/kiln_nn "$base_bin/bench/nn" "${args[@]+"${args[@]}"}"
+fi
 run kiln_nn "$bin/bench/nn" "${args[@]+"${args[@]}"}"
 run kiln_compile "$bin/bench/compile_cost" "${args[@]+"${args[@]}"}"
 # The peers get their best: as many threads as kiln, and a current NumPy or
