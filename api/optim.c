@@ -124,7 +124,7 @@ static kiln_status check_args(const char *op, kiln_ctx *ctx, int n, kiln_tensor 
         if (!p || !p->node || p->ctx != ctx) {
             note(ctx, "%s: parameter %d is %s", op, i,
                  !p ? "NULL" : !p->node ? "in an error state" : "of a different context");
-            return p && !p->node && p->ctx == ctx ? p->err : KILN_ERR_ARG;
+            return p && !p->node ? p->err : KILN_ERR_ARG;
         }
         if (!graph_dtype_is_float(p->node->dtype)) {
             note(ctx, "%s: parameter %d is %s of shape %s, not floating point", op, i,
