@@ -1,5 +1,6 @@
 /* ctx.c — contexts, handles, scopes, error handles and queries. */
 #define _POSIX_C_SOURCE 200809L
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,9 +92,16 @@ void kiln_ctx_free(kiln_ctx *ctx) {
     free(ctx);
 }
 
-void kiln_ctx_set_mode(kiln_ctx *ctx, kiln_mode mode) {
-    if (ctx && (mode == KILN_LAZY || mode == KILN_EAGER))
-        ctx->mode = mode;
+kiln_status kiln_ctx_set_mode(kiln_ctx *ctx, kiln_mode mode) {
+    if (!ctx)
+        return KILN_ERR_ARG;
+    if (mode != KILN_LAZY && mode != KILN_EAGER) {
+        snprintf(ctx->last_error, sizeof ctx->last_error,
+                 "kiln_ctx_set_mode: mode %d is neither KILN_LAZY nor KILN_EAGER", (int)mode);
+        return KILN_ERR_ARG;
+    }
+    ctx->mode = mode;
+    return KILN_OK;
 }
 
 kiln_mode kiln_ctx_mode(const kiln_ctx *ctx) { return ctx ? ctx->mode : KILN_LAZY; }
@@ -336,20 +344,31 @@ kiln_status kiln_to_host(kiln_tensor *t, void *dst, size_t nbytes) {
     return KILN_OK;
 }
 
-double kiln_item(kiln_tensor *t) {
-    if (!t || !t->node)
-        return __builtin_nan("");
+kiln_status kiln_item(kiln_tensor *t, double *out) {
+    if (out)
+        *out = NAN;
+    if (!t)
+        return KILN_ERR_ARG;
+    if (!t->node)
+        return t->err;
+    if (!out) {
+        set_error(t, KILN_ERR_ARG, "kiln_item: NULL result");
+        return KILN_ERR_ARG;
+    }
     if (graph_numel(t->node) != 1) {
         char buf[256];
         snprintf(buf, sizeof buf, "kiln_item: tensor of shape %s has %lld elements, not 1",
                  api_shape_str(t->node), (long long)graph_numel(t->node));
         set_error(t, KILN_ERR_ARG, buf);
-        return __builtin_nan("");
+        return KILN_ERR_ARG;
     }
-    if (kiln_realize(t) != KILN_OK)
-        return __builtin_nan("");
-    return graph_scalar_to_double(graph_scalar_load(t->node->buf->data, t->node->dtype, 0),
-                                  t->node->dtype);
+    kiln_dtype dt = t->node->dtype;
+    uint64_t v; /* as wide and as aligned as the widest dtype */
+    kiln_status st = kiln_to_host(t, &v, graph_dtype_size(dt));
+    if (st != KILN_OK)
+        return st;
+    *out = graph_scalar_to_double(graph_scalar_load(&v, dt, 0), dt);
+    return KILN_OK;
 }
 
 kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src) {

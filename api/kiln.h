@@ -6,11 +6,15 @@
  * kiln_sync) needs a value. Shapes follow NumPy: row-major, up to
  * KILN_MAX_DIMS dimensions, sizes as int64_t, broadcasting from the right.
  *
- * Errors never abort. An op given bad arguments returns a handle in an error
- * state whose message names the op and the shapes; every op given such a
- * handle passes the first error on; a sync point returns the status. An op
- * returns NULL only when it has no context to put an error handle in (every
- * tensor argument NULL).
+ * Errors never abort, and come back on one of two channels. A function that
+ * yields a tensor returns a handle, in an error state when it fails, whose
+ * message names the function and the shapes; every op given such a handle
+ * passes the first error on. It returns NULL only when it has no context to
+ * put an error handle in (every tensor argument NULL). Every other function
+ * that can fail returns a kiln_status and gives its results through
+ * out-parameters; its message is kiln_ctx_last_error's (or, for a sync
+ * point, also the tensor's). kiln_ctx_new, which has no context to report
+ * in, returns NULL and says why in kiln_last_ctx_error.
  *
  * Handles belong to their context and stay valid until kiln_release, the end
  * of the scope they were made in (unless kept), or kiln_ctx_free. A context is
@@ -94,8 +98,10 @@ KILN_API const char *kiln_last_ctx_error(void);
 /* Frees a context with every handle, node and buffer it owns. NULL is a no-op. */
 KILN_API void kiln_ctx_free(kiln_ctx *ctx);
 
-/* Sets lazy (default) or eager mode for ops recorded from now on. */
-KILN_API void kiln_ctx_set_mode(kiln_ctx *ctx, kiln_mode mode);
+/* Sets lazy (default) or eager mode for ops recorded from now on. KILN_ERR_ARG
+ * for a NULL context or another mode (the mode stays; kiln_ctx_last_error
+ * says why). */
+KILN_API kiln_status kiln_ctx_set_mode(kiln_ctx *ctx, kiln_mode mode);
 KILN_API kiln_mode kiln_ctx_mode(const kiln_ctx *ctx);
 KILN_API kiln_device kiln_ctx_device(const kiln_ctx *ctx);
 
@@ -304,9 +310,11 @@ KILN_API kiln_status kiln_realize(kiln_tensor *t);
 /* Realizes t and copies it to dst, row-major in t's dtype; nbytes must be
  * exactly numel * kiln_dtype_size (KILN_ERR_ARG otherwise). */
 KILN_API kiln_status kiln_to_host(kiln_tensor *t, void *dst, size_t nbytes);
-/* Realizes a one-element tensor and returns its value as a double; NaN when it
- * fails (kiln_error(t) then says why). */
-KILN_API double kiln_item(kiln_tensor *t);
+/* Realizes a one-element tensor and puts its value, as a double, in *out.
+ * Returns KILN_OK, t's own error, the sync's failure, or KILN_ERR_ARG for a
+ * NULL t or out or a tensor of more or fewer elements; on failure *out (if
+ * any) is NaN and kiln_error_message(t) says why. */
+KILN_API kiln_status kiln_item(kiln_tensor *t, double *out);
 /* Realizes every pending assignment of the context. */
 KILN_API kiln_status kiln_sync(kiln_ctx *ctx);
 
@@ -577,27 +585,32 @@ KILN_API void kiln_free_names(int n, char **names);
  * until kiln_optim_free, which must come before kiln_ctx_free. State and
  * arithmetic are f64 for f64 parameters and f32 for the others (half types
  * included). A parameter with no gradient at a step is left alone, state and
- * step count included. The constructors return NULL for bad arguments
- * (non-finite or negative lr, momentum, weight_decay or eps; betas outside
- * [0, 1); Nesterov without momentum; a parameter that is NULL, in an error
- * state, of another context, not a float, or listed twice) and
- * kiln_ctx_last_error says why. */
+ * step count included. The constructors put the new optimiser in *out and
+ * return KILN_OK; on failure *out is NULL, kiln_ctx_last_error says why, and
+ * the status is KILN_ERR_ARG for bad arguments (a NULL ctx or out;
+ * non-finite or negative lr, momentum, weight_decay or eps; betas outside
+ * [0, 1); Nesterov without momentum; a parameter that is NULL, of another
+ * context, or listed twice), a parameter's own error when it carries one,
+ * KILN_ERR_DTYPE for a parameter that is not a float, KILN_ERR_OOM. */
 typedef struct kiln_optim kiln_optim;
 
 /* SGD with momentum (dampening 0) and weight decay added to the gradient:
  * g += wd*p; buf = momentum*buf + g (buf = g at the first step); g = buf, or
  * g + momentum*buf with Nesterov; p -= lr*g. */
-KILN_API kiln_optim *kiln_sgd_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
-                                  double momentum, double weight_decay, bool nesterov);
+KILN_API kiln_status kiln_sgd_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                                  double momentum, double weight_decay, bool nesterov,
+                                  kiln_optim **out);
 /* Adam with bias correction and weight decay added to the gradient (L2):
  * g += wd*p; m = beta1*m + (1-beta1)*g; v = beta2*v + (1-beta2)*g^2; p -=
  * lr/(1-beta1^t) * m / (sqrt(v)/sqrt(1-beta2^t) + eps), t counting from 1. */
-KILN_API kiln_optim *kiln_adam_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
-                                   double beta1, double beta2, double eps, double weight_decay);
+KILN_API kiln_status kiln_adam_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                                   double beta1, double beta2, double eps, double weight_decay,
+                                   kiln_optim **out);
 /* AdamW: Adam with decoupled weight decay, p *= 1 - lr*wd before the update
  * and nothing added to the gradient. */
-KILN_API kiln_optim *kiln_adamw_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
-                                    double beta1, double beta2, double eps, double weight_decay);
+KILN_API kiln_status kiln_adamw_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                                    double beta1, double beta2, double eps, double weight_decay,
+                                    kiln_optim **out);
 /* Records one update of every parameter that has a gradient. Lazy: a sync
  * point computes it. Returns KILN_OK, or the error of a gradient (then no
  * parameter changes) with kiln_ctx_last_error saying which; KILN_ERR_ARG for
@@ -605,16 +618,19 @@ KILN_API kiln_optim *kiln_adamw_new(kiln_ctx *ctx, int n, kiln_tensor *const *pa
 KILN_API kiln_status kiln_optim_step(kiln_optim *o);
 /* kiln_zero_grad of every parameter. */
 KILN_API void kiln_optim_zero_grad(kiln_optim *o);
-/* The learning rate of the next steps; a non-finite or negative one is
- * refused (the old one stays, and kiln_ctx_last_error says so). */
-KILN_API void kiln_optim_set_lr(kiln_optim *o, double lr);
-/* The learning rate (NaN for NULL). */
-KILN_API double kiln_optim_lr(const kiln_optim *o);
+/* The learning rate of the next steps. KILN_ERR_ARG for a NULL optimiser or
+ * a non-finite or negative lr (the old one stays, and kiln_ctx_last_error
+ * says so). */
+KILN_API kiln_status kiln_optim_set_lr(kiln_optim *o, double lr);
+/* The learning rate, in *lr; KILN_ERR_ARG for a NULL o or lr. */
+KILN_API kiln_status kiln_optim_lr(const kiln_optim *o, double *lr);
 /* Frees the optimiser and its state; the parameters stay. NULL is a no-op. */
 KILN_API void kiln_optim_free(kiln_optim *o);
 
 /* Learning-rate schedules: the rate at step t (0-based; a negative t counts
- * as 0), to pass to kiln_optim_set_lr before each step. */
+ * as 0), to pass to kiln_optim_set_lr before each step. Pure arithmetic, so
+ * that they compose; the NaN of a bad period is refused by kiln_optim_set_lr
+ * with a status. */
 /* base * gamma^floor(t / step_size); NaN when step_size < 1. */
 KILN_API double kiln_lr_step(double base, int64_t t, int64_t step_size, double gamma);
 /* Cosine annealing from base at t = 0 to min_lr at t = total: min_lr +

@@ -63,7 +63,7 @@ static kiln_tensor *pin(kiln_tensor *t) {
  * on every later step, so the first step has the same structure too). */
 static kiln_tensor *zeros_like(kiln_ctx *ctx, const kiln_tensor *p, kiln_dtype dt) {
     const graph_node *x = p->node;
-    size_t nbytes = (size_t)graph_numel(x) * kiln_dtype_size(dt);
+    size_t nbytes = (size_t)graph_numel(x) * graph_dtype_size(dt);
     graph_buffer *buf = graph_buffer_new(nbytes);
     if (!buf)
         return NULL;
@@ -98,15 +98,14 @@ void kiln_optim_free(kiln_optim *o) {
 
 static bool nonneg(double x) { return isfinite(x) && x >= 0; }
 
-static kiln_optim *optim_new(const char *op, optim_kind kind, kiln_ctx *ctx, int n,
-                             kiln_tensor *const *params, double lr, double momentum,
-                             double weight_decay, bool nesterov, double beta1, double beta2,
-                             double eps) {
-    if (!ctx)
-        return NULL;
+/* The argument checks of the constructors: KILN_OK, or the status with the
+ * message noted in ctx. */
+static kiln_status check_args(const char *op, kiln_ctx *ctx, int n, kiln_tensor *const *params,
+                              double lr, double momentum, double weight_decay, bool nesterov,
+                              double beta1, double beta2, double eps) {
     if (n < 0 || (n > 0 && !params)) {
         note(ctx, "%s: %d parameters%s", op, n, n < 0 ? "" : " but the array is NULL");
-        return NULL;
+        return KILN_ERR_ARG;
     }
     if (!nonneg(lr) || !nonneg(weight_decay) || !nonneg(momentum) || !nonneg(eps) ||
         !(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1)) {
@@ -114,30 +113,49 @@ static kiln_optim *optim_new(const char *op, optim_kind kind, kiln_ctx *ctx, int
              "%s: lr %g, weight_decay %g, momentum %g and eps %g must be finite and >= 0, "
              "beta1 %g and beta2 %g in [0, 1)",
              op, lr, weight_decay, momentum, eps, beta1, beta2);
-        return NULL;
+        return KILN_ERR_ARG;
     }
     if (nesterov && momentum == 0) {
         note(ctx, "%s: Nesterov momentum needs a momentum > 0", op);
-        return NULL;
+        return KILN_ERR_ARG;
     }
     for (int i = 0; i < n; i++) {
         const kiln_tensor *p = params[i];
         if (!p || !p->node || p->ctx != ctx) {
             note(ctx, "%s: parameter %d is %s", op, i,
                  !p ? "NULL" : !p->node ? "in an error state" : "of a different context");
-            return NULL;
+            return p && !p->node ? p->err : KILN_ERR_ARG;
         }
         if (!graph_dtype_is_float(p->node->dtype)) {
             note(ctx, "%s: parameter %d is %s of shape %s, not floating point", op, i,
-                 kiln_dtype_name(p->node->dtype), api_shape_str(p->node));
-            return NULL;
+                 graph_dtype_name(p->node->dtype), api_shape_str(p->node));
+            return KILN_ERR_DTYPE;
         }
         for (int j = 0; j < i; j++)
             if (params[j] == p) {
                 note(ctx, "%s: parameters %d and %d are the same tensor", op, j, i);
-                return NULL;
+                return KILN_ERR_ARG;
             }
     }
+    return KILN_OK;
+}
+
+static kiln_status optim_new(const char *op, optim_kind kind, kiln_ctx *ctx, int n,
+                             kiln_tensor *const *params, double lr, double momentum,
+                             double weight_decay, bool nesterov, double beta1, double beta2,
+                             double eps, kiln_optim **out) {
+    if (out)
+        *out = NULL;
+    if (!ctx)
+        return KILN_ERR_ARG;
+    if (!out) {
+        note(ctx, "%s: NULL result", op);
+        return KILN_ERR_ARG;
+    }
+    kiln_status st = check_args(op, ctx, n, params, lr, momentum, weight_decay, nesterov, beta1,
+                                beta2, eps);
+    if (st != KILN_OK)
+        return st;
     kiln_optim *o = calloc(1, sizeof *o);
     size_t k = (size_t)(n ? n : 1);
     bool stateful = kind != OPTIM_SGD || momentum != 0;
@@ -152,7 +170,7 @@ static kiln_optim *optim_new(const char *op, optim_kind kind, kiln_ctx *ctx, int
         (kind != OPTIM_SGD && !o->v)) {
         kiln_optim_free(o);
         note(ctx, "%s: out of memory", op);
-        return NULL;
+        return KILN_ERR_OOM;
     }
     o->ctx = ctx;
     o->kind = kind;
@@ -174,41 +192,54 @@ static kiln_optim *optim_new(const char *op, optim_kind kind, kiln_ctx *ctx, int
         if (!ok) {
             kiln_optim_free(o);
             note(ctx, "%s: out of memory allocating the optimiser's state", op);
-            return NULL;
+            return KILN_ERR_OOM;
         }
     }
-    return o;
+    *out = o;
+    return KILN_OK;
 }
 
-kiln_optim *kiln_sgd_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
-                         double momentum, double weight_decay, bool nesterov) {
+kiln_status kiln_sgd_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                         double momentum, double weight_decay, bool nesterov, kiln_optim **out) {
     return optim_new("kiln_sgd_new", OPTIM_SGD, ctx, n, params, lr, momentum, weight_decay,
-                     nesterov, 0, 0, 0);
+                     nesterov, 0, 0, 0, out);
 }
 
-kiln_optim *kiln_adam_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
-                          double beta1, double beta2, double eps, double weight_decay) {
+kiln_status kiln_adam_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                          double beta1, double beta2, double eps, double weight_decay,
+                          kiln_optim **out) {
     return optim_new("kiln_adam_new", OPTIM_ADAM, ctx, n, params, lr, 0, weight_decay, false,
-                     beta1, beta2, eps);
+                     beta1, beta2, eps, out);
 }
 
-kiln_optim *kiln_adamw_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
-                           double beta1, double beta2, double eps, double weight_decay) {
+kiln_status kiln_adamw_new(kiln_ctx *ctx, int n, kiln_tensor *const *params, double lr,
+                           double beta1, double beta2, double eps, double weight_decay,
+                           kiln_optim **out) {
     return optim_new("kiln_adamw_new", OPTIM_ADAMW, ctx, n, params, lr, 0, weight_decay, false,
-                     beta1, beta2, eps);
+                     beta1, beta2, eps, out);
 }
 
-void kiln_optim_set_lr(kiln_optim *o, double lr) {
+kiln_status kiln_optim_set_lr(kiln_optim *o, double lr) {
     if (!o)
-        return;
+        return KILN_ERR_ARG;
     if (!nonneg(lr)) {
         note(o->ctx, "kiln_optim_set_lr: lr %g must be finite and >= 0; kept %g", lr, o->lr);
-        return;
+        return KILN_ERR_ARG;
     }
     o->lr = lr;
+    return KILN_OK;
 }
 
-double kiln_optim_lr(const kiln_optim *o) { return o ? o->lr : NAN; }
+kiln_status kiln_optim_lr(const kiln_optim *o, double *lr) {
+    if (!o)
+        return KILN_ERR_ARG;
+    if (!lr) {
+        note(o->ctx, "kiln_optim_lr: NULL result");
+        return KILN_ERR_ARG;
+    }
+    *lr = o->lr;
+    return KILN_OK;
+}
 
 void kiln_optim_zero_grad(kiln_optim *o) {
     for (int i = 0; o && i < o->n; i++)

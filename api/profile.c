@@ -26,18 +26,9 @@ kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m) {
     if (!ctx->jit)
         return fail(ctx, KILN_ERR_DEVICE,
                     "kiln_machine_info: a KILN_REF context runs no kernels to measure against");
-    jit_machine jm;
     char msg[512];
-    kiln_status st = jit_machine_limits(ctx->jit, &jm, msg, sizeof msg);
-    if (st != KILN_OK)
-        return fail(ctx, st, msg);
-    snprintf(m->cpu, sizeof m->cpu, "%s", jm.cpu);
-    m->threads = jm.threads;
-    m->gbps = jm.gbps;
-    m->gflops = jm.gflops;
-    m->triad_elems = jm.triad_elems;
-    m->vector_bits = jm.vector_bits;
-    return KILN_OK;
+    kiln_status st = jit_machine_limits(ctx->jit, m, msg, sizeof msg);
+    return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
 }
 
 kiln_status kiln_machine_limits(kiln_ctx *ctx, double *gbps, double *gflops) {
@@ -80,16 +71,7 @@ kiln_status kiln_profile_kernel(kiln_ctx *ctx, int i, kiln_kernel_profile *out) 
         snprintf(msg, sizeof msg, "kiln_profile_kernel: no kernel %d in a profile of 0", i);
         return fail(ctx, KILN_ERR_ARG, msg);
     }
-    jit_kernel_report r;
-    kiln_status st = jit_profile_kernel(ctx->jit, i, &r, msg, sizeof msg);
-    if (st == KILN_ERR_ARG)
-        return fail(ctx, st, msg);
-    *out = (kiln_kernel_profile){
-        .name = r.name, .fused = r.fused, .grid = r.grid, .code = r.origin, .bound = r.bound,
-        .launches = r.launches, .graph_hits = r.graph_hits, .total_ms = r.total_ms,
-        .mean_ms = r.mean_ms, .min_ms = r.min_ms, .max_ms = r.max_ms, .flops = r.flops,
-        .bytes = r.bytes, .gflops = r.gflops, .gbps = r.gbps, .pct_of_limit = r.pct,
-        .build_ms = r.compile_ms};
+    kiln_status st = jit_profile_kernel(ctx->jit, i, out, msg, sizeof msg);
     return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
 }
 

@@ -162,7 +162,12 @@ int main(void)
     for (int i = 0; i < BATCH; i++)
         ones[i] = 1;
     fetch(kiln_sum(probs, 1, classes, false), row_sums, BATCH);
-    double mean = kiln_item(kiln_mean(probs, 0, NULL, false));
+    double mean;
+    kiln_tensor *mean_t = kiln_mean(probs, 0, NULL, false);
+    if (kiln_item(mean_t, &mean) != KILN_OK) {
+        fprintf(stderr, "demo: the mean failed: %s\n", kiln_error_message(mean_t));
+        return 1;
+    }
 
     printf("class probabilities:\n");
     for (int i = 0; i < BATCH; i++) {

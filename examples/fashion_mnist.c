@@ -376,8 +376,8 @@ int main(int argc, char **argv) {
         return 1;
     }
     model m = model_new(ctx, opt.kind);
-    kiln_optim *o = kiln_adamw_new(ctx, m.n, m.p, opt.lr, 0.9, 0.999, 1e-8, rc->weight_decay);
-    if (!o)
+    kiln_optim *o;
+    if (kiln_adamw_new(ctx, m.n, m.p, opt.lr, 0.9, 0.999, 1e-8, rc->weight_decay, &o) != KILN_OK)
         die_kiln(ctx, "making the optimiser");
 
     printf("%s: %lld training images in %lld batches of %d, %lld test images, %d epochs, "
@@ -407,7 +407,8 @@ int main(int argc, char **argv) {
         double t0 = now(), shown = 0, loss_sum = 0;
         for (int64_t s = 0; s < steps_per_epoch; s++, step++) {
             fill_batch(&train, order + s * opt.batch, opt.batch, x, y);
-            kiln_optim_set_lr(o, kiln_lr_cosine(opt.lr, step, total_steps, 0));
+            if (kiln_optim_set_lr(o, kiln_lr_cosine(opt.lr, step, total_steps, 0)) != KILN_OK)
+                die_kiln(ctx, "setting the learning rate");
             kiln_scope_begin(ctx);
             kiln_stats before = kiln_ctx_stats(ctx);
             kiln_tensor *xt = kiln_from_data(ctx, KILN_F32, DIMS(opt.batch, PIXELS), x);
@@ -418,8 +419,8 @@ int main(int argc, char **argv) {
             if (kiln_optim_step(o) != KILN_OK)
                 die_kiln(ctx, "the optimiser step");
             kiln_optim_zero_grad(o);
-            double l = kiln_item(loss); /* the step's one sync point */
-            if (isnan(l) && kiln_error(loss) != KILN_OK) {
+            double l;
+            if (kiln_item(loss, &l) != KILN_OK) { /* the step's one sync point */
                 fprintf(stderr, "fashion_mnist: training step %lld failed: %s\n",
                         (long long)step + 1, kiln_error_message(loss));
                 return 1;

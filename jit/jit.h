@@ -36,40 +36,22 @@ jit_counters jit_get_counters(const jit_backend *j);
 
 /* ---- watching programs run (jit/profile.c, jit/machine.c) ---- */
 
-/* The machine's measured limits. */
-typedef struct jit_machine {
-    char cpu[128];       /* "model name" of /proc/cpuinfo */
-    int threads;         /* threads the measurements ran on */
-    double gbps;         /* STREAM-like triad, 12 bytes per element */
-    double gflops;       /* f32 FMA peak, 2 flops per lane */
-    int64_t triad_elems; /* elements per triad array */
-    int vector_bits;     /* width of the vectors the FMA loop ran on */
-} jit_machine;
-
 void jit_set_debug(jit_backend *j, int level);
 int jit_debug(const jit_backend *j);
-kiln_status jit_machine_limits(jit_backend *j, jit_machine *m, char *msg, size_t msgcap);
+/* The machine's measured limits, as kiln_machine_info reports them. */
+kiln_status jit_machine_limits(jit_backend *j, kiln_machine *m, char *msg, size_t msgcap);
 
 /* A profile records every launch and sync from begin to end; a new begin
  * starts a fresh one. The reports read the last one recorded (empty if none). */
 kiln_status jit_profile_begin(jit_backend *j, char *msg, size_t msgcap);
 void jit_profile_end(jit_backend *j);
 
-/* One kernel's line of the report. The strings live as long as the profile. */
-typedef struct jit_kernel_report {
-    const char *name, *fused, *grid, *origin, *bound;
-    int64_t launches, graph_hits;
-    double total_ms, mean_ms, min_ms, max_ms;
-    double flops, bytes; /* per launch */
-    double gflops, gbps, pct; /* achieved, and % of the binding limit (0: unknown) */
-    double compile_ms;
-} jit_kernel_report;
-
-/* Kernels in the profile, in order of first launch. Kernel i's report needs
- * the machine's limits: when they cannot be had it comes without pct, with
- * the reason's status and message (KILN_ERR_ARG: no kernel i). */
+/* Kernels in the profile, in order of first launch. Kernel i's line (its
+ * strings live as long as the profile) needs the machine's limits: when they
+ * cannot be had it comes without pct_of_limit, with the reason's status and
+ * message (KILN_ERR_ARG: no kernel i, and *r is left as it was). */
 int jit_profile_count(jit_backend *j);
-kiln_status jit_profile_kernel(jit_backend *j, int i, jit_kernel_report *r, char *msg,
+kiln_status jit_profile_kernel(jit_backend *j, int i, kiln_kernel_profile *r, char *msg,
                                size_t msgcap);
 kiln_status jit_profile_print(jit_backend *j, FILE *f, char *msg, size_t msgcap);
 kiln_status jit_profile_write_json(jit_backend *j, const char *path, char *msg, size_t msgcap);

@@ -167,7 +167,7 @@ static int64_t triad_elems(void) {
     return bytes / (int64_t)sizeof(float);
 }
 
-static cache_key limits_key(const jit_machine *m) {
+static cache_key limits_key(const kiln_machine *m) {
     cache_key_builder b;
     cache_key_begin(&b);
     cache_key_add_str(&b, "kiln machine limits");
@@ -177,7 +177,7 @@ static cache_key limits_key(const jit_machine *m) {
     return cache_key_end(&b);
 }
 
-static kiln_status measure(cache *c, jit_machine *m, char *msg, size_t cap) {
+static kiln_status measure(cache *c, kiln_machine *m, char *msg, size_t cap) {
     bool compiled;
     void *h = jit_cpu_load(c, measure_src, jit_cpu_key(measure_src), &compiled, msg, cap);
     if (!h)
@@ -197,12 +197,12 @@ static kiln_status measure(cache *c, jit_machine *m, char *msg, size_t cap) {
     return KILN_OK;
 }
 
-kiln_status jit_machine_get(jit_watch *w, jit_machine *out, char *msg, size_t cap) {
+kiln_status jit_machine_get(jit_watch *w, kiln_machine *out, char *msg, size_t cap) {
     if (w->have_machine) {
         *out = w->machine;
         return KILN_OK;
     }
-    jit_machine m = {.threads = w->nthreads, .triad_elems = triad_elems()};
+    kiln_machine m = {.threads = w->nthreads, .triad_elems = triad_elems()};
     cpu_model(m.cpu, sizeof m.cpu);
     cache_key key = limits_key(&m);
     void *data;

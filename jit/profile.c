@@ -177,7 +177,7 @@ typedef struct share {
     const char *bound;
 } share;
 
-static share share_of(double flops, double bytes, double ms, const jit_machine *m) {
+static share share_of(double flops, double bytes, double ms, const kiln_machine *m) {
     share s = {0, 0, 0, ""};
     if (ms <= 0)
         return s;
@@ -267,7 +267,7 @@ void jit_watch_launch(jit_watch *w, const jit_prog_facts *f, const lower_kernel 
     if (w->debug >= 2) {
         char grid[64], msg[256];
         kernel_grid(k, grid, sizeof grid);
-        jit_machine m;
+        kiln_machine m;
         bool have = jit_machine_get(w, &m, msg, sizeof msg) == KILN_OK;
         jit_kernel_cost c = f->cost ? f->cost[i] : (jit_kernel_cost){0, 0};
         share s = share_of(c.flops, c.bytes, ms, have ? &m : NULL);
@@ -353,7 +353,7 @@ static jit_watch *watch_of(jit_backend *j) { return j ? jit_backend_watch(j) : N
 void jit_set_debug(jit_backend *j, int level) { jit_backend_watch(j)->debug = level; }
 int jit_debug(const jit_backend *j) { return jit_backend_watch((jit_backend *)j)->debug; }
 
-kiln_status jit_machine_limits(jit_backend *j, jit_machine *m, char *msg, size_t cap) {
+kiln_status jit_machine_limits(jit_backend *j, kiln_machine *m, char *msg, size_t cap) {
     return jit_machine_get(jit_backend_watch(j), m, msg, cap);
 }
 
@@ -377,22 +377,22 @@ int jit_profile_count(jit_backend *j) {
     return p ? p->nkernels : 0;
 }
 
-static kiln_status limits(jit_watch *w, jit_machine *m, char *msg, size_t cap) {
+static kiln_status limits(jit_watch *w, kiln_machine *m, char *msg, size_t cap) {
     return w ? jit_machine_get(w, m, msg, cap) : KILN_ERR_ARG;
 }
 
-static jit_kernel_report report_of(const prof_kernel *e, const jit_machine *m) {
+static kiln_kernel_profile report_of(const prof_kernel *e, const kiln_machine *m) {
     double mean = e->launches ? e->total_ms / (double)e->launches : 0;
     share s = share_of(e->flops, e->bytes, mean, m);
-    return (jit_kernel_report){
-        .name = e->name, .fused = e->fused, .grid = e->grid, .origin = e->origin,
+    return (kiln_kernel_profile){
+        .name = e->name, .fused = e->fused, .grid = e->grid, .code = e->origin,
         .bound = s.bound, .launches = e->launches, .graph_hits = e->graph_hits,
         .total_ms = e->total_ms, .mean_ms = mean, .min_ms = e->min_ms, .max_ms = e->max_ms,
         .flops = e->flops, .bytes = e->bytes, .gflops = s.gflops, .gbps = s.gbps,
-        .pct = s.pct, .compile_ms = e->compile_ms};
+        .pct_of_limit = s.pct, .build_ms = e->compile_ms};
 }
 
-kiln_status jit_profile_kernel(jit_backend *j, int i, jit_kernel_report *r, char *msg,
+kiln_status jit_profile_kernel(jit_backend *j, int i, kiln_kernel_profile *r, char *msg,
                                size_t cap) {
     jit_watch *w = jit_backend_watch(j);
     if (!w->prof || i < 0 || i >= w->prof->nkernels) {
@@ -400,7 +400,7 @@ kiln_status jit_profile_kernel(jit_backend *j, int i, jit_kernel_report *r, char
                  w->prof ? w->prof->nkernels : 0);
         return KILN_ERR_ARG;
     }
-    jit_machine m;
+    kiln_machine m;
     kiln_status st = jit_machine_get(w, &m, msg, cap);
     *r = report_of(&w->prof->kernels[i], st == KILN_OK ? &m : NULL);
     return st;
@@ -409,7 +409,7 @@ kiln_status jit_profile_kernel(jit_backend *j, int i, jit_kernel_report *r, char
 kiln_status jit_profile_print(jit_backend *j, FILE *f, char *msg, size_t cap) {
     jit_watch *w = watch_of(j);
     jit_prof *p = w ? w->prof : NULL;
-    jit_machine m;
+    kiln_machine m;
     bool have = p && p->nkernels && limits(w, &m, msg, cap) == KILN_OK;
     fprintf(f, "kiln profile: %d kernels", p ? p->nkernels : 0);
     if (have)
@@ -420,10 +420,10 @@ kiln_status jit_profile_print(jit_backend *j, FILE *f, char *msg, size_t cap) {
             "build ms", "code", "fuses");
     for (int i = 0; p && i < p->nkernels; i++) {
         const prof_kernel *e = &p->kernels[i];
-        jit_kernel_report r = report_of(e, have ? &m : NULL);
+        kiln_kernel_profile r = report_of(e, have ? &m : NULL);
         char pct[16] = "-";
         if (have)
-            snprintf(pct, sizeof pct, "%.1f%c", r.pct, r.bound[0]);
+            snprintf(pct, sizeof pct, "%.1f%c", r.pct_of_limit, r.bound[0]);
         fprintf(f, "%-44s %8lld %11.3f %10.4f %10.3f %10.3f %9.2f %8.2f %7s %10.1f  %-9s %s\n",
                 e->name, (long long)e->launches, e->total_ms, r.mean_ms, e->flops * 1e-6,
                 e->bytes * 1e-6, r.gflops, r.gbps, pct, e->compile_ms, e->origin, e->fused);
@@ -448,8 +448,8 @@ static void json_str(FILE *f, const char *s) {
 }
 
 /* The kernel's figures as JSON members, without braces. */
-static void json_kernel(FILE *f, const prof_kernel *e, const jit_machine *m) {
-    jit_kernel_report r = report_of(e, m);
+static void json_kernel(FILE *f, const prof_kernel *e, const kiln_machine *m) {
+    kiln_kernel_profile r = report_of(e, m);
     fprintf(f, "\"name\":");
     json_str(f, e->name);
     fprintf(f, ",\"fused\":");
@@ -462,7 +462,7 @@ static void json_kernel(FILE *f, const prof_kernel *e, const jit_machine *m) {
             (long long)e->launches, (long long)e->graph_hits, e->total_ms, r.mean_ms, e->min_ms,
             e->max_ms, e->flops, e->bytes, r.gflops, r.gbps, e->compile_ms, e->origin);
     if (m)
-        fprintf(f, ",\"pct_of_limit\":%.6g,\"bound\":\"%s\"", r.pct, r.bound);
+        fprintf(f, ",\"pct_of_limit\":%.6g,\"bound\":\"%s\"", r.pct_of_limit, r.bound);
 }
 
 static FILE *open_out(const char *path, const char *who, char *msg, size_t cap) {
@@ -488,7 +488,7 @@ kiln_status jit_profile_write_json(jit_backend *j, const char *path, char *msg, 
     FILE *f = open_out(path, "kiln_profile_write_json", msg, cap);
     if (!f)
         return KILN_ERR_IO;
-    jit_machine m;
+    kiln_machine m;
     char why[256];
     bool have = p && p->nkernels && limits(w, &m, why, sizeof why) == KILN_OK;
     fprintf(f, "{\"machine\":");
@@ -516,7 +516,7 @@ static kiln_status write_trace(jit_watch *w, const char *path, char *msg, size_t
     FILE *f = open_out(path, "kiln_profile_write_trace", msg, cap);
     if (!f)
         return KILN_ERR_IO;
-    jit_machine m;
+    kiln_machine m;
     char why[256];
     bool have = p && p->nkernels && limits(w, &m, why, sizeof why) == KILN_OK;
     fprintf(f, "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n"

@@ -36,7 +36,7 @@ typedef struct jit_watch {
     cache *cache;
     int nthreads;
     bool have_machine;
-    jit_machine machine;
+    kiln_machine machine;
 } jit_watch;
 
 /* Reads KILN_DEBUG, KILN_PROFILE and KILN_DUMP. */
@@ -78,6 +78,6 @@ double jit_now_ms(void);
 
 /* The machine's limits: remembered, else from the disk cache, else measured
  * (about a second) and stored there, keyed by CPU model and thread count. */
-kiln_status jit_machine_get(jit_watch *w, jit_machine *m, char *msg, size_t cap);
+kiln_status jit_machine_get(jit_watch *w, kiln_machine *m, char *msg, size_t cap);
 
 #endif /* KILN_JIT_PROFILE_H */

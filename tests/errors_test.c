@@ -222,7 +222,9 @@ TU_TEST(errors, sync_points_report) {
     float buf[6] = {0};
     cr_assert_eq(kiln_to_host(e, buf, 0), KILN_ERR_SHAPE);
     cr_assert_eq(kiln_to_host(e, buf, sizeof buf), KILN_ERR_SHAPE);
-    cr_assert(isnan(kiln_item(e)));
+    double v = 0;
+    cr_assert_eq(kiln_item(e, &v), KILN_ERR_SHAPE);
+    cr_assert(isnan(v));
     cr_assert_eq(kiln_error(e), KILN_ERR_SHAPE);
     /* the context is still usable and a sync with an error handle around is fine */
     cr_assert_eq(kiln_sync(ctx), KILN_OK);
@@ -253,16 +255,34 @@ TU_TEST(errors, to_host_wrong_nbytes) {
 
 TU_TEST(errors, item_of_non_scalar) {
     kiln_tensor *t = kiln_ones(ctx, KILN_F32, TU_S(2, 3));
-    cr_assert(isnan(kiln_item(t)), "[%s] kiln_item of [2,3] is not NaN", tu_exec_name());
+    double v = 0;
+    cr_assert_eq(kiln_item(t, &v), KILN_ERR_ARG, "[%s] kiln_item of [2,3]", tu_exec_name());
+    cr_assert(isnan(v), "[%s] kiln_item of [2,3] gave %g, not NaN", tu_exec_name(), v);
     cr_assert_neq(kiln_error(t), KILN_OK);
+    cr_assert(strstr(kiln_error_message(t), "kiln_item") && strstr(kiln_error_message(t), "[2,3]"),
+              "%s", kiln_error_message(t));
     kiln_tensor *e = kiln_zeros(ctx, KILN_F32, TU_S(0));
-    cr_assert(isnan(kiln_item(e)));
+    v = 0;
+    cr_assert_eq(kiln_item(e, &v), KILN_ERR_ARG);
+    cr_assert(isnan(v));
     cr_assert_neq(kiln_error(e), KILN_OK);
-    /* one element in any shape is fine */
+    /* one element in any shape and dtype is fine */
     kiln_tensor *one = kiln_full(ctx, KILN_I32, TU_S(1, 1, 1), 5);
-    cr_assert_eq(kiln_item(one), 5);
+    cr_assert_eq(kiln_item(one, &v), KILN_OK);
+    cr_assert_eq(v, 5);
     cr_assert_eq(kiln_error(one), KILN_OK);
-    cr_assert_eq(kiln_item(kiln_scalar(ctx, KILN_U8, 200)), 200);
+    cr_assert_eq(kiln_item(kiln_scalar(ctx, KILN_U8, 200), &v), KILN_OK);
+    cr_assert_eq(v, 200);
+    cr_assert_eq(kiln_item(kiln_scalar(ctx, KILN_F64, -0.1), &v), KILN_OK);
+    cr_assert_eq(v, -0.1);
+    cr_assert_eq(kiln_item(kiln_scalar(ctx, KILN_BF16, 3.5), &v), KILN_OK);
+    cr_assert_eq(v, 3.5);
+    /* a NULL result is refused with a message, and t stays usable */
+    kiln_tensor *s = kiln_scalar(ctx, KILN_I64, -7);
+    cr_assert_eq(kiln_item(s, NULL), KILN_ERR_ARG);
+    cr_assert(strstr(kiln_error_message(s), "kiln_item"), "%s", kiln_error_message(s));
+    cr_assert_eq(kiln_item(s, &v), KILN_OK);
+    cr_assert_eq(v, -7);
 }
 
 TU_TEST(errors, null_arguments_never_crash) {
@@ -294,7 +314,9 @@ TU_TEST(errors, null_arguments_never_crash) {
     cr_assert_eq(kiln_realize(NULL), KILN_ERR_ARG);
     float buf[2];
     cr_assert_eq(kiln_to_host(NULL, buf, sizeof buf), KILN_ERR_ARG);
-    cr_assert(isnan(kiln_item(NULL)));
+    double v = 0;
+    cr_assert_eq(kiln_item(NULL, &v), KILN_ERR_ARG);
+    cr_assert(isnan(v));
     cr_assert_eq(kiln_sync(NULL), KILN_ERR_ARG);
     cr_assert_neq(kiln_error(NULL), KILN_OK);
     cr_assert_not_null(kiln_error_message(NULL));

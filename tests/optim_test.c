@@ -125,15 +125,21 @@ static const optim_case cases[] = {
 };
 
 static kiln_optim *make_optim(kiln_ctx *ctx, const optim_case *c, kiln_tensor **params) {
+    kiln_optim *o = NULL;
+    kiln_status st = KILN_ERR_ARG;
     switch (c->kind) {
     case REF_SGD:
-        return kiln_sgd_new(ctx, 2, params, c->lr, c->momentum, c->wd, c->nesterov);
+        st = kiln_sgd_new(ctx, 2, params, c->lr, c->momentum, c->wd, c->nesterov, &o);
+        break;
     case REF_ADAM:
-        return kiln_adam_new(ctx, 2, params, c->lr, c->b1, c->b2, c->eps, c->wd);
+        st = kiln_adam_new(ctx, 2, params, c->lr, c->b1, c->b2, c->eps, c->wd, &o);
+        break;
     case REF_ADAMW:
-        return kiln_adamw_new(ctx, 2, params, c->lr, c->b1, c->b2, c->eps, c->wd);
+        st = kiln_adamw_new(ctx, 2, params, c->lr, c->b1, c->b2, c->eps, c->wd, &o);
+        break;
     }
-    return NULL;
+    cr_assert_eq(st, KILN_OK, "%s: %s", c->name, kiln_ctx_last_error(ctx));
+    return o;
 }
 
 static void expect_close(const char *what, const optim_case *c, const double *got,
@@ -199,8 +205,9 @@ TU_TEST(optim, parameter_without_gradient) {
     kiln_requires_grad(p, true);
     kiln_requires_grad(unused, true);
     kiln_tensor *params[] = {p, unused};
-    kiln_optim *o = kiln_adamw_new(ctx, 2, params, 0.1, 0.9, 0.999, 1e-8, 0.1);
-    cr_assert(o != NULL, "%s", kiln_ctx_last_error(ctx));
+    kiln_optim *o;
+    cr_assert_eq(kiln_adamw_new(ctx, 2, params, 0.1, 0.9, 0.999, 1e-8, 0.1, &o), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
     cr_assert_eq(kiln_backward(kiln_sum(kiln_mul(p, p), 0, NULL, false)), KILN_OK);
     cr_assert_eq(kiln_optim_step(o), KILN_OK, "%s", kiln_ctx_last_error(ctx));
     TU_EXPECT_EXACT(unused, KILN_F32, z, 4);
@@ -227,8 +234,9 @@ TU_TEST(optim, half_parameters) {
         kiln_scope_begin(ctx);
         kiln_tensor *p = kiln_keep(tu_rand_tensor(ctx, &r, dts[k], TU_S(2, 3), -4, 4, a));
         cr_assert_eq(kiln_requires_grad(p, true), KILN_OK);
-        kiln_optim *o = kiln_sgd_new(ctx, 1, &p, 0.125, 0.5, 0, false);
-        cr_assert(o != NULL, "%s", kiln_ctx_last_error(ctx));
+        kiln_optim *o;
+        cr_assert_eq(kiln_sgd_new(ctx, 1, &p, 0.125, 0.5, 0, false, &o), KILN_OK, "%s",
+                     kiln_ctx_last_error(ctx));
         kiln_scope_end(ctx);
         /* loss = sum(p^2): the gradient 2p is exact in any float dtype */
         for (int s = 0; s < 2; s++) {
@@ -269,10 +277,15 @@ static void replay_check(const optim_case *c) {
     kiln_stats after2 = {0};
     double first = 0, last = 0;
     for (int s = 0; s < 5; s++) {
-        kiln_optim_set_lr(o, kiln_lr_cosine(c->lr, s, 5, c->lr / 10));
-        cr_assert_float_eq(kiln_optim_lr(o), kiln_lr_cosine(c->lr, s, 5, c->lr / 10), 0);
+        cr_assert_eq(kiln_optim_set_lr(o, kiln_lr_cosine(c->lr, s, 5, c->lr / 10)), KILN_OK);
+        double lr;
+        cr_assert_eq(kiln_optim_lr(o, &lr), KILN_OK);
+        cr_assert_float_eq(lr, kiln_lr_cosine(c->lr, s, 5, c->lr / 10), 0);
         kiln_scope_begin(ctx);
-        double loss = kiln_item(train_step(o, &md));
+        double loss;
+        kiln_tensor *l = train_step(o, &md);
+        cr_assert_eq(kiln_item(l, &loss), KILN_OK, "%s step %d: %s", c->name, s,
+                     kiln_error_message(l));
         kiln_scope_end(ctx);
         cr_assert(isfinite(loss), "%s step %d: %s", c->name, s, kiln_ctx_last_error(ctx));
         if (s == 0)
@@ -304,25 +317,47 @@ Test(optim, bad_arguments) {
     kiln_tensor *p = kiln_zeros(ctx, KILN_F32, 1, d);
     kiln_tensor *ip = kiln_zeros(ctx, KILN_I32, 1, d);
     kiln_tensor *pp[] = {p, p};
-    cr_assert_null(kiln_sgd_new(ctx, 1, &p, -0.1, 0, 0, false));
-    cr_assert(strstr(kiln_ctx_last_error(ctx), "lr -0.1"), "%s", kiln_ctx_last_error(ctx));
-    cr_assert_null(kiln_sgd_new(ctx, 1, &p, 0.1, 0, 0, true));
-    cr_assert(strstr(kiln_ctx_last_error(ctx), "Nesterov"), "%s", kiln_ctx_last_error(ctx));
-    cr_assert_null(kiln_adam_new(ctx, 1, &p, 0.1, 1.0, 0.999, 1e-8, 0));
-    cr_assert(strstr(kiln_ctx_last_error(ctx), "beta1 1"), "%s", kiln_ctx_last_error(ctx));
-    cr_assert_null(kiln_adamw_new(ctx, 1, &ip, 0.1, 0.9, 0.999, 1e-8, 0));
-    cr_assert(strstr(kiln_ctx_last_error(ctx), "i32"), "%s", kiln_ctx_last_error(ctx));
-    cr_assert_null(kiln_sgd_new(ctx, 2, pp, 0.1, 0, 0, false));
-    cr_assert(strstr(kiln_ctx_last_error(ctx), "same tensor"), "%s", kiln_ctx_last_error(ctx));
-    cr_assert_null(kiln_sgd_new(NULL, 1, &p, 0.1, 0, 0, false));
+    kiln_tensor *bad = kiln_add(p, kiln_zeros(ctx, KILN_F32, 1, (const int64_t[]){2}));
+    kiln_optim *o = (kiln_optim *)&o; /* a failure must overwrite it */
+#define REFUSED(st, call, text)                                                                  \
+    do {                                                                                         \
+        o = (kiln_optim *)&o;                                                                    \
+        cr_assert_eq(call, st, "%s", kiln_ctx_last_error(ctx));                                  \
+        cr_assert_null(o);                                                                       \
+        cr_assert(strstr(kiln_ctx_last_error(ctx), text), "%s", kiln_ctx_last_error(ctx));       \
+    } while (0)
+    REFUSED(KILN_ERR_ARG, kiln_sgd_new(ctx, 1, &p, -0.1, 0, 0, false, &o), "lr -0.1");
+    REFUSED(KILN_ERR_ARG, kiln_sgd_new(ctx, 1, &p, 0.1, 0, 0, true, &o), "Nesterov");
+    REFUSED(KILN_ERR_ARG, kiln_adam_new(ctx, 1, &p, 0.1, 1.0, 0.999, 1e-8, 0, &o), "beta1 1");
+    REFUSED(KILN_ERR_DTYPE, kiln_adamw_new(ctx, 1, &ip, 0.1, 0.9, 0.999, 1e-8, 0, &o), "i32");
+    REFUSED(KILN_ERR_ARG, kiln_sgd_new(ctx, 2, pp, 0.1, 0, 0, false, &o), "same tensor");
+    REFUSED(KILN_ERR_SHAPE, kiln_adam_new(ctx, 1, &bad, 0.1, 0.9, 0.999, 1e-8, 0, &o),
+            "parameter 0 is in an error state");
+    REFUSED(KILN_ERR_ARG, kiln_sgd_new(ctx, -1, &p, 0.1, 0, 0, false, &o), "kiln_sgd_new");
+#undef REFUSED
+    cr_assert_eq(kiln_adamw_new(ctx, 1, &p, 0.1, 0.9, 0.999, 1e-8, 0, NULL), KILN_ERR_ARG);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_adamw_new: NULL result"), "%s",
+              kiln_ctx_last_error(ctx));
+    o = (kiln_optim *)&o;
+    cr_assert_eq(kiln_sgd_new(NULL, 1, &p, 0.1, 0, 0, false, &o), KILN_ERR_ARG);
+    cr_assert_null(o);
     cr_assert_eq(kiln_optim_step(NULL), KILN_ERR_ARG);
 
-    kiln_optim *o = kiln_sgd_new(ctx, 1, &p, 0.1, 0, 0, false);
+    cr_assert_eq(kiln_sgd_new(ctx, 1, &p, 0.1, 0, 0, false, &o), KILN_OK);
     cr_assert_not_null(o);
-    kiln_optim_set_lr(o, NAN);
-    cr_assert_eq(kiln_optim_lr(o), 0.1);
-    kiln_optim_set_lr(o, 0.25);
-    cr_assert_eq(kiln_optim_lr(o), 0.25);
+    double lr = 0;
+    cr_assert_eq(kiln_optim_set_lr(o, NAN), KILN_ERR_ARG);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_optim_set_lr"), "%s", kiln_ctx_last_error(ctx));
+    cr_assert_eq(kiln_optim_set_lr(o, -1), KILN_ERR_ARG);
+    cr_assert_eq(kiln_optim_lr(o, &lr), KILN_OK);
+    cr_assert_eq(lr, 0.1);
+    cr_assert_eq(kiln_optim_set_lr(o, 0.25), KILN_OK);
+    cr_assert_eq(kiln_optim_lr(o, &lr), KILN_OK);
+    cr_assert_eq(lr, 0.25);
+    cr_assert_eq(kiln_optim_lr(o, NULL), KILN_ERR_ARG);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_optim_lr"), "%s", kiln_ctx_last_error(ctx));
+    cr_assert_eq(kiln_optim_lr(NULL, &lr), KILN_ERR_ARG);
+    cr_assert_eq(kiln_optim_set_lr(NULL, 0.1), KILN_ERR_ARG);
     kiln_optim_free(o);
     kiln_optim_free(NULL);
     kiln_ctx_free(ctx);

@@ -773,9 +773,10 @@ static inline void tu_expect_i64_at(kiln_tensor *t, kiln_dtype dt, const int64_t
 /* Reads a one-element tensor with kiln_item. */
 static inline double tu_item_at(kiln_tensor *t, const char *file, int line) {
     tu_assert_ok_at(t, file, line);
-    double v = kiln_item(t);
-    cr_assert(kiln_error(t) == KILN_OK, "[%s] %s:%d: kiln_item failed: %s", tu_exec_name(), file,
-              line, kiln_error_message(t));
+    double v;
+    kiln_status st = kiln_item(t, &v);
+    cr_assert(st == KILN_OK && kiln_error(t) == KILN_OK, "[%s] %s:%d: kiln_item failed: %s",
+              tu_exec_name(), file, line, kiln_error_message(t));
     return v;
 }
 #define TU_ITEM(t) tu_item_at((t), __FILE__, __LINE__)
