@@ -325,7 +325,7 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         compiled_free(c);
         return NULL;
     }
-    *st = KILN_ERR_OOM;
+    *st = KILN_ERR_OOM; /* what the failures below report, unless they say otherwise */
     lower_program *p = c->prog;
     if (j->watch.debug >= 3)
         for (int i = 0; i < p->nkernels; i++)

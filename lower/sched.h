@@ -11,9 +11,11 @@
 
 /* How a kernel root's program instances cover its output. */
 typedef enum sched_form {
-    SCHED_PLAIN,       /* one element per instance lane; no reduction fused in */
+    SCHED_PLAIN,       /* each output element computed once; no reduction fused in
+                          (a reduction root reduces each of its rows once) */
     SCHED_ROWS,        /* a row kernel: one instance per row, a pass over the row per
-                          fused reduction and one more to store (softmax, layer-norm) */
+                          fused reduction and one more to store (softmax, layer-norm);
+                          a reduction root: reductions over its rows fused in */
     SCHED_PER_ELEMENT  /* one instance per output element, which reduces each fused
                           reduction's row before the elementwise ops over the results
                           (a mean's division, a variance from two sums) */
