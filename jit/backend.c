@@ -320,14 +320,16 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     if (targets) {
         for (int r = 0; r < cap->ntargets; r++)
             targets[r] = cap->nodes[cap->targets[r]];
-        c->prog = lower_schedule(cap->ntargets, targets, fuse);
+        *st = lower_schedule_program(cap->ntargets, targets, fuse, &c->prog, msg, mcap);
+    } else {
+        snprintf(msg, mcap, "kiln_realize: out of memory while scheduling");
     }
     free(targets);
     if (!c->prog) {
         compiled_free(c);
-        snprintf(msg, mcap, "kiln_realize: out of memory while scheduling");
         return NULL;
     }
+    *st = KILN_ERR_OOM; /* what the failures below report, unless they say otherwise */
     lower_program *p = c->prog;
     if (!(c->plans = lower_plan_program(p, jit_cpu_target()))) {
         compiled_free(c);

@@ -148,9 +148,14 @@ typedef struct lower_program {
     lower_kernel *kernels; /* in execution order */
 } lower_program;
 
-/* Cuts the graph below the n target nodes into kernels. With fuse false every
- * op is its own kernel (eager mode's baseline). Returns NULL when out of
- * memory. The program holds references to every node it names. */
+/* Cuts the graph below the n target nodes into kernels, into *out. With fuse
+ * false every op is its own kernel (eager mode's baseline). On failure *out
+ * is NULL and msg names what failed: KILN_ERR_OOM, or KILN_ERR_COMPILE for a
+ * graph the scheduler cannot cut. The program holds references to every node
+ * it names. */
+kiln_status lower_schedule_program(int n, graph_node *const *targets, bool fuse,
+                                   lower_program **out, char *msg, size_t cap);
+/* As lower_schedule_program, NULL on any failure. */
 lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse);
 void lower_program_free(lower_program *p);
 

@@ -323,3 +323,30 @@ TU_TEST(matmul, errors) {
         kiln_matmul(kiln_ones(ctx, KILN_BOOL, TU_S(2, 3)), kiln_ones(ctx, KILN_BOOL, TU_S(3, 2))),
         KILN_ERR_DTYPE, "kiln_matmul");
 }
+
+/* A zero-padded view as an operand: the scheduler computes the padded
+ * values into a buffer of their own first (strides cannot express the
+ * mask), on either side and on both. */
+TU_TEST(matmul, zero_padded_operands) {
+    TU_RNG(r);
+    double a[9 * 9], b[16 * 16], ap[16 * 16] = {0}, want[16 * 16];
+    int64_t sp[2] = {16, 16};
+    kiln_tensor *ta = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(9, 9), -2, 2, a);
+    kiln_tensor *tb = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(16, 16), -2, 2, b);
+    /* 2 rows before and 5 after, 4 columns before and 3 after */
+    const int64_t pads[4] = {2, 5, 4, 3};
+    for (int i = 0; i < 9; i++)
+        for (int j = 0; j < 9; j++)
+            ap[(i + 2) * 16 + j + 4] = a[i * 9 + j];
+    kiln_tensor *p = kiln_pad(ta, pads, 0);
+    int no;
+    int64_t od[KILN_MAX_DIMS];
+    ref_matmul(KILN_F32, ap, 2, sp, b, 2, sp, want, &no, od);
+    TU_EXPECT(kiln_matmul(p, tb), KILN_F32, want, 256);
+    ref_matmul(KILN_F32, b, 2, sp, ap, 2, sp, want, &no, od);
+    TU_EXPECT(kiln_matmul(tb, p), KILN_F32, want, 256);
+    ref_matmul(KILN_F32, ap, 2, sp, ap, 2, sp, want, &no, od);
+    kiln_tensor *pp = kiln_matmul(p, p);
+    TU_ASSERT_SHAPE(pp, 16, 16);
+    TU_EXPECT(pp, KILN_F32, want, 256);
+}

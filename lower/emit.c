@@ -1,0 +1,597 @@
+/* emit.c — kernel IR from the scheduler's decisions: for each kernel root
+ * (or group of siblings) the instructions that compute its outputs, walking
+ * down from them through every node fused into the kernel to the loads of
+ * materialised nodes and leaves. Emission decides nothing; where a fused node
+ * turns out not to fit (a reduction whose row would move with the reduced
+ * index, a matmul whose epilogue kernel changed), it names the node for the
+ * driver to materialise, and the program is emitted again. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/ir.h"
+#include "lower/sched.h"
+
+typedef struct ix {
+    int ndim;
+    int d[KILN_MAX_DIMS];
+    int flat; /* the row-major flat index over the node's shape, or -1 */
+} ix;
+
+typedef struct memo_entry {
+    const graph_node *node; /* NULL: an empty slot */
+    ix at;
+    int valid;
+    int result;
+} memo_entry;
+
+typedef struct emitter {
+    const sched *s; /* the run whose decisions are lowered */
+    ir_builder b;
+    lower_kernel *k;
+    /* A kernel with reduced elements: the reduced index, its axes, and its
+     * decomposition per axis of the kernel's domain. */
+    int ridx;
+    uint32_t axes;
+    int rd[KILN_MAX_DIMS];
+    graph_node *retry; /* a fused node that must be materialised after all */
+    graph_node *epilogue_of; /* the matmul whose dot products this kernel finishes */
+    graph_node *unreadable_operand; /* a matmul operand strides cannot describe */
+    int ninputs_cap;
+    memo_entry *memo; /* open addressing, a power of two in size */
+    int nmemo, memo_cap;
+    graph_node **fused; /* the nodes computed in the kernel, each once */
+    int nfused, fused_cap;
+    bool failed;
+} emitter;
+
+/* Only the kernel's description reads the list: out of memory, it lists fewer. */
+static void note_fused(emitter *e, graph_node *n) {
+    for (int i = 0; i < e->nfused; i++)
+        if (e->fused[i] == n)
+            return;
+    if (e->nfused == e->fused_cap) {
+        int cap = e->fused_cap ? e->fused_cap * 2 : 16;
+        graph_node **f = realloc(e->fused, sizeof *f * (size_t)cap);
+        if (!f)
+            return;
+        e->fused = f;
+        e->fused_cap = cap;
+    }
+    e->fused[e->nfused++] = n;
+}
+
+static int input_slot(emitter *e, graph_node *n) {
+    lower_kernel *k = e->k;
+    for (int i = 0; i < k->ninputs; i++)
+        if (k->inputs[i] == n)
+            return k->nouts + i; /* the outputs come first */
+    if (k->ninputs == e->ninputs_cap) {
+        int cap = e->ninputs_cap ? e->ninputs_cap * 2 : 8;
+        graph_node **in = realloc(k->inputs, sizeof *in * (size_t)cap);
+        if (!in) {
+            e->failed = true;
+            return 1;
+        }
+        k->inputs = in;
+        e->ninputs_cap = cap;
+    }
+    k->inputs[k->ninputs++] = graph_ref(n);
+    return k->nouts + k->ninputs - 1;
+}
+
+static int flatten(emitter *e, const ix *at, int ndim, const int64_t *shape) {
+    if (at->flat >= 0)
+        return at->flat;
+    int f = ir_index(&e->b, 0);
+    int64_t st = 1;
+    for (int d = ndim - 1; d >= 0; d--) {
+        f = ir_iadd(&e->b, f, ir_imul(&e->b, at->d[d], st));
+        st *= shape[d];
+    }
+    return f;
+}
+
+static ix unflatten(emitter *e, int flat, int ndim, const int64_t *shape) {
+    ix r = {.ndim = ndim, .flat = flat};
+    int64_t st = 1;
+    /* With a size-0 axis no element exists and no index is ever used; size 1
+     * keeps the arithmetic free of division by zero. */
+    for (int d = ndim - 1; d >= 0; d--) {
+        int64_t sd = shape[d] ? shape[d] : 1;
+        int q = ir_idiv(&e->b, flat, st);
+        r.d[d] = d == 0 ? q : ir_imod(&e->b, q, sd);
+        st *= sd;
+    }
+    return r;
+}
+
+static int emit(emitter *e, graph_node *n, const ix *at, int valid);
+
+static int emit_view(emitter *e, graph_node *n, const ix *at, int valid) {
+    const graph_view *v = &n->p.view;
+    graph_node *s = n->src[0];
+    int inside = -1;
+    if (v->masked) {
+        for (int d = 0; d < n->ndim; d++) {
+            if (v->mask_lo[d] > 0)
+                inside = ir_and(&e->b, inside,
+                                ir_ilt(&e->b, ir_index(&e->b, v->mask_lo[d] - 1), at->d[d]));
+            if (v->mask_hi[d] < n->shape[d])
+                inside = ir_and(&e->b, inside,
+                                ir_ilt(&e->b, at->d[d], ir_index(&e->b, v->mask_hi[d])));
+        }
+    }
+    int flat;
+    if (at->flat >= 0 && graph_view_is_reshape(n)) {
+        flat = at->flat;
+    } else {
+        flat = ir_index(&e->b, v->offset);
+        for (int d = 0; d < n->ndim; d++)
+            if (v->strides[d])
+                flat = ir_iadd(&e->b, flat, ir_imul(&e->b, at->d[d], v->strides[d]));
+    }
+    ix sat = unflatten(e, flat, s->ndim, s->shape);
+    int val = emit(e, s, &sat, ir_and(&e->b, valid, inside));
+    if (inside < 0)
+        return val;
+    return ir_where(&e->b, n->dtype, inside, val, ir_imm(&e->b, n->dtype, (graph_scalar){.i = 0}));
+}
+
+static int emit_cat(emitter *e, graph_node *n, const ix *at, int valid) {
+    int ax = n->p.axis;
+    int result = -1;
+    int64_t hi = n->shape[ax];
+    for (int j = n->nsrc - 1; j >= 0; j--) {
+        graph_node *s = n->src[j];
+        int64_t lo = hi - s->shape[ax];
+        ix sat = *at;
+        sat.flat = -1;
+        sat.d[ax] = ir_iadd(&e->b, at->d[ax], ir_index(&e->b, -lo));
+        int here = lo > 0 ? ir_ilt(&e->b, ir_index(&e->b, lo - 1), at->d[ax]) : -1;
+        int below = ir_ilt(&e->b, at->d[ax], ir_index(&e->b, hi));
+        int val = emit(e, s, &sat, ir_and(&e->b, valid, ir_and(&e->b, here, below)));
+        result = result < 0 ? val : ir_where(&e->b, n->dtype, below, val, result);
+        hi = lo;
+    }
+    return result;
+}
+
+/* A reduction inside the kernel: it reduces the kernel's reduced elements of
+ * its source at the row `at` names. The row must not depend on the reduced
+ * index (a view in between that moves axes would make it so); then the
+ * reduction is materialised instead and the program lowered again. */
+static int emit_fused_reduce(emitter *e, graph_node *n, const ix *at, int valid) {
+    ir_builder *b = &e->b;
+    graph_node *s = n->src[0];
+    bool ok = e->ridx >= 0 && n->p.axes == e->axes && (valid < 0 || !b->ins[valid].inner);
+    ix sat = {.ndim = s->ndim, .flat = -1};
+    for (int d = 0; ok && d < s->ndim; d++) {
+        if (n->p.axes & (1u << d))
+            sat.d[d] = e->rd[d];
+        else if (b->ins[at->d[d]].inner)
+            ok = false;
+        else
+            sat.d[d] = at->d[d];
+    }
+    if (!ok) {
+        e->retry = n;
+        e->failed = true;
+        return 0;
+    }
+    return ir_reduce(b, n->op, n->dtype, emit(e, s, &sat, valid), e->ridx);
+}
+
+static bool is_output(const lower_kernel *k, const graph_node *n) {
+    for (int o = 0; o < k->nouts; o++)
+        if (k->outs[o] == n)
+            return true;
+    return false;
+}
+
+static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
+    ir_builder *b = &e->b;
+    if (n == e->epilogue_of)
+        return ir_acc(b, n->dtype);
+    if (!sched_pending(n) || (sched_of(e->s, n)->materialized && !is_output(e->k, n))) {
+        int slot = input_slot(e, n);
+        return ir_load(b, n->dtype, slot, flatten(e, at, n->ndim, n->shape), valid);
+    }
+    note_fused(e, n);
+    switch (n->op) {
+    case GRAPH_CONST:
+        return ir_imm(b, n->dtype, n->p.value);
+    case GRAPH_ARANGE: {
+        int i = ir_alu(b, GRAPH_CAST, KILN_F64, at->d[0], -1);
+        int v = ir_alu(b, GRAPH_MUL, KILN_F64, i, ir_imm(b, KILN_F64, (graph_scalar){.f = n->p.step}));
+        v = ir_alu(b, GRAPH_ADD, KILN_F64, ir_imm(b, KILN_F64, n->p.value), v);
+        return n->dtype == KILN_F64 ? v : ir_alu(b, GRAPH_CAST, n->dtype, v, -1);
+    }
+    case GRAPH_RAND:
+    case GRAPH_RANDN:
+        return ir_rand(b, n->op, n->dtype, flatten(e, at, n->ndim, n->shape), n->p.seed);
+    case GRAPH_VIEW:
+        return emit_view(e, n, at, valid);
+    case GRAPH_CAT:
+        return emit_cat(e, n, at, valid);
+    case GRAPH_WHERE: {
+        int c = emit(e, n->src[0], at, valid);
+        int x = emit(e, n->src[1], at, valid);
+        int y = emit(e, n->src[2], at, valid);
+        return ir_where(b, n->dtype, c, x, y);
+    }
+    default:
+        break;
+    }
+    if (graph_op_is_unary(n->op))
+        return ir_alu(b, n->op, n->dtype, emit(e, n->src[0], at, valid), -1);
+    if (graph_op_is_binary(n->op)) {
+        int x = emit(e, n->src[0], at, valid);
+        int y = emit(e, n->src[1], at, valid);
+        return ir_alu(b, n->op, n->dtype, x, y);
+    }
+    if (graph_op_is_reduce(n->op))
+        return emit_fused_reduce(e, n, at, valid);
+    /* A matmul whose epilogue kernel changed since it was chosen: it becomes
+     * its own kernel and the program is lowered again. */
+    e->retry = n;
+    e->failed = true;
+    return 0;
+}
+
+
+static bool same_ix(const ix *a, const ix *b) {
+    return a->ndim == b->ndim && a->flat == b->flat &&
+           !memcmp(a->d, b->d, sizeof(int) * (size_t)a->ndim);
+}
+
+static uint64_t memo_hash(const graph_node *n, const ix *at, int valid) {
+    uint64_t h = (uint64_t)(uintptr_t)n * 0x9E3779B97F4A7C15ull ^ (uint64_t)(valid + 2);
+    h = (h ^ (uint64_t)(at->flat + 2)) * 0xBF58476D1CE4E5B9ull;
+    for (int d = 0; d < at->ndim; d++)
+        h = (h ^ (uint64_t)at->d[d]) * 0x94D049BB133111EBull;
+    return h ^ (h >> 31);
+}
+
+static memo_entry *memo_slot(memo_entry *memo, int cap, const graph_node *n, const ix *at,
+                             int valid) {
+    size_t i = memo_hash(n, at, valid) & (size_t)(cap - 1);
+    while (memo[i].node &&
+           !(memo[i].node == n && memo[i].valid == valid && same_ix(&memo[i].at, at)))
+        i = (i + 1) & (size_t)(cap - 1);
+    return &memo[i];
+}
+
+/* Keeps the table at most half full; false when out of memory. */
+static bool memo_reserve(emitter *e) {
+    if ((e->nmemo + 1) * 2 <= e->memo_cap)
+        return true;
+    int cap = e->memo_cap ? e->memo_cap * 2 : 64;
+    memo_entry *m = calloc((size_t)cap, sizeof *m);
+    if (!m)
+        return false;
+    for (int i = 0; i < e->memo_cap; i++)
+        if (e->memo[i].node)
+            *memo_slot(m, cap, e->memo[i].node, &e->memo[i].at, e->memo[i].valid) = e->memo[i];
+    free(e->memo);
+    e->memo = m;
+    e->memo_cap = cap;
+    return true;
+}
+
+/* Memoised, so that a node read twice in one kernel (x*x) is lowered once. */
+static int emit(emitter *e, graph_node *n, const ix *at, int valid) {
+    if (e->memo_cap) {
+        memo_entry *m = memo_slot(e->memo, e->memo_cap, n, at, valid);
+        if (m->node)
+            return m->result;
+    }
+    int r = emit_node(e, n, at, valid);
+    if (!memo_reserve(e)) {
+        e->failed = true;
+        return r;
+    }
+    *memo_slot(e->memo, e->memo_cap, n, at, valid) = (memo_entry){n, *at, valid, r};
+    e->nmemo++;
+    return r;
+}
+
+/* "[9,16]", for messages. */
+static void describe_shape(char *out, size_t cap, const graph_node *n) {
+    size_t len = (size_t)snprintf(out, cap, "[");
+    for (int d = 0; d < n->ndim && len < cap; d++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%lld", d ? "," : "", (long long)n->shape[d]);
+    if (len < cap)
+        snprintf(out + len, cap - len, "]");
+}
+
+static void name_kernel(const sched *s, lower_kernel *k) {
+    const graph_node *n = k->out;
+    char dims[56] = "";
+    size_t len = 0;
+    if (k->kind == LOWER_MATMUL) {
+        snprintf(dims, sizeof dims, "%lldx%lldx%lld", (long long)k->n, (long long)k->k,
+                 (long long)k->m);
+    } else {
+        for (int d = 0; d < n->ndim && len < sizeof dims - 24; d++)
+            len += (size_t)snprintf(dims + len, sizeof dims - len, "%s%lld", d ? "x" : "",
+                                    (long long)n->shape[d]);
+        if (!n->ndim)
+            snprintf(dims, sizeof dims, "1");
+    }
+    const graph_node *shown = n;
+    while (shown->op == GRAPH_VIEW && sched_pending(shown->src[0]) &&
+           !sched_of(s, shown->src[0])->materialized)
+        shown = shown->src[0];
+    const graph_node *mm = sched_of(s, n)->epilogue_of;
+    if (mm) {
+        /* matmul_add_relu_...: the epilogue's ops from the matmul up */
+        char ops[32] = "matmul";
+        size_t at = strlen(ops);
+        for (const graph_node *x = sched_of(s, mm)->last_consumer; at < sizeof ops - 1;
+             x = sched_of(s, x)->last_consumer) {
+            at += (size_t)snprintf(ops + at, sizeof ops - at, "_%s", graph_op_name(x->op));
+            if (x == n)
+                break;
+        }
+        snprintf(k->name, sizeof k->name, "%s_%s", ops, dims);
+        return;
+    }
+    snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op),
+             k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_ELEMENTWISE ? "e" : "", dims);
+    if (k->nouts > 1) {
+        size_t len = strlen(k->name);
+        snprintf(k->name + len, sizeof k->name - len, "_%douts", k->nouts);
+    }
+}
+
+/* A matmul kernel computes x's dot products; its root (k->out) is x itself or
+ * an elementwise epilogue over them. */
+static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
+    k->kind = LOWER_MATMUL;
+    k->nbatch = x->ndim - 2;
+    memcpy(k->batch, x->shape, sizeof(int64_t) * (size_t)k->nbatch);
+    k->n = x->shape[x->ndim - 2];
+    k->m = x->shape[x->ndim - 1];
+    k->k = x->src[0]->shape[x->ndim - 1];
+    graph_node *ab = sched_operand_base(e->s, x->src[0], &k->a);
+    graph_node *bb = sched_operand_base(e->s, x->src[1], &k->b);
+    if (!ab || !bb) {
+        e->unreadable_operand = ab ? x->src[1] : x->src[0];
+        return false;
+    }
+    k->a.buf = input_slot(e, ab);
+    k->b.buf = input_slot(e, bb);
+    k->numel = graph_numel(x);
+    k->rnumel = k->k;
+    int gidx = ir_gidx(&e->b, k->numel);
+    k->store = gidx;
+    e->epilogue_of = x;
+    note_fused(e, x);
+    ix oat = unflatten(e, gidx, k->out->ndim, k->out->shape);
+    k->result = emit(e, k->out, &oat, -1);
+    return true;
+}
+
+/* Sets up the reduced index of a kernel over domain `dom` reducing `axes`:
+ * RIDX, its decomposition, and the domain index of output row g; returns
+ * whether the reduced axes are the trailing ones (then the domain's flat
+ * index is g * rnumel + r). */
+static bool reduced_index(emitter *e, const graph_node *dom, uint32_t axes, int gidx,
+                          const ix *rowat, ix *at) {
+    ir_builder *b = &e->b;
+    lower_kernel *k = e->k;
+    int nred = 0;
+    int64_t rshape[KILN_MAX_DIMS] = {0};
+    bool trailing = true;
+    for (int d = 0; d < dom->ndim; d++) {
+        if (axes & (1u << d)) {
+            rshape[nred++] = dom->shape[d];
+            k->rnumel *= dom->shape[d];
+        } else if (nred > 0 && dom->shape[d] != 1) {
+            trailing = false;
+        }
+    }
+    e->ridx = ir_ridx(b, k->rnumel);
+    e->axes = axes;
+    ix rat = unflatten(e, e->ridx, nred, rshape);
+    *at = (ix){.ndim = dom->ndim, .flat = -1};
+    for (int d = 0, r = 0; d < dom->ndim; d++) {
+        e->rd[d] = (axes & (1u << d)) ? rat.d[r++] : -1;
+        at->d[d] = (axes & (1u << d)) ? e->rd[d] : rowat->d[d];
+    }
+    if (trailing)
+        at->flat = ir_iadd(b, ir_imul(b, gidx, k->rnumel), e->ridx);
+    return trailing;
+}
+
+static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
+    graph_node *out = k->out;
+    ir_builder *b = &e->b;
+    const sched_node *oi = sched_of(e->s, out);
+    k->rnumel = 1;
+    e->ridx = -1;
+    if (graph_op_is_reduce(out->op)) {
+        k->kind = LOWER_REDUCE;
+        k->numel = graph_numel(out);
+        int gidx = ir_gidx(b, k->numel);
+        ix oat = unflatten(e, gidx, out->ndim, out->shape), sat;
+        reduced_index(e, out->src[0], out->p.axes, gidx, &oat, &sat);
+        k->result = ir_reduce(b, out->op, out->dtype, emit(e, out->src[0], &sat, -1), e->ridx);
+        k->store = gidx;
+    } else if (oi->form == SCHED_PER_ELEMENT) {
+        /* one program instance per output element, which reduces each fused
+         * reduction's row before the elementwise ops over the results */
+        k->kind = LOWER_REDUCE;
+        k->numel = graph_numel(out);
+        int gidx = ir_gidx(b, k->numel);
+        ix oat = unflatten(e, gidx, out->ndim, out->shape);
+        ix rowat = {.ndim = oi->reduced_source->ndim, .flat = -1}, at;
+        for (int d = 0; d < rowat.ndim; d++)
+            rowat.d[d] = gidx; /* unused: each reduction names its own row */
+        reduced_index(e, oi->reduced_source, oi->reduced_axes, gidx, &rowat, &at);
+        k->result = emit(e, out, &oat, -1);
+        k->store = gidx;
+    } else if (oi->form == SCHED_ROWS) {
+        /* A row kernel: one program instance per row, which passes over the
+         * row once per fused reduction and once more to store. */
+        k->kind = LOWER_REDUCE;
+        int64_t rows[KILN_MAX_DIMS];
+        for (int d = 0; d < out->ndim; d++)
+            rows[d] = (oi->row_axes & (1u << d)) ? 1 : out->shape[d];
+        k->numel = graph_shape_numel(out->ndim, rows);
+        int gidx = ir_gidx(b, k->numel);
+        ix rowat = unflatten(e, gidx, out->ndim, rows), at;
+        reduced_index(e, out, oi->row_axes, gidx, &rowat, &at);
+        k->result = emit(e, out, &at, -1);
+        k->store = flatten(e, &at, out->ndim, out->shape);
+    } else {
+        /* siblings too: every output is elementwise over the same shape */
+        k->kind = LOWER_ELEMENTWISE;
+        k->numel = graph_numel(out);
+        int gidx = ir_gidx(b, k->numel);
+        ix oat = unflatten(e, gidx, out->ndim, out->shape);
+        for (int o = 0; o < k->nouts; o++)
+            k->results[o] = emit(e, k->outs[o], &oat, -1);
+        k->result = k->results[0];
+        k->store = gidx;
+    }
+    return !b->failed && !e->failed;
+}
+
+static bool lower_alias(lower_kernel *k, emitter *e) {
+    k->kind = LOWER_ALIAS;
+    k->numel = graph_numel(k->out);
+    k->rnumel = 1;
+    input_slot(e, k->out->src[0]);
+    return true;
+}
+
+/* Lowers the kernel whose outputs are outs[0..n): one root, or siblings.
+ * KILN_OK with *retry NULL: k's IR is complete (see the end). */
+static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs, int n,
+                             graph_node **retry, char *msg, size_t cap) {
+    emitter e;
+    memset(&e, 0, sizeof e);
+    ir_init(&e.b);
+    e.k = k;
+    e.s = s;
+    e.ridx = -1;
+    graph_node *out = outs[0];
+    k->outs = malloc(sizeof *k->outs * (size_t)n);
+    k->results = calloc((size_t)n, sizeof *k->results);
+    if (!k->outs || !k->results) {
+        free(k->outs);
+        k->outs = NULL;
+        k->out = graph_ref(out);
+        e.failed = true;
+    } else {
+        for (int o = 0; o < n; o++)
+            k->outs[o] = graph_ref(outs[o]);
+        k->nouts = n;
+        k->out = k->outs[0];
+    }
+    const sched_node *os = sched_of(s, out);
+    graph_node *mm = out->op == GRAPH_MATMUL ? out : os->epilogue_of;
+    bool ok = e.failed    ? false
+              : os->alias ? lower_alias(k, &e)
+              : mm        ? lower_matmul(k, &e, mm)
+                          : lower_kernel_ir(k, &e);
+    ok = ok && !e.failed && !e.b.failed;
+    if (ok && k->nouts == 1)
+        k->results[0] = k->result;
+    k->ins = e.b.ins;
+    k->nins = e.b.n;
+    e.b.ins = NULL;
+    ir_free(&e.b);
+    free(e.memo);
+    lower_describe_fused(k, e.nfused, e.fused);
+    free(e.fused);
+    *retry = e.retry;
+    k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
+    if (ok) {
+        name_kernel(s, k);
+        /* k's IR is complete here: every instruction, its inputs, results
+         * and store index. */
+        return KILN_OK;
+    }
+    if (e.retry)
+        return KILN_OK;
+    char shape[64];
+    describe_shape(shape, sizeof shape, out);
+    if (e.unreadable_operand) {
+        char os_shape[64];
+        describe_shape(os_shape, sizeof os_shape, e.unreadable_operand);
+        snprintf(msg, cap,
+                 "kiln: scheduling: the matmul operand %s %s of kernel %s %s cannot be read "
+                 "as strides over a buffer",
+                 graph_op_name(e.unreadable_operand->op), os_shape, graph_op_name(out->op),
+                 shape);
+        return KILN_ERR_COMPILE;
+    }
+    snprintf(msg, cap, "kiln: out of memory while lowering the kernel of %s %s",
+             graph_op_name(out->op), shape);
+    return KILN_ERR_OOM;
+}
+
+void lower_program_free(lower_program *p) {
+    if (!p)
+        return;
+    for (int i = 0; i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        if (k->outs)
+            for (int j = 0; j < k->nouts; j++)
+                graph_unref(k->outs[j]);
+        else
+            graph_unref(k->out);
+        free(k->outs);
+        free(k->results);
+        for (int j = 0; j < k->ninputs; j++)
+            graph_unref(k->inputs[j]);
+        free(k->inputs);
+        free(k->ins);
+    }
+    free(p->kernels);
+    free(p);
+}
+
+kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node **retry,
+                               char *msg, size_t cap) {
+    *out = NULL;
+    *retry = NULL;
+    lower_program *p = calloc(1, sizeof *p);
+    int nk = 0;
+    for (int64_t i = 0; i < s->count; i++)
+        nk += s->nodes[i].materialized;
+    kiln_status st = KILN_OK;
+    if (!p || !(p->kernels = calloc((size_t)(nk ? nk : 1), sizeof *p->kernels))) {
+        snprintf(msg, cap, "kiln: out of memory while scheduling %d kernels", nk);
+        st = KILN_ERR_OOM;
+    }
+    for (int64_t i = 0; st == KILN_OK && !*retry && i < s->count; i++) {
+        const sched_node *xs = &s->nodes[i];
+        if (!xs->materialized || (xs->sibling_group >= 0 && !xs->lowers_group))
+            continue;
+        graph_node *outs[8] = {s->order[i]};
+        int n = 1;
+        if (xs->sibling_group >= 0) {
+            n = 0;
+            for (int64_t j = 0; j <= i; j++)
+                if (s->nodes[j].sibling_group == xs->sibling_group)
+                    outs[n++] = s->order[j];
+        }
+        lower_kernel *k = &p->kernels[p->nkernels];
+        st = lower_one(s, k, outs, n, retry, msg, cap);
+        /* Names are unique within a program: they are its symbols. */
+        size_t len = strlen(k->name);
+        if (len > sizeof k->name - 16)
+            k->name[len = sizeof k->name - 16] = 0;
+        snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
+    }
+    if (st != KILN_OK || *retry) {
+        lower_program_free(p);
+        return st;
+    }
+    *out = p;
+    return KILN_OK;
+}

@@ -1,0 +1,504 @@
+/* fuse.c — the scheduler's fusion decisions. A node is a kernel boundary
+ * (materialised: its value stored in a buffer of its own) when it is
+ * requested, is a matmul, is read from two kernels, or is viewed in a way
+ * strides cannot express; every other node is computed in the kernel of its
+ * consumers. Each rule below is a small function whose comment gives its
+ * reason; sched_fuse applies them in order, repeating those that depend on
+ * each other's decisions until none changes anything. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/sched.h"
+
+/* Leaves and views of leaves cost nothing to read again in every consumer. */
+static bool cheap(const graph_node *n) {
+    while (n->op == GRAPH_VIEW && sched_pending(n))
+        n = n->src[0];
+    return !sched_pending(n) || n->op == GRAPH_CONST;
+}
+
+graph_node *sched_operand_base(const sched *s, graph_node *o, lower_operand *layout) {
+    int nd = o->ndim;
+    memset(layout, 0, sizeof *layout);
+    /* A view without a mask is strides over its source; a masked one (a pad)
+     * has zeros no stride reaches, so it is read from its own buffer. */
+    if (o->op == GRAPH_VIEW && sched_pending(o) && !o->p.view.masked) {
+        graph_node *base = o->src[0];
+        if (sched_pending(base) && !sched_of(s, base)->materialized)
+            return NULL;
+        layout->offset = o->p.view.offset;
+        for (int d = 0; d < nd - 2; d++)
+            layout->batch_strides[d] = o->p.view.strides[d];
+        layout->row_stride = o->p.view.strides[nd - 2];
+        layout->col_stride = o->p.view.strides[nd - 1];
+        return base;
+    }
+    if (sched_pending(o) && !sched_of(s, o)->materialized)
+        return NULL;
+    int64_t st = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int64_t v = o->shape[d] == 1 ? 0 : st;
+        if (d == nd - 1)
+            layout->col_stride = v;
+        else if (d == nd - 2)
+            layout->row_stride = v;
+        else
+            layout->batch_strides[d] = v;
+        st *= o->shape[d];
+    }
+    return o;
+}
+
+/* ---- kernel boundaries ---- */
+
+/* A requested value must be in memory when the run ends. */
+static void boundary_requested(sched *s, int n, graph_node *const *targets) {
+    for (int r = 0; r < n; r++)
+        if (sched_pending(targets[r])) {
+            sched_node *t = sched_of(s, targets[r]);
+            t->materialized = t->requested = true;
+        }
+}
+
+/* A matmul is a kernel of its own: a tiled dot product whose blocking the
+ * target chooses; only an elementwise epilogue joins it
+ * (fuse_matmul_epilogue). Without fusion (eager mode's baseline) every op
+ * that computes is its own kernel. */
+static bool boundary_op(const graph_node *x, bool fuse) {
+    return x->op == GRAPH_MATMUL || (!fuse && graph_op_computes(x->op));
+}
+
+/* A matmul reads its operands as strides over a buffer: an operand that
+ * strides cannot describe is computed first. Reverse post-order, so that a
+ * materialised operand is decided before a view of it is examined. */
+static void boundary_matmul_operands(sched *s) {
+    for (int64_t i = s->count - 1; i >= 0; i--) {
+        graph_node *x = s->order[i];
+        if (x->op != GRAPH_MATMUL)
+            continue;
+        for (int j = 0; j < 2; j++) {
+            lower_operand layout;
+            graph_node *o = x->src[j];
+            if (sched_operand_base(s, o, &layout))
+                continue;
+            if (o->op == GRAPH_VIEW && sched_pending(o) && !o->p.view.masked)
+                sched_of(s, o->src[0])->materialized = true;
+            else
+                sched_of(s, o)->materialized = true;
+        }
+    }
+}
+
+/* A materialised reshape costs no kernel: it shares its source's buffer, so
+ * the source is materialised instead. */
+static void alias_reshapes(sched *s) {
+    for (int64_t i = s->count - 1; i >= 0; i--) {
+        graph_node *x = s->order[i];
+        sched_node *xs = &s->nodes[i];
+        if (x->op == GRAPH_VIEW && xs->materialized && graph_view_is_reshape(x)) {
+            xs->alias = true;
+            if (sched_pending(x->src[0]))
+                sched_of(s, x->src[0])->materialized = true;
+        }
+    }
+}
+
+/* ---- what fuses into what ---- */
+
+/* Every node not materialised is computed in the kernel of its consumers:
+ * so elementwise chains, broadcasts and views become one kernel, and
+ * elementwise producers join the reduction that reads them. Walking from the
+ * consumers down, a node whose consumers are in two kernels is marked for
+ * refuse_recompute. Leaves, views of leaves and constants join no kernel:
+ * every kernel reads them again. */
+static void fuse_into_consumers(sched *s) {
+    for (int64_t i = 0; i < s->count; i++) {
+        sched_node *xs = &s->nodes[i];
+        xs->root = NULL;
+        xs->split_consumers = false;
+        xs->form = SCHED_PLAIN;
+    }
+    for (int64_t i = s->count - 1; i >= 0; i--) {
+        graph_node *x = s->order[i];
+        sched_node *xs = &s->nodes[i];
+        if (xs->materialized)
+            xs->root = x;
+        for (int j = 0; j < x->nsrc; j++) {
+            sched_node *ss = sched_of(s, x->src[j]);
+            if (!ss || cheap(x->src[j]))
+                continue;
+            if (!ss->root)
+                ss->root = xs->root;
+            else if (ss->root != xs->root)
+                ss->split_consumers = true;
+        }
+    }
+}
+
+/* Whether the kernel of root, which reduction x fuses into, is elementwise
+ * over x's result rather than over x's source: a mean's division, a
+ * variance from two sums. */
+static bool over_reduced_result(const graph_node *root, const graph_node *x) {
+    return !graph_op_is_reduce(root->op) && !sched_same_shape(root, x->src[0]) &&
+           graph_numel(root) == graph_numel(x);
+}
+
+/* A reduction joins the elementwise kernel over its result, which then
+ * reduces each fused reduction's row per output element first. The
+ * reductions of one such kernel reduce the same axes of the same source (the
+ * kernel has one reduced index), and none joins a matmul's or a row kernel.
+ * Returns whether x fits. */
+static bool fuse_reduction_into_elementwise(sched *s, graph_node *x, graph_node *root) {
+    sched_node *xs = sched_of(s, x), *rs = sched_of(s, root);
+    bool fits = !xs->split_consumers && root->op != GRAPH_MATMUL && rs->form != SCHED_ROWS &&
+                (rs->form != SCHED_PER_ELEMENT ||
+                 (rs->reduced_axes == x->p.axes && sched_same_shape(rs->reduced_source, x->src[0])));
+    if (fits) {
+        rs->form = SCHED_PER_ELEMENT;
+        rs->reduced_source = x->src[0];
+        rs->reduced_axes = x->p.axes;
+    }
+    return fits;
+}
+
+/* A reduction joins a kernel that reads it back over its rows (softmax's max
+ * and sum, layer-norm's mean and variance: one kernel each), or a reduction
+ * over the same rows (the max inside sum(exp(x - max))): the kernel passes
+ * over each row once per fused reduction. It must reduce the same axes of
+ * the same shape as the kernel, which must be no matmul's. Returns whether x
+ * fits. */
+static bool fuse_row_consumers(sched *s, graph_node *x, graph_node *root) {
+    sched_node *xs = sched_of(s, x), *rs = sched_of(s, root);
+    bool reduce = graph_op_is_reduce(root->op);
+    const graph_node *dom = reduce ? root->src[0] : root;
+    uint32_t axes = reduce                    ? root->p.axes
+                    : rs->form == SCHED_ROWS ? rs->row_axes
+                                             : x->p.axes;
+    bool fits = !xs->split_consumers && root->op != GRAPH_MATMUL &&
+                rs->form != SCHED_PER_ELEMENT && x->p.axes == axes &&
+                sched_same_shape(x->src[0], dom);
+    if (fits) {
+        rs->form = SCHED_ROWS;
+        rs->row_axes = axes;
+    }
+    return fits;
+}
+
+/* A node read from two kernels is materialised: recomputing it in each could
+ * repeat any amount of work. So is one read twice inside a kernel that
+ * computes each element once; inside a row kernel, or one reducing per
+ * element, a shared node is recomputed once per pass over the row, which is
+ * how softmax and layer-norm become one kernel. Returns whether x must be
+ * materialised. */
+static bool refuse_recompute(const sched *s, const graph_node *x) {
+    const sched_node *xs = sched_of(s, x);
+    if (xs->materialized || cheap(x) || graph_op_is_reduce(x->op))
+        return false;
+    return xs->split_consumers ||
+           (xs->nconsumers > 1 && sched_of(s, xs->root)->form == SCHED_PLAIN);
+}
+
+/* Decides which kernel every fused node belongs to, and materialises what
+ * does not fit where it fell. Returns whether anything new was materialised. */
+static bool fuse_kernels(sched *s) {
+    fuse_into_consumers(s);
+    bool changed = false;
+    for (int64_t i = 0; i < s->count; i++) {
+        graph_node *x = s->order[i];
+        sched_node *xs = &s->nodes[i];
+        if (xs->materialized || !graph_op_is_reduce(x->op))
+            continue;
+        bool fits = over_reduced_result(xs->root, x)
+                        ? fuse_reduction_into_elementwise(s, x, xs->root)
+                        : fuse_row_consumers(s, x, xs->root);
+        if (!fits)
+            xs->materialized = changed = true;
+    }
+    for (int64_t i = 0; i < s->count; i++)
+        if (refuse_recompute(s, s->order[i]))
+            s->nodes[i].materialized = changed = true;
+    return changed;
+}
+
+/* Applies the rules that depend on other nodes' decisions until none
+ * materialises anything more. */
+static void settle(sched *s) {
+    do {
+        boundary_matmul_operands(s);
+        alias_reshapes(s);
+    } while (fuse_kernels(s));
+}
+
+/* A matmul's bias and activation are computed on each finished dot product,
+ * inside the matmul's kernel, instead of a second pass over its output: when
+ * the matmul's one consumer is elementwise and every node from it up to its
+ * kernel's root is elementwise (or a reshape) over as many elements, so that
+ * each output element reads the dot product at its own flat index. Fused
+ * nodes outside row kernels have one consumer each, so that path is unique. */
+static void fuse_matmul_epilogue(sched *s, graph_node *m) {
+    sched_node *ms = sched_of(s, m);
+    if (ms->requested || ms->nconsumers != 1)
+        return;
+    graph_node *root = sched_of(s, ms->last_consumer)->root;
+    sched_node *rs = sched_of(s, root);
+    if (rs->form != SCHED_PLAIN || rs->epilogue_of || rs->alias)
+        return;
+    for (graph_node *x = ms->last_consumer;; x = sched_of(s, x)->last_consumer) {
+        const sched_node *xs = sched_of(s, x);
+        /* a reshape keeps the flat index: conv2d's bias over its matmul */
+        bool reshape = x->op == GRAPH_VIEW && graph_view_is_reshape(x);
+        if (!(sched_elementwise(x->op) || reshape) || graph_numel(x) != graph_numel(m) ||
+            xs->root != root)
+            return;
+        if (x == root)
+            break;
+        if (xs->nconsumers != 1 || xs->materialized)
+            return;
+    }
+    ms->materialized = false;
+    ms->root = root;
+    rs->epilogue_of = m;
+}
+
+/* ---- sibling kernels ---- */
+
+/* A kernel's read from outside itself: base is materialised or a leaf, read
+ * at the kernel's own element index everywhere when at_own_index. */
+typedef struct outside_read {
+    graph_node *base;
+    bool at_own_index;
+} outside_read;
+
+/* The sibling pass's own state of one node, freed when the pass ends. */
+typedef struct sibling_node {
+    bool at_root_index;    /* computed at its kernel root's own element index */
+    outside_read *reads;   /* as a root: what its kernel reads from outside */
+    int nreads, reads_cap;
+    graph_node **readers;  /* as a materialised node: the roots whose kernels read it */
+    int nreaders, readers_cap;
+} sibling_node;
+
+typedef struct siblings {
+    sched *s;
+    sibling_node *nodes; /* indexed as s->nodes */
+} siblings;
+
+static sibling_node *sib_of(const siblings *g, const graph_node *n) {
+    return &g->nodes[sched_pos(g->s, n)];
+}
+
+static graph_node *root_of(const sched *s, graph_node *x) {
+    const sched_node *xs = sched_of(s, x);
+    return xs->materialized ? x : xs->root;
+}
+
+static bool add_read(sibling_node *r, graph_node *base, bool at_own_index) {
+    for (int i = 0; i < r->nreads; i++)
+        if (r->reads[i].base == base) {
+            r->reads[i].at_own_index = r->reads[i].at_own_index && at_own_index;
+            return true;
+        }
+    if (r->nreads == r->reads_cap) {
+        int cap = r->reads_cap ? r->reads_cap * 2 : 4;
+        outside_read *e = realloc(r->reads, sizeof *e * (size_t)cap);
+        if (!e)
+            return false;
+        r->reads = e;
+        r->reads_cap = cap;
+    }
+    r->reads[r->nreads++] = (outside_read){base, at_own_index};
+    return true;
+}
+
+static bool add_reader(sibling_node *b, graph_node *r) {
+    if (b->nreaders && b->readers[b->nreaders - 1] == r)
+        return true;
+    if (b->nreaders == b->readers_cap) {
+        int cap = b->readers_cap ? b->readers_cap * 2 : 4;
+        graph_node **rd = realloc(b->readers, sizeof *rd * (size_t)cap);
+        if (!rd)
+            return false;
+        b->readers = rd;
+        b->readers_cap = cap;
+    }
+    b->readers[b->nreaders++] = r;
+    return true;
+}
+
+/* Fills each root's outside reads and each materialised node's readers;
+ * false when out of memory. */
+static bool find_reads(siblings *g) {
+    sched *s = g->s;
+    for (int64_t i = s->count - 1; i >= 0; i--) {
+        const sched_node *xs = &s->nodes[i];
+        graph_node *c = xs->last_consumer;
+        g->nodes[i].at_root_index =
+            xs->materialized || (xs->root && xs->nconsumers == 1 && sib_of(g, c)->at_root_index &&
+                                 sched_elementwise(c->op));
+    }
+    for (int64_t i = 0; i < s->count; i++) {
+        graph_node *x = s->order[i];
+        graph_node *r = root_of(s, x);
+        if (!r || (cheap(x) && !s->nodes[i].materialized))
+            continue;
+        for (int j = 0; j < x->nsrc; j++) {
+            graph_node *src = x->src[j];
+            if (sched_pending(src) && !sched_of(s, src)->materialized && !cheap(src))
+                continue; /* fused into the same kernel */
+            graph_node *base = src;
+            while (sched_pending(base) && !sched_of(s, base)->materialized &&
+                   base->op == GRAPH_VIEW)
+                base = base->src[0];
+            bool own = base == src && g->nodes[i].at_root_index && sched_elementwise(x->op);
+            if (!add_read(sib_of(g, r), base, own))
+                return false;
+            if (sched_pending(base) && !add_reader(sib_of(g, base), r))
+                return false;
+        }
+    }
+    return true;
+}
+
+static bool sibling_candidate(const sched *s, const graph_node *x) {
+    const sched_node *xs = sched_of(s, x);
+    return xs->materialized && !xs->alias && xs->form == SCHED_PLAIN && !xs->epilogue_of &&
+           sched_elementwise(x->op);
+}
+
+/* Whether r can join the group whose members are m[0..n): it reads members
+ * only at its own element index, and it shares something with them worth
+ * sharing: an input, or a member's value. */
+static bool can_join(const siblings *g, graph_node *r, graph_node **m, int n, int gid) {
+    const sibling_node *rg = sib_of(g, r);
+    bool shares = false;
+    for (int i = 0; i < rg->nreads; i++) {
+        graph_node *b = rg->reads[i].base;
+        bool member = sched_pending(b) && sched_of(g->s, b)->sibling_group == gid;
+        if (member && !rg->reads[i].at_own_index)
+            return false;
+        shares = shares || member;
+        for (int k = 0; k < n && !shares; k++) {
+            const sibling_node *mg = sib_of(g, m[k]);
+            for (int e = 0; e < mg->nreads && !shares; e++)
+                shares = mg->reads[e].base == b;
+        }
+    }
+    return shares;
+}
+
+/* Whether every kernel outside the group that reads a member runs after r:
+ * the group's kernel runs where its last member is. */
+static bool readers_after(const siblings *g, graph_node *r, graph_node **m, int n, int gid) {
+    int64_t rpos = sched_pos(g->s, r);
+    for (int k = 0; k < n; k++) {
+        const sibling_node *mg = sib_of(g, m[k]);
+        for (int i = 0; i < mg->nreaders; i++) {
+            graph_node *reader = mg->readers[i];
+            if (sched_of(g->s, reader)->sibling_group != gid && reader != r &&
+                sched_pos(g->s, reader) < rpos)
+                return false;
+        }
+    }
+    return true;
+}
+
+/* Groups elementwise kernels of one shape that share inputs into
+ * multi-output kernels, greedily in post-order; a few recent groups are
+ * tried, which bounds the cost on large graphs. */
+static bool group_siblings(siblings *g) {
+    sched *s = g->s;
+    if (!find_reads(g))
+        return false;
+    enum { RECENT = 8, MAX_MEMBERS = 8 };
+    graph_node *members[RECENT][MAX_MEMBERS];
+    int nmembers[RECENT] = {0}, gids[RECENT], ngroups = 0, next_gid = 0;
+    for (int64_t i = 0; i < s->count; i++) {
+        graph_node *r = s->order[i];
+        if (!sibling_candidate(s, r))
+            continue;
+        int joined = -1;
+        for (int k = 0; k < ngroups && joined < 0; k++) {
+            graph_node *first = members[k][0];
+            if (nmembers[k] == MAX_MEMBERS || !sched_same_shape(first, r))
+                continue;
+            if (can_join(g, r, members[k], nmembers[k], gids[k]) &&
+                readers_after(g, r, members[k], nmembers[k], gids[k]))
+                joined = k;
+        }
+        if (joined < 0) {
+            if (ngroups == RECENT) {
+                memmove(&members[0], &members[1], sizeof members[0] * (RECENT - 1));
+                memmove(&nmembers[0], &nmembers[1], sizeof nmembers[0] * (RECENT - 1));
+                memmove(&gids[0], &gids[1], sizeof gids[0] * (RECENT - 1));
+                ngroups--;
+            }
+            joined = ngroups++;
+            nmembers[joined] = 0;
+            gids[joined] = next_gid++;
+        }
+        members[joined][nmembers[joined]++] = r;
+        s->nodes[i].sibling_group = gids[joined];
+    }
+    /* Groups of one are no groups; the last member lowers the others. */
+    int *size = calloc((size_t)next_gid + 1, sizeof *size);
+    if (!size)
+        return false;
+    for (int64_t i = 0; i < s->count; i++)
+        if (s->nodes[i].sibling_group >= 0)
+            size[s->nodes[i].sibling_group]++;
+    for (int64_t i = s->count - 1; i >= 0; i--) {
+        sched_node *xs = &s->nodes[i];
+        if (xs->sibling_group < 0)
+            continue;
+        if (size[xs->sibling_group] == 1) {
+            xs->sibling_group = -1;
+            continue;
+        }
+        xs->lowers_group = size[xs->sibling_group] > 0;
+        if (xs->lowers_group)
+            size[xs->sibling_group] = -size[xs->sibling_group];
+    }
+    free(size);
+    return true;
+}
+
+/* Elementwise kernels over one shape that read the same inputs become one
+ * kernel with several outputs, which reads each input once. Siblings only
+ * save work: without memory for them, kernels stay single. */
+static void fuse_siblings(sched *s) {
+    siblings g = {s, calloc((size_t)(s->count ? s->count : 1), sizeof *g.nodes)};
+    if (!g.nodes || !group_siblings(&g))
+        for (int64_t i = 0; i < s->count; i++)
+            s->nodes[i].sibling_group = -1;
+    for (int64_t i = 0; g.nodes && i < s->count; i++) {
+        free(g.nodes[i].reads);
+        free(g.nodes[i].readers);
+    }
+    free(g.nodes);
+}
+
+void sched_fuse(sched *s, int n, graph_node *const *targets, bool fuse) {
+    boundary_requested(s, n, targets);
+    for (int64_t i = 0; i < s->count; i++)
+        if (boundary_op(s->order[i], fuse))
+            s->nodes[i].materialized = true;
+    settle(s);
+    if (!fuse)
+        return;
+    for (int64_t i = 0; i < s->count; i++)
+        if (s->order[i]->op == GRAPH_MATMUL)
+            fuse_matmul_epilogue(s, s->order[i]);
+    fuse_siblings(s);
+}
+
+bool sched_unfuse(sched *s, graph_node *x) {
+    sched_node *xs = sched_of(s, x);
+    if (xs->materialized)
+        return false;
+    xs->materialized = true;
+    for (int64_t i = 0; i < s->count; i++)
+        if (s->nodes[i].epilogue_of == x)
+            s->nodes[i].epilogue_of = NULL;
+    settle(s);
+    return true;
+}
