@@ -24,7 +24,10 @@ struct kiln_ctx {
     kiln_device device;
     kiln_mode mode;
     graph_ctx *g;
-    jit_backend *jit; /* NULL for KILN_REF: the reference evaluator runs */
+    jit_backend *rt;  /* the runtime every sync and every buffer goes through */
+    jit_backend *jit; /* rt when its device runs generated code that debug output, the
+                         profiler, the counters and the machine's limits describe;
+                         NULL for KILN_REF (the reference evaluator) */
     int depth;
     kiln_tensor *handles; /* every live handle */
     graph_node **pending; /* values of assignments not yet realized */
@@ -77,6 +80,17 @@ graph_node *api_broadcast_to(graph_node *n, int ndim, const int64_t *dims);
 
 /* "[3,4]" into a static per-call buffer slot (four slots, for messages). */
 const char *api_shape_str(const graph_node *n);
+
+/* A leaf of the context's device holding a copy of data (zeros when data
+ * is NULL), or NULL with the status and a message naming op. */
+graph_node *api_data_node(kiln_ctx *ctx, const char *op, kiln_dtype dt, int ndim,
+                          const int64_t *dims, const void *data, kiln_status *st, char *msg,
+                          size_t msgcap);
+
+/* Copies a realized node's bytes [offset, offset + n) to host memory at dst,
+ * through the device that holds them. */
+kiln_status api_read(const graph_node *n, size_t offset, void *dst, size_t nbytes, char *msg,
+                     size_t msgcap);
 
 /* Realizes nodes (plus the context's pending assignments); on failure puts
  * the status and message on the handle `who` (if any). */

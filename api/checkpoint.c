@@ -92,15 +92,17 @@ static bool write_all(int fd, const void *data, size_t n) {
 
 /* Writes a buffer's elements little-endian, swapping through a bounded copy
  * on a big-endian host. */
-static bool write_le(int fd, const void *data, size_t nbytes, size_t width) {
-    if (!host_big_endian() || width == 1)
-        return write_all(fd, data, nbytes);
+/* Writes a realized node's nbytes little-endian, copied out of its device a
+ * chunk at a time. */
+static bool write_tensor(int fd, const graph_node *n, size_t nbytes, size_t width) {
     unsigned char chunk[1 << 16];
-    const unsigned char *p = data;
+    char msg[256];
     for (size_t done = 0; done < nbytes;) {
         size_t k = nbytes - done < sizeof chunk ? nbytes - done : sizeof chunk;
-        memcpy(chunk, p + done, k);
-        swap_elems(chunk, k, width);
+        if (api_read(n, done, chunk, k, msg, sizeof msg) != KILN_OK)
+            return false;
+        if (host_big_endian() && width > 1)
+            swap_elems(chunk, k, width);
         if (!write_all(fd, chunk, k))
             return false;
         done += k;
@@ -262,7 +264,7 @@ static kiln_status write_file(kiln_ctx *ctx, const char *path, const char *heade
     for (int k = 0; k < n && ok; k++) {
         const kiln_tensor *t = tensors[order[k]];
         size_t nbytes = (size_t)graph_numel(t->node) * elem_size(t);
-        ok = nbytes == 0 || write_le(fd, t->node->buf->data, nbytes, elem_size(t));
+        ok = nbytes == 0 || write_tensor(fd, t->node, nbytes, elem_size(t));
     }
     int err = ok ? 0 : errno;
     if (ok && fsync(fd) != 0) {
@@ -566,26 +568,26 @@ static kiln_status open_file(kiln_ctx *ctx, const char *op, const char *path, ck
 static kiln_status read_entry(kiln_ctx *ctx, const char *op, const ckpt_file *f,
                               const ckpt_entry *e, graph_node **out) {
     size_t nbytes = (size_t)(e->end - e->begin);
-    graph_buffer *buf = graph_buffer_new(nbytes);
-    if (!buf)
+    unsigned char *data = malloc(nbytes ? nbytes : 1);
+    if (!data)
         return fail(ctx, KILN_ERR_OOM, "%s: out of memory allocating %zu bytes for \"%s\"", op,
                     nbytes, e->name);
-    if (nbytes && !read_at(f->fd, buf->data, nbytes, f->data_start + e->begin)) {
-        graph_buffer_unref(buf);
+    if (nbytes && !read_at(f->fd, data, nbytes, f->data_start + e->begin)) {
+        free(data);
         return fail(ctx, KILN_ERR_IO, "%s: %s: cannot read the data of \"%s\" (truncated?)", op,
                     f->path, e->name);
     }
     if (host_big_endian())
-        swap_elems(buf->data, nbytes, kiln_dtype_size(e->dtype));
-    if (e->dtype == KILN_BOOL) {
-        unsigned char *b = buf->data;
+        swap_elems(data, nbytes, kiln_dtype_size(e->dtype));
+    if (e->dtype == KILN_BOOL)
         for (size_t i = 0; i < nbytes; i++)
-            b[i] = b[i] != 0;
-    }
-    *out = graph_buffer_node(ctx->g, e->dtype, e->ndim, e->shape, buf);
-    graph_buffer_unref(buf);
+            data[i] = data[i] != 0;
+    kiln_status st;
+    char msg[512];
+    *out = api_data_node(ctx, op, e->dtype, e->ndim, e->shape, data, &st, msg, sizeof msg);
+    free(data);
     if (!*out)
-        return fail(ctx, KILN_ERR_OOM, "%s: out of memory", op);
+        return fail(ctx, st, "%s", msg);
     return KILN_OK;
 }
 

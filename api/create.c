@@ -1,5 +1,6 @@
 /* create.c — tensors from data, constants, ranges and random numbers. */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "api/api.h"
@@ -25,20 +26,23 @@ kiln_tensor *kiln_from_data(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_
     if (n > 0 && !data)
         return api_fail(ctx, KILN_ERR_ARG, "kiln_from_data: data is NULL for %lld elements",
                         (long long)n);
-    graph_buffer *buf = graph_buffer_new(nbytes);
-    if (!buf)
-        return api_fail(ctx, KILN_ERR_OOM, "kiln_from_data: out of memory allocating %zu bytes",
-                        nbytes);
-    if (dt == KILN_BOOL) {
-        const unsigned char *src = data;
-        unsigned char *d = buf->data;
+    /* bool is stored as 0 or 1: any other byte is made 1 on the way in. */
+    unsigned char *bools = NULL;
+    if (dt == KILN_BOOL && n > 0) {
+        if (!(bools = malloc(nbytes)))
+            return api_fail(ctx, KILN_ERR_OOM,
+                            "kiln_from_data: out of memory allocating %zu bytes", nbytes);
         for (int64_t i = 0; i < n; i++)
-            d[i] = src[i] != 0;
-    } else if (nbytes) {
-        memcpy(buf->data, data, nbytes);
+            bools[i] = ((const unsigned char *)data)[i] != 0;
+        data = bools;
     }
-    graph_node *node = graph_buffer_node(ctx->g, dt, ndim, dims, buf);
-    graph_buffer_unref(buf);
+    kiln_status st;
+    char msg[512];
+    graph_node *node = api_data_node(ctx, "kiln_from_data", dt, ndim, dims, data, &st, msg,
+                                     sizeof msg);
+    free(bools);
+    if (!node)
+        return api_fail(ctx, st, "%s", msg);
     return api_wrap(ctx, node, "kiln_from_data");
 }
 

@@ -37,12 +37,7 @@ kiln_ctx *kiln_ctx_new(kiln_device dev) {
             }
         }
     }
-    if (dev == KILN_CUDA) {
-        snprintf(ctx_error, sizeof ctx_error,
-                 "kiln_ctx_new: this build of kiln has no CUDA backend yet");
-        return NULL;
-    }
-    if (dev != KILN_CPU && dev != KILN_REF) {
+    if (dev != KILN_CPU && dev != KILN_REF && dev != KILN_CUDA) {
         snprintf(ctx_error, sizeof ctx_error, "kiln_ctx_new: unknown device %d", (int)dev);
         return NULL;
     }
@@ -53,14 +48,13 @@ kiln_ctx *kiln_ctx_new(kiln_device dev) {
         return NULL;
     }
     ctx->device = dev;
-    if (dev == KILN_CPU) {
-        ctx->jit = jit_backend_new(dev, ctx_error, sizeof ctx_error);
-        if (!ctx->jit) {
-            graph_ctx_free(ctx->g);
-            free(ctx);
-            return NULL;
-        }
+    kiln_status st;
+    if (!(ctx->rt = jit_backend_new(dev, &st, ctx_error, sizeof ctx_error))) {
+        graph_ctx_free(ctx->g);
+        free(ctx);
+        return NULL;
     }
+    ctx->jit = jit_backend_watched(ctx->rt) ? ctx->rt : NULL;
     ctx->mode = env_true("KILN_EAGER") ? KILN_EAGER : KILN_LAZY;
     return ctx;
 }
@@ -87,7 +81,7 @@ void kiln_ctx_free(kiln_ctx *ctx) {
     for (int i = 0; i < ctx->npending; i++)
         graph_unref(ctx->pending[i]);
     free(ctx->pending);
-    jit_backend_free(ctx->jit);
+    jit_backend_free(ctx->rt);
     graph_ctx_free(ctx->g);
     free(ctx);
 }
@@ -257,6 +251,32 @@ const char *kiln_error_message(const kiln_tensor *t) {
     return t->msg ? t->msg : "";
 }
 
+/* ---- data: in and out through the device ---- */
+
+graph_node *api_data_node(kiln_ctx *ctx, const char *op, kiln_dtype dt, int ndim,
+                          const int64_t *dims, const void *data, kiln_status *st, char *msg,
+                          size_t msgcap) {
+    size_t nbytes = (size_t)graph_shape_numel(ndim, dims) * kiln_dtype_size(dt);
+    graph_buffer *buf = NULL;
+    char why[256];
+    if ((*st = jit_buffer_new(ctx->rt, nbytes, data, &buf, why, sizeof why)) != KILN_OK) {
+        snprintf(msg, msgcap, "%s: %s", op, why);
+        return NULL;
+    }
+    graph_node *node = graph_buffer_node(ctx->g, dt, ndim, dims, buf);
+    graph_buffer_unref(buf);
+    if (!node) {
+        *st = KILN_ERR_OOM;
+        snprintf(msg, msgcap, "%s: out of memory", op);
+    }
+    return node;
+}
+
+kiln_status api_read(const graph_node *n, size_t offset, void *dst, size_t nbytes, char *msg,
+                     size_t msgcap) {
+    return jit_buffer_read(n->buf, offset, dst, nbytes, msg, msgcap);
+}
+
 /* ---- sync points ---- */
 
 kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_tensor *who) {
@@ -277,10 +297,8 @@ kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_ten
             all[m++] = ctx->pending[i];
     char msg[512] = "";
     kiln_status st = KILN_OK;
-    if (m && ctx->jit)
-        st = jit_realize(ctx->jit, m, all, ctx->mode == KILN_LAZY, msg, sizeof msg);
-    else if (m)
-        st = graph_eval(m, all, msg, sizeof msg);
+    if (m)
+        st = jit_realize(ctx->rt, m, all, ctx->mode == KILN_LAZY, msg, sizeof msg);
     if (all != stackv)
         free(all);
     if (st != KILN_OK) {
@@ -337,11 +355,12 @@ kiln_status kiln_to_host(kiln_tensor *t, void *dst, size_t nbytes) {
         return KILN_ERR_ARG;
     }
     kiln_status st = kiln_realize(t);
-    if (st != KILN_OK)
+    if (st != KILN_OK || !want)
         return st;
-    if (want)
-        memcpy(dst, t->node->buf->data, want);
-    return KILN_OK;
+    char msg[256];
+    if ((st = api_read(t->node, 0, dst, want, msg, sizeof msg)) != KILN_OK)
+        set_error(t, st, msg);
+    return st;
 }
 
 kiln_status kiln_item(kiln_tensor *t, double *out) {
@@ -422,16 +441,7 @@ const char *kiln_ctx_last_error(const kiln_ctx *ctx) {
 
 kiln_stats kiln_ctx_stats(const kiln_ctx *ctx) {
     kiln_stats s = {0};
-    if (ctx && ctx->jit) {
-        jit_counters c = jit_get_counters(ctx->jit);
-        s.syncs = c.syncs;
-        s.kernels = c.kernels;
-        s.compiles = c.compiles;
-        s.graph_hits = c.graph_hits;
-        s.memory_hits = c.memory_hits;
-        s.disk_hits = c.disk_hits;
-    }
-    return s;
+    return ctx && ctx->jit ? jit_stats(ctx->jit) : s;
 }
 
 kiln_status kiln_dump_dot(const kiln_tensor *t, const char *path) {

@@ -65,16 +65,26 @@ static kiln_tensor *check_index_data(kiln_ctx *ctx, const char *op, const graph_
     if (!idx->buf)
         return NULL;
     int64_t n = graph_numel(idx);
-    for (int64_t i = 0; i < n; i++) {
-        int64_t v = graph_scalar_load(idx->buf->data, idx->dtype, i).i;
-        if (v < 0 || v >= limit)
-            return api_fail(ctx, KILN_ERR_ARG,
-                            "%s: %s %s holds %lld at flat position %lld, outside [0, %lld) "
-                            "(%s)",
-                            op, what, api_shape_str(idx), (long long)v, (long long)i,
-                            (long long)limit, api_shape_str(other));
+    size_t nbytes = (size_t)n * kiln_dtype_size(idx->dtype);
+    char msg[256];
+    void *data = malloc(nbytes ? nbytes : 1);
+    kiln_status st = data ? api_read(idx, 0, data, nbytes, msg, sizeof msg) : KILN_ERR_OOM;
+    if (st != KILN_OK) {
+        free(data);
+        return api_fail(ctx, st, "%s: cannot read %s: %s", op, what, data ? msg : "out of memory");
     }
-    return NULL;
+    kiln_tensor *bad = NULL;
+    for (int64_t i = 0; i < n && !bad; i++) {
+        int64_t v = graph_scalar_load(data, idx->dtype, i).i;
+        if (v < 0 || v >= limit)
+            bad = api_fail(ctx, KILN_ERR_ARG,
+                           "%s: %s %s holds %lld at flat position %lld, outside [0, %lld) "
+                           "(%s)",
+                           op, what, api_shape_str(idx), (long long)v, (long long)i,
+                           (long long)limit, api_shape_str(other));
+    }
+    free(data);
+    return bad;
 }
 
 static bool index_dtype(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8; }

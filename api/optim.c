@@ -63,13 +63,12 @@ static kiln_tensor *pin(kiln_tensor *t) {
  * on every later step, so the first step has the same structure too). */
 static kiln_tensor *zeros_like(kiln_ctx *ctx, const kiln_tensor *p, kiln_dtype dt) {
     const graph_node *x = p->node;
-    size_t nbytes = (size_t)graph_numel(x) * graph_dtype_size(dt);
-    graph_buffer *buf = graph_buffer_new(nbytes);
-    if (!buf)
+    kiln_status st;
+    char msg[512];
+    graph_node *node =
+        api_data_node(ctx, "kiln_optim", dt, x->ndim, x->shape, NULL, &st, msg, sizeof msg);
+    if (!node)
         return NULL;
-    memset(buf->data, 0, nbytes);
-    graph_node *node = graph_buffer_node(ctx->g, dt, x->ndim, x->shape, buf);
-    graph_buffer_unref(buf);
     kiln_tensor *t = api_wrap(ctx, node, "kiln_optim");
     if (t && !t->node) {
         kiln_release(t);

@@ -86,13 +86,21 @@ typedef union graph_scalar {
     int64_t i;
 } graph_scalar;
 
-/* Host memory holding one realized node, row-major in its dtype, 64-byte
- * aligned. Shared by reference count. */
-typedef struct graph_buffer {
+/* The memory holding one realized node, row-major in its dtype. Shared by
+ * reference count. A buffer belongs to the device that allocated it (owner,
+ * opaque here: graph/ knows no devices); data is that device's handle of the
+ * memory, which only the owner reads or writes through (on a host device, a
+ * 64-byte-aligned host address). A buffer without an owner is host memory of
+ * graph_buffer_new, as the reference evaluator's own results are. */
+typedef struct graph_buffer graph_buffer;
+typedef void (*graph_buffer_release)(void *owner, graph_buffer *b);
+struct graph_buffer {
     int64_t refs;
     size_t nbytes;
     void *data;
-} graph_buffer;
+    void *owner;
+    graph_buffer_release release; /* frees data when the last reference goes; NULL: free() */
+};
 
 typedef struct graph_ctx graph_ctx;
 typedef struct graph_node graph_node;
@@ -153,6 +161,10 @@ void graph_forget_sources(graph_node *n);
 /* An uninitialised, 64-byte-aligned buffer of nbytes (NULL on failure): every
  * producer writes all of it, so clearing it first would only cost time. */
 graph_buffer *graph_buffer_new(size_t nbytes);
+/* A buffer over memory that owner allocated and release frees (NULL on
+ * failure, data then untouched). */
+graph_buffer *graph_buffer_adopt(void *data, size_t nbytes, void *owner,
+                                 graph_buffer_release release);
 graph_buffer *graph_buffer_ref(graph_buffer *b);
 void graph_buffer_unref(graph_buffer *b);
 

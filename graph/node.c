@@ -52,23 +52,28 @@ bool graph_is_realized(const graph_node *n) { return n->buf != NULL; }
 
 /* ---- buffers ---- */
 
-graph_buffer *graph_buffer_new(size_t nbytes) {
+graph_buffer *graph_buffer_adopt(void *data, size_t nbytes, void *owner,
+                                 graph_buffer_release release) {
     graph_buffer *b = malloc(sizeof *b);
     if (!b)
         return NULL;
-    /* aligned_alloc wants a size that is a multiple of the alignment. */
-    size_t rounded = (nbytes + 63) & ~(size_t)63;
-    if (rounded < nbytes) {
-        free(b);
-        return NULL;
-    }
-    b->data = aligned_alloc(64, rounded ? rounded : 64);
-    if (!b->data) {
-        free(b);
-        return NULL;
-    }
     b->refs = 1;
     b->nbytes = nbytes;
+    b->data = data;
+    b->owner = owner;
+    b->release = release;
+    return b;
+}
+
+graph_buffer *graph_buffer_new(size_t nbytes) {
+    /* aligned_alloc wants a size that is a multiple of the alignment. */
+    size_t rounded = (nbytes + 63) & ~(size_t)63;
+    if (rounded < nbytes)
+        return NULL;
+    void *data = aligned_alloc(64, rounded ? rounded : 64);
+    graph_buffer *b = data ? graph_buffer_adopt(data, nbytes, NULL, NULL) : NULL;
+    if (!b)
+        free(data);
     return b;
 }
 
@@ -80,7 +85,10 @@ graph_buffer *graph_buffer_ref(graph_buffer *b) {
 
 void graph_buffer_unref(graph_buffer *b) {
     if (b && --b->refs == 0) {
-        free(b->data);
+        if (b->release)
+            b->release(b->owner, b);
+        else
+            free(b->data);
         free(b);
     }
 }

@@ -1,25 +1,24 @@
-/* backend.c — the runtime. A sync point's captured graph is looked up by its
- * structural signature; on a miss it is scheduled, rendered, and its compiled
- * program found in the kernel cache or built, and the result is kept under
- * the signature, so a later capture of the same structure (the next training
- * step) only binds buffers and launches. Kernel outputs that nobody asked for
- * live from their kernel to their last reader and their memory goes back to a
- * pool that later kernels (and later syncs) draw from. */
+/* backend.c — the runtime, the same for every device. A sync point's
+ * captured graph is looked up by its structural signature in the (bounded)
+ * whole-graph cache; on a miss it is scheduled, rendered by the device, and
+ * its compiled program found in the kernel cache or compiled by the device,
+ * and the result is kept under the signature, so a later capture of the same
+ * structure (the next training step) only binds buffers and launches. Kernel
+ * outputs that nobody asked for live from their kernel to their last reader
+ * and their memory goes back to a pool, per device, that later kernels (and
+ * later syncs) draw from. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
-#include "jit/cpu/cpu.h"
-#include "jit/cpu/llvm.h"
 #include "jit/cuda/cuda.h"
+#include "jit/device.h"
+#include "jit/graph_cache.h"
 #include "jit/jit.h"
 #include "jit/profile.h"
-
-typedef void (*kernel_fn)(char **bufs, int nthreads);
 
 /* Freed intermediates, kept for reuse by size. Training steps allocate the
  * same sizes over and over; reusing them skips the allocator and the page
@@ -34,32 +33,34 @@ typedef struct pool {
 } pool;
 
 struct jit_backend {
-    kiln_device dev;
-    cache *cache;
+    jit_device *dev;
+    cache *cache;    /* kernel cache: compiled programs by device and text */
+    jit_graph_cache *graphs; /* compiled programs by captured structure */
     int nthreads;
     jit_watch watch; /* debug output, profile, KILN_DUMP, the machine's limits */
     bool check_cuda; /* KILN_CHECK_CUDA=1: every program must also compile for CUDA */
-    bool llvm;       /* KILN_CPU_COMPILER=llvm: LLVM through ORC instead of cc */
-    jit_counters counters;
+    kiln_stats stats;
     pool pool;
 };
 
-jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
-    if (dev != KILN_CPU) {
-        snprintf(msg, cap, "kiln: no compiler backend for this device");
-        return NULL;
-    }
+static void compiled_free(void *v);
+
+static int64_t graph_cache_max(void) {
+    const char *v = getenv("KILN_GRAPH_CACHE_MAX");
+    return v && atoll(v) > 0 ? atoll(v) : JIT_GRAPH_CACHE_DEFAULT_MAX;
+}
+
+jit_backend *jit_backend_new(kiln_device kind, kiln_status *st, char *msg, size_t cap) {
+    *st = KILN_ERR_OOM;
     jit_backend *j = calloc(1, sizeof *j);
-    if (!j) {
-        snprintf(msg, cap, "kiln: out of memory");
-        return NULL;
-    }
-    j->dev = dev;
     char why[256];
-    j->cache = cache_open(NULL, 0, why, sizeof why);
-    if (!j->cache)
+    if (j && !(j->cache = cache_open(NULL, 0, why, sizeof why)))
         j->cache = cache_open_memory_only();
-    if (!j->cache) {
+    if (j && j->cache)
+        j->graphs = jit_graph_cache_new(graph_cache_max(), compiled_free);
+    if (!j || !j->graphs) {
+        if (j)
+            cache_close(j->cache);
         free(j);
         snprintf(msg, cap, "kiln: out of memory");
         return NULL;
@@ -68,18 +69,25 @@ jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t cap) {
     j->nthreads = t && atoi(t) > 0 ? atoi(t) : (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (j->nthreads < 1)
         j->nthreads = 1;
-    jit_watch_init(&j->watch, j->cache, j->nthreads);
-    const char *cc = getenv("KILN_CHECK_CUDA");
-    j->check_cuda = cc && !strcmp(cc, "1");
-    const char *cpu_cc = getenv("KILN_CPU_COMPILER");
-    j->llvm = cpu_cc && !strcmp(cpu_cc, "llvm");
-    bool bad_cc = cpu_cc && *cpu_cc && !j->llvm && strcmp(cpu_cc, "cc");
-    if (bad_cc)
-        snprintf(msg, cap, "kiln: KILN_CPU_COMPILER is '%s'; it must be cc or llvm", cpu_cc);
-    if (bad_cc || (j->llvm && !jit_llvm_available(msg, cap))) {
-        jit_backend_free(j);
+    jit_device_config cfg = {.cache = j->cache, .nthreads = j->nthreads};
+    if (!(j->dev = jit_device_open(kind, &cfg, st, msg, cap))) {
+        jit_graph_cache_free(j->graphs);
+        cache_close(j->cache);
+        free(j);
         return NULL;
     }
+    /* A device that runs no generated code has nothing to debug, profile,
+     * dump or measure: its watch stays off whatever the environment says. */
+    if (j->dev->ops->watched) {
+        jit_watch_init(&j->watch, j->cache, j->nthreads);
+    } else {
+        memset(&j->watch, 0, sizeof j->watch);
+        j->watch.cache = j->cache;
+        j->watch.nthreads = j->nthreads;
+    }
+    const char *cc = getenv("KILN_CHECK_CUDA");
+    j->check_cuda = cc && !strcmp(cc, "1");
+    *st = KILN_OK;
     return j;
 }
 
@@ -89,8 +97,46 @@ void jit_backend_free(jit_backend *j) {
     for (int i = 0; i < j->pool.n; i++)
         graph_buffer_unref(j->pool.bufs[i]);
     jit_watch_fini(&j->watch);
+    jit_graph_cache_free(j->graphs);
     cache_close(j->cache);
+    jit_device_close(j->dev);
     free(j);
+}
+
+bool jit_backend_watched(const jit_backend *j) { return j->dev->ops->watched; }
+
+int64_t jit_graph_cache_size(const jit_backend *j) { return jit_graph_cache_count(j->graphs); }
+
+kiln_status jit_buffer_new(jit_backend *j, size_t nbytes, const void *src, graph_buffer **out,
+                           char *msg, size_t cap) {
+    jit_device *d = j->dev;
+    kiln_status st = d->ops->alloc(d, nbytes, out, msg, cap);
+    if (st != KILN_OK)
+        return st;
+    void *zeros = NULL;
+    if (!src && nbytes && !(src = zeros = calloc(1, nbytes))) {
+        graph_buffer_unref(*out);
+        *out = NULL;
+        snprintf(msg, cap, "kiln: out of memory");
+        return KILN_ERR_OOM;
+    }
+    st = nbytes ? d->ops->copy_in(d, *out, 0, src, nbytes, msg, cap) : KILN_OK;
+    free(zeros);
+    if (st != KILN_OK) {
+        graph_buffer_unref(*out);
+        *out = NULL;
+    }
+    return st;
+}
+
+kiln_status jit_buffer_read(const graph_buffer *b, size_t offset, void *dst, size_t n, char *msg,
+                            size_t cap) {
+    jit_device *d = b->owner;
+    if (!d) {
+        memcpy(dst, (const char *)b->data + offset, n);
+        return KILN_OK;
+    }
+    return d->ops->copy_out(d, dst, b, offset, n, msg, cap);
 }
 
 static graph_buffer *pool_take(jit_backend *j, size_t nbytes) {
@@ -104,7 +150,9 @@ static graph_buffer *pool_take(jit_backend *j, size_t nbytes) {
         p->bytes -= nbytes;
         return b;
     }
-    return graph_buffer_new(nbytes);
+    graph_buffer *b = NULL;
+    char msg[256];
+    return j->dev->ops->alloc(j->dev, nbytes, &b, msg, sizeof msg) == KILN_OK ? b : NULL;
 }
 
 /* Drops the backend's reference to an intermediate's buffer; when it was the
@@ -126,7 +174,7 @@ static void pool_give(jit_backend *j, graph_buffer *b) {
     p->bytes += b->nbytes;
 }
 
-jit_counters jit_get_counters(const jit_backend *j) { return j->counters; }
+kiln_stats jit_stats(const jit_backend *j) { return j->stats; }
 
 jit_watch *jit_backend_watch(jit_backend *j) { return &j->watch; }
 
@@ -138,75 +186,42 @@ static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes)
     return KILN_ERR_OOM;
 }
 
-/* A compiled program: its object and each kernel's entry, looked up once. */
-typedef struct loaded {
-    void *handle; /* a dlopen handle, or a jit_llvm_program */
-    bool llvm;
-    int nkernels;
-    kernel_fn fns[];
-} loaded;
-
-static void unload(void *v) {
-    loaded *l = v;
-    if (l->llvm)
-        jit_llvm_free(l->handle);
-    else
-        dlclose(l->handle);
-    free(l);
+static cache_key program_key(const jit_device *d, const char *text) {
+    cache_key_builder b;
+    cache_key_begin(&b);
+    cache_key_add_str(&b, "kiln program");
+    cache_key_add(&b, &d->key, sizeof d->key);
+    cache_key_add_str(&b, text);
+    return cache_key_end(&b);
 }
 
-/* Resolves every kernel of p in handle h (which the result then owns). */
-static loaded *resolve(void *h, bool llvm, const lower_program *p, char *msg, size_t cap) {
-    loaded *l = malloc(sizeof *l + sizeof(kernel_fn) * (size_t)p->nkernels);
-    if (!l) {
-        if (llvm)
-            jit_llvm_free(h);
-        else
-            dlclose(h);
-        snprintf(msg, cap, "kiln_realize: out of memory");
-        return NULL;
+/* The device's code for p: from memory, else compiled by the device (which
+ * may find it in the disk cache). *origin says which. */
+static kiln_status find_program(jit_backend *j, const lower_program *p,
+                                const lower_plan *plans, const char *text, cache_key key,
+                                const jit_code **out, const char **origin, char *msg,
+                                size_t cap) {
+    jit_device *d = j->dev;
+    if ((*out = cache_mem_get(j->cache, key))) {
+        j->stats.memory_hits++;
+        *origin = "memory";
+        return KILN_OK;
     }
-    l->handle = h;
-    l->llvm = llvm;
-    l->nkernels = p->nkernels;
-    for (int i = 0; i < p->nkernels; i++) {
-        if (p->kernels[i].kind == LOWER_ALIAS) {
-            l->fns[i] = NULL;
-            continue;
-        }
-        l->fns[i] = llvm ? jit_llvm_kernel(h, i) : (kernel_fn)(uintptr_t)dlsym(h, p->kernels[i].name);
-        if (!l->fns[i]) {
-            snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program",
-                     p->kernels[i].name);
-            unload(l);
-            return NULL;
-        }
-    }
-    return l;
-}
-
-/* The loaded program for src: from memory, else the disk cache, else built. */
-static const loaded *find_program(jit_backend *j, const lower_program *p,
-                                  const lower_plan *plans, const char *src, cache_key key,
-                                  char *msg, size_t cap) {
-    loaded *l = cache_mem_get(j->cache, key);
-    if (l) {
-        j->counters.memory_hits++;
-        return l;
-    }
-    bool compiled = true;
-    void *h = j->llvm ? (void *)jit_llvm_compile(p, plans, msg, cap)
-                      : jit_cpu_load(j->cache, src, key, &compiled, msg, cap);
-    if (!h || !(l = resolve(h, j->llvm, p, msg, cap)))
-        return NULL;
-    if (compiled)
-        j->counters.compiles++;
+    jit_code *code = NULL;
+    bool from_disk = false;
+    kiln_status st = d->ops->compile(d, p, plans, text, key, &code, &from_disk, msg, cap);
+    if (st != KILN_OK)
+        return st;
+    if (from_disk)
+        j->stats.disk_hits++;
     else
-        j->counters.disk_hits++;
-    const loaded *kept = cache_mem_put(j->cache, key, l, unload);
-    if (!kept)
+        j->stats.compiles++;
+    *origin = from_disk ? "disk" : "compiled";
+    if (!(*out = cache_mem_put(j->cache, key, code, d->ops->code_free))) {
         snprintf(msg, cap, "kiln_realize: out of memory");
-    return kept;
+        return KILN_ERR_OOM;
+    }
+    return KILN_OK;
 }
 
 /* A compiled program for one graph structure: its kernels (whose node
@@ -222,9 +237,9 @@ typedef struct compiled {
     unsigned char *sig;
     size_t siglen;
     lower_program *prog;
-    lower_plan *plans; /* per kernel, for the CPU */
+    lower_plan *plans; /* per kernel, for the context's device */
     bound_kernel *bound;
-    const loaded *code; /* owned by the kernel cache */
+    const jit_code *code; /* owned by the kernel cache */
     jit_prog_facts facts;
 } compiled;
 
@@ -304,6 +319,20 @@ static bool bind(compiled *c, const graph_capture *cap) {
     return ok;
 }
 
+/* Whether the device computes every pending node of the capture; if not, a
+ * message naming the op and dtype. */
+static bool supported(const jit_device *d, const graph_capture *cap, char *msg, size_t mcap) {
+    for (int64_t i = 0; i < cap->npending; i++) {
+        const graph_node *x = cap->nodes[i];
+        if (!d->ops->supports(d, x->op, x->dtype)) {
+            snprintf(msg, mcap, "kiln_realize: the %s device cannot compute %s with result %s",
+                     d->ops->name, graph_op_name(x->op), graph_dtype_name(x->dtype));
+            return false;
+        }
+    }
+    return true;
+}
+
 /* Schedules, renders and loads a capture's program. */
 static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln_status *st,
                        char *msg, size_t mcap) {
@@ -331,7 +360,7 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     }
     *st = KILN_ERR_OOM; /* what the failures below report, unless they say otherwise */
     lower_program *p = c->prog;
-    if (!(c->plans = lower_plan_program(p, jit_cpu_target()))) {
+    if (!(c->plans = lower_plan_program(p, &j->dev->target))) {
         compiled_free(c);
         snprintf(msg, mcap, "kiln_realize: out of memory while planning");
         return NULL;
@@ -346,31 +375,33 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         snprintf(msg, mcap, "kiln_realize: out of memory");
         return NULL;
     }
+    if (!supported(j->dev, cap, msg, mcap)) {
+        compiled_free(c);
+        *st = KILN_ERR_DEVICE;
+        return NULL;
+    }
     if (j->check_cuda && p->nkernels > 0 && jit_cuda_check_program(p, msg, mcap) != KILN_OK) {
         compiled_free(c);
         *st = KILN_ERR_COMPILE;
         return NULL;
     }
     if (p->nkernels > 0) {
-        char *src = jit_cpu_render(p, c->plans);
-        if (!src) {
+        jit_device *d = j->dev;
+        char *text = d->ops->render(d, p, c->plans);
+        if (!text) {
             compiled_free(c);
             snprintf(msg, mcap, "kiln_realize: out of memory while generating code");
             return NULL;
         }
         if (j->watch.debug >= 4)
-            fprintf(stderr, "kiln: generated source\n%s\n", src);
-        c->facts.key = j->llvm ? jit_llvm_key(src) : jit_cpu_key(src);
-        jit_counters before = j->counters;
-        jit_watch_dump(&j->watch, &c->facts, p, c->plans, src, j->llvm);
-        c->code = find_program(j, p, c->plans, src, c->facts.key, msg, mcap);
-        c->facts.origin = j->counters.compiles > before.compiles    ? "compiled"
-                          : j->counters.disk_hits > before.disk_hits ? "disk"
-                                                                     : "memory";
-        free(src);
-        if (!c->code) {
+            fprintf(stderr, "kiln: generated source\n%s\n", text);
+        c->facts.key = program_key(d, text);
+        jit_watch_dump(&j->watch, &c->facts, p, c->plans, text, d->ops->ir_text);
+        *st = find_program(j, p, c->plans, text, c->facts.key, &c->code, &c->facts.origin, msg,
+                           mcap);
+        free(text);
+        if (*st != KILN_OK) {
             compiled_free(c);
-            *st = strstr(msg, "out of memory") ? KILN_ERR_OOM : KILN_ERR_COMPILE;
             return NULL;
         }
     }
@@ -386,40 +417,38 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
 static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *cap, bool hit,
                        char *msg, size_t mcap) {
     const lower_program *p = c->prog;
+    jit_device *d = j->dev;
     graph_node *const *nodes = cap->nodes;
-    int maxbufs = 1;
+    int maxnodes = 1;
     for (int i = 0; i < p->nkernels; i++)
-        if (p->kernels[i].nouts + p->kernels[i].ninputs > maxbufs)
-            maxbufs = p->kernels[i].nouts + p->kernels[i].ninputs;
-    char *stackv[32];
-    char **bufs = maxbufs <= 32 ? stackv : malloc(sizeof *bufs * (size_t)maxbufs);
-    kiln_status st = bufs ? KILN_OK : KILN_ERR_OOM;
-    if (!bufs)
+        if (p->kernels[i].nouts + p->kernels[i].ninputs > maxnodes)
+            maxnodes = p->kernels[i].nouts + p->kernels[i].ninputs;
+    graph_node *stackv[32];
+    graph_node **kn = maxnodes <= 32 ? stackv : malloc(sizeof *kn * (size_t)maxnodes);
+    kiln_status st = kn ? KILN_OK : KILN_ERR_OOM;
+    if (!kn)
         snprintf(msg, mcap, "kiln_realize: out of memory");
-    int done = 0;
-    for (; st == KILN_OK && done < p->nkernels; done++) {
+    for (int done = 0; st == KILN_OK && done < p->nkernels; done++) {
         const lower_kernel *k = &p->kernels[done];
         const bound_kernel *bk = &c->bound[done];
         if (k->kind == LOWER_ALIAS) {
             nodes[bk->outs[0]]->buf = graph_buffer_ref(nodes[bk->inputs[0]]->buf);
         } else {
             for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
-                graph_node *x = nodes[bk->outs[o]];
+                graph_node *x = kn[o] = nodes[bk->outs[o]];
                 size_t bytes = (size_t)graph_numel(x) * graph_dtype_size(x->dtype);
                 if (!(x->buf = pool_take(j, bytes)))
                     st = oom(msg, mcap, x, bytes);
-                else
-                    bufs[o] = x->buf->data;
             }
             if (st != KILN_OK)
                 break;
             for (int i = 0; i < k->ninputs; i++)
-                bufs[k->nouts + i] = nodes[bk->inputs[i]]->buf->data;
+                kn[k->nouts + i] = nodes[bk->inputs[i]];
             if (k->numel > 0) {
                 bool timed = jit_watch_timing(&j->watch);
                 double t0 = timed ? jit_now_ms() : 0;
-                c->code->fns[done](bufs, j->nthreads);
-                j->counters.kernels++;
+                st = d->ops->launch(d, c->code, done, k, kn, msg, mcap);
+                j->stats.kernels++;
                 if (timed)
                     jit_watch_launch(&j->watch, &c->facts, k, done, hit, t0, jit_now_ms());
             }
@@ -430,8 +459,10 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             x->buf = NULL;
         }
     }
-    if (bufs != stackv)
-        free(bufs);
+    if (kn != stackv)
+        free(kn);
+    if (st == KILN_OK)
+        st = d->ops->sync(d, msg, mcap);
     /* A half-run program leaves nothing behind: its outputs so far go. */
     for (int i = 0; st != KILN_OK && i < p->nkernels; i++)
         for (int o = 0; o < p->kernels[i].nouts; o++) {
@@ -464,25 +495,23 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
     }
     double t0 = jit_now_ms();
     cache_key key = graph_key(&cap, fuse);
-    compiled *c = cache_mem_get(j->cache, key);
+    compiled *c = jit_graph_cache_get(j->graphs, key);
     bool hit = c && c->siglen == cap.siglen && !memcmp(c->sig, cap.sig, cap.siglen);
+    bool kept = hit;
     kiln_status st = KILN_OK;
     if (hit) {
-        j->counters.graph_hits++;
+        j->stats.graph_hits++;
     } else {
         compiled *built = build(j, &cap, fuse, &st, msg, mcap);
         /* A colliding key keeps its first program; this one runs once. */
-        c = built && !c ? cache_mem_put(j->cache, key, built, compiled_free) : built;
-        if (built && !c) {
-            st = KILN_ERR_OOM;
-            snprintf(msg, mcap, "kiln_realize: out of memory");
-        }
+        kept = built && !c && jit_graph_cache_put(j->graphs, key, built);
+        c = built;
     }
     double t1 = jit_now_ms();
     if (c) {
         if (!hit)
             c->facts.build_ms = t1 - t0;
-        j->counters.syncs++;
+        j->stats.syncs++;
         st = run(j, c, &cap, hit, msg, mcap);
         double t2 = jit_now_ms();
         jit_watch_sync(&j->watch, t0, t1, t2, hit, c->prog->nkernels, cap.npending);
@@ -490,9 +519,9 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
             fprintf(stderr,
                     "kiln: sync %lld: %lld nodes captured, %d kernels, graph cache %s, "
                     "%s %.3f ms, run %.3f ms\n",
-                    (long long)j->counters.syncs, (long long)cap.npending, c->prog->nkernels,
+                    (long long)j->stats.syncs, (long long)cap.npending, c->prog->nkernels,
                     hit ? "hit" : "miss", hit ? "lookup" : "compile", t1 - t0, t2 - t1);
-        if (!hit && c != cache_mem_get(j->cache, key))
+        if (!kept)
             compiled_free(c);
     }
     graph_capture_free(&cap);

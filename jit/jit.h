@@ -1,6 +1,7 @@
-/* jit.h — jit/'s face: the backends that compile and run a captured graph's
- * kernels, their counters, debug output, profiler and the machine's limits.
- * api/ makes one backend per context. */
+/* jit.h — jit/'s face: the runtime that compiles and runs a captured graph's
+ * kernels on a device (jit/device.h), the device's buffers, the counters,
+ * debug output, profiler and the machine's limits. api/ makes one backend
+ * per context, whatever its device. */
 #ifndef KILN_JIT_H
 #define KILN_JIT_H
 
@@ -13,18 +14,24 @@
 
 typedef struct jit_backend jit_backend;
 
-typedef struct jit_counters {
-    int64_t syncs;        /* programs run */
-    int64_t kernels;      /* kernel launches */
-    int64_t compiles;     /* translation units compiled */
-    int64_t graph_hits;   /* syncs whose captured structure was compiled before */
-    int64_t memory_hits;  /* programs found compiled in this process */
-    int64_t disk_hits;    /* programs loaded from the disk cache */
-} jit_counters;
-
-/* A backend for dev (KILN_CPU today). NULL with a message when unavailable. */
-jit_backend *jit_backend_new(kiln_device dev, char *msg, size_t msgcap);
+/* A backend on the device serving dev (jit/devices.c; for KILN_CPU the one
+ * KILN_CPU_COMPILER names). NULL with a message and *st when unavailable:
+ * KILN_ERR_DEVICE for a device that cannot be opened or a bad
+ * KILN_CPU_COMPILER, KILN_ERR_OOM. */
+jit_backend *jit_backend_new(kiln_device dev, kiln_status *st, char *msg, size_t msgcap);
 void jit_backend_free(jit_backend *j);
+
+/* Whether the device runs generated code that debug output, the profiler
+ * and the machine's limits describe (false for the reference evaluator). */
+bool jit_backend_watched(const jit_backend *j);
+
+/* A buffer of the backend's device holding a copy of src's nbytes (zeros
+ * when src is NULL). */
+kiln_status jit_buffer_new(jit_backend *j, size_t nbytes, const void *src, graph_buffer **out,
+                           char *msg, size_t msgcap);
+/* Copies n bytes at offset of b out to dst through the device that owns b. */
+kiln_status jit_buffer_read(const graph_buffer *b, size_t offset, void *dst, size_t n,
+                            char *msg, size_t msgcap);
 
 /* Realizes the n nodes by compiling and running kernels: fused, or with
  * fuse false one kernel per op (eager mode). Nodes already realized stay so
@@ -32,7 +39,10 @@ void jit_backend_free(jit_backend *j);
 kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
                         size_t msgcap);
 
-jit_counters jit_get_counters(const jit_backend *j);
+kiln_stats jit_stats(const jit_backend *j);
+/* Compiled programs kept in the whole-graph cache (at most
+ * KILN_GRAPH_CACHE_MAX, default 256; the least recently used go first). */
+int64_t jit_graph_cache_size(const jit_backend *j);
 
 /* ---- watching programs run (jit/profile.c, jit/machine.c) ---- */
 

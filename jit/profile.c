@@ -15,7 +15,6 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "jit/cpu/llvm.h"
 #include "jit/profile.h"
 
 /* Launches kept for the trace; later ones are still aggregated. */
@@ -312,7 +311,9 @@ static bool write_text(const char *path, const char *text) {
 }
 
 void jit_watch_dump(jit_watch *w, const jit_prog_facts *f, const lower_program *p,
-                    const lower_plan *plans, const char *src, bool llvm) {
+                    const lower_plan *plans, const char *src,
+                    char *(*ir_text)(const lower_program *p, const lower_plan *plans, char *msg,
+                                     size_t cap)) {
     if (!w->dump_dir)
         return;
     char hex[33], path[4096];
@@ -335,9 +336,9 @@ void jit_watch_dump(jit_watch *w, const jit_prog_facts *f, const lower_program *
     } else {
         ok = false;
     }
-    if (ok && llvm) {
+    if (ok && ir_text) {
         char msg[256];
-        char *text = jit_llvm_module_text(p, plans, false, msg, sizeof msg);
+        char *text = ir_text(p, plans, msg, sizeof msg);
         snprintf(path, sizeof path, "%s/%s.ll", w->dump_dir, hex);
         ok = text && write_text(path, text);
         free(text);

@@ -57,10 +57,12 @@ jit_watch *jit_backend_watch(jit_backend *j);
  * repeats) and one read at several places counts once. */
 jit_kernel_cost *jit_prog_costs(const lower_program *p);
 
-/* KILN_DUMP: writes the program's source, kernel IR and plans (and LLVM IR)
- * there. */
+/* KILN_DUMP: writes the program's source, kernel IR and plans there, and the
+ * compiler's own IR when ir_text (the device's) is not NULL. */
 void jit_watch_dump(jit_watch *w, const jit_prog_facts *f, const lower_program *p,
-                    const lower_plan *plans, const char *src, bool llvm);
+                    const lower_plan *plans, const char *src,
+                    char *(*ir_text)(const lower_program *p, const lower_plan *plans, char *msg,
+                                     size_t cap));
 
 /* Whether launches must be timed. */
 static inline bool jit_watch_timing(const jit_watch *w) {

@@ -19,8 +19,10 @@
 extern char **environ;
 
 static const char *const cflags[] = {"-O3", "-march=native", "-fopenmp", "-fPIC", "-shared",
-                                     "-std=c11", "-w"};
-#define NFLAGS (sizeof cflags / sizeof cflags[0])
+                                     "-std=c11", "-w", NULL};
+#define NFLAGS (sizeof cflags / sizeof cflags[0] - 1)
+
+const char *const *jit_cpu_flags(void) { return cflags; }
 
 const char *jit_cpu_compiler(void) {
     const char *cc = getenv("KILN_CC");

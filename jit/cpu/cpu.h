@@ -1,4 +1,6 @@
-/* cpu.h — what jit/'s files share about the CPU target. */
+/* cpu.h — what jit/'s files share about the CPU target: the C renderer and
+ * compiler. The CPU's two devices (cc and llvm, jit/cpu/device.c) are reached
+ * through jit/devices.c's table like any device. */
 #ifndef KILN_JIT_CPU_H
 #define KILN_JIT_CPU_H
 
@@ -19,6 +21,8 @@ char *jit_cpu_render(const lower_program *p, const lower_plan *plans);
 /* The command that compiles generated C ($KILN_CC, else cc). */
 const char *jit_cpu_compiler(void);
 const char *jit_cpu_compiler_id(void);
+/* The flags it compiles with (NULL-terminated). */
+const char *const *jit_cpu_flags(void);
 
 /* The key of a translation unit: source, compiler identity, flags, version. */
 cache_key jit_cpu_key(const char *src);

@@ -9,7 +9,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "cache/cache.h"
+#include "api/kiln.h"
 #include "lower/lower.h"
 
 typedef void (*jit_llvm_kernel_fn)(char **bufs, int nthreads);
@@ -24,19 +24,16 @@ bool jit_llvm_available(char *msg, size_t cap);
  * target triple, the CPU and its features, the generator's own revision. */
 const char *jit_llvm_identity(void);
 
-/* The cache key of a program given its rendered C source (which determines
- * the kernel IR) and this compiler's identity. */
-cache_key jit_llvm_key(const char *src);
-
-/* Compiles every kernel of p. NULL with a message on failure. */
-jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *plans, char *msg,
-                                   size_t cap);
+/* Compiles every kernel of p into *out. On failure a message and
+ * KILN_ERR_DEVICE (no libLLVM), KILN_ERR_OOM or KILN_ERR_COMPILE (which
+ * includes the IR generator's own failures, out of memory among them, until
+ * it returns a status). */
+kiln_status jit_llvm_compile(const lower_program *p, const lower_plan *plans,
+                             jit_llvm_program **out, char *msg,
+                             size_t cap);
 
 /* Kernel i's entry point, NULL for LOWER_ALIAS kernels. */
 jit_llvm_kernel_fn jit_llvm_kernel(const jit_llvm_program *h, int i);
-
-/* Seconds spent building, optimising and generating machine code. */
-double jit_llvm_compile_seconds(const jit_llvm_program *h);
 
 void jit_llvm_free(jit_llvm_program *h);
 

@@ -123,16 +123,6 @@ const char *jit_llvm_identity(void) {
     return identity;
 }
 
-cache_key jit_llvm_key(const char *src) {
-    cache_key_builder b;
-    cache_key_begin(&b);
-    cache_key_add_str(&b, src);
-    cache_key_add_str(&b, jit_llvm_identity());
-    cache_key_add_u64(&b, KILN_VERSION_MAJOR * 1000000 + KILN_VERSION_MINOR * 1000 +
-                              KILN_VERSION_PATCH);
-    return cache_key_end(&b);
-}
-
 /* The external functions generated code may call: what llvm_render.c calls,
  * and what LLVM's own lowering may turn code into. */
 typedef struct symbol {
@@ -282,16 +272,18 @@ static LLVMOrcLLJITRef new_jit(const jit_llvm_api *L, char *msg, size_t cap) {
     return jit;
 }
 
-jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *plans, char *msg,
-                                   size_t cap) {
+kiln_status jit_llvm_compile(const lower_program *p, const lower_plan *plans,
+                             jit_llvm_program **out, char *msg,
+                             size_t cap) {
+    *out = NULL;
     const jit_llvm_api *L = jit_llvm_api_get(msg, cap);
     if (!L)
-        return NULL;
+        return KILN_ERR_DEVICE;
     double t0 = now();
     jit_llvm_program *h = calloc(1, sizeof *h + sizeof(jit_llvm_kernel_fn) * (size_t)p->nkernels);
     if (!h) {
         snprintf(msg, cap, "kiln: out of memory");
-        return NULL;
+        return KILN_ERR_OOM;
     }
     h->nkernels = p->nkernels;
     LLVMOrcThreadSafeContextRef tsc = L->LLVMOrcCreateNewThreadSafeContext();
@@ -303,7 +295,7 @@ jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *pla
             L->LLVMDisposeModule(m);
         L->LLVMOrcDisposeThreadSafeContext(tsc);
         free(h);
-        return NULL;
+        return KILN_ERR_COMPILE;
     }
     if (getenv("KILN_DEBUG") && atoi(getenv("KILN_DEBUG")) >= 4) {
         char *s = L->LLVMPrintModuleToString(m);
@@ -317,7 +309,7 @@ jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *pla
         L->LLVMOrcDisposeThreadSafeModule(tsm);
         llvm_error(L, e, "adding the module", msg, cap);
         jit_llvm_free(h);
-        return NULL;
+        return KILN_ERR_COMPILE;
     }
     /* The first lookup generates the machine code of the whole module. */
     for (int i = 0; i < p->nkernels; i++) {
@@ -328,7 +320,7 @@ jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *pla
         if (e) {
             llvm_error(L, e, "code generation", msg, cap);
             jit_llvm_free(h);
-            return NULL;
+            return KILN_ERR_COMPILE;
         }
         h->fns[i] = (jit_llvm_kernel_fn)(uintptr_t)a;
     }
@@ -336,14 +328,13 @@ jit_llvm_program *jit_llvm_compile(const lower_program *p, const lower_plan *pla
     if (getenv("KILN_DEBUG") && atoi(getenv("KILN_DEBUG")) >= 2)
         fprintf(stderr, "kiln: LLVM compiled %d kernels in %.1f ms\n", p->nkernels,
                 h->seconds * 1e3);
-    return h;
+    *out = h;
+    return KILN_OK;
 }
 
 jit_llvm_kernel_fn jit_llvm_kernel(const jit_llvm_program *h, int i) {
     return i >= 0 && i < h->nkernels ? h->fns[i] : NULL;
 }
-
-double jit_llvm_compile_seconds(const jit_llvm_program *h) { return h->seconds; }
 
 void jit_llvm_free(jit_llvm_program *h) {
     if (!h)

@@ -1,0 +1,220 @@
+/* device.c — the CPU's two devices: generated C compiled by the system
+ * compiler (cc) and the same kernels compiled through LLVM's ORC JIT (llvm),
+ * picked by KILN_CPU_COMPILER. They differ only in how a program becomes
+ * code; buffers (host memory), launches (one call per kernel with its buffer
+ * array and the thread count) and the target are shared. Both live here
+ * rather than llvm in a folder of its own because the LLVM path keys its
+ * programs by the C renderer's text and shares everything but compile. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit/cpu/cpu.h"
+#include "jit/cpu/llvm.h"
+#include "jit/device.h"
+
+typedef void (*kernel_fn)(char **bufs, int nthreads);
+
+typedef struct cpu_device {
+    jit_device base;
+    cache *cache;
+    int nthreads;
+} cpu_device;
+
+/* A loaded program: its object (a dlopen handle or an LLVM JIT) and each
+ * kernel's entry, looked up once. */
+struct jit_code {
+    void *handle;
+    void (*unload)(void *handle);
+    int nkernels;
+    kernel_fn fns[];
+};
+
+static kiln_status open_cpu(const jit_device_ops *ops, const char *compiler_id,
+                            const char *const *flags, const jit_device_config *cfg,
+                            jit_device **out, char *msg, size_t cap) {
+    cpu_device *d = calloc(1, sizeof *d);
+    if (!d) {
+        snprintf(msg, cap, "kiln: out of memory");
+        return KILN_ERR_OOM;
+    }
+    d->base.ops = ops;
+    d->base.target = *jit_cpu_target();
+    d->base.key = jit_device_key(&d->base.target, compiler_id, flags);
+    d->cache = cfg->cache;
+    d->nthreads = cfg->nthreads;
+    *out = &d->base;
+    return KILN_OK;
+}
+
+static void cpu_close(jit_device *d) { free(d); }
+
+static char *cpu_render(jit_device *d, const lower_program *p, const lower_plan *plans) {
+    (void)d;
+    return jit_cpu_render(p, plans);
+}
+
+/* Resolves every kernel of p through `entry`; the result owns handle. */
+static kiln_status resolve(void *handle, void (*unload)(void *), const lower_program *p,
+                           kernel_fn (*entry)(void *handle, const lower_program *p, int i),
+                           jit_code **out, char *msg, size_t cap) {
+    jit_code *c = malloc(sizeof *c + sizeof(kernel_fn) * (size_t)p->nkernels);
+    if (!c) {
+        unload(handle);
+        snprintf(msg, cap, "kiln_realize: out of memory");
+        return KILN_ERR_OOM;
+    }
+    c->handle = handle;
+    c->unload = unload;
+    c->nkernels = p->nkernels;
+    for (int i = 0; i < p->nkernels; i++) {
+        c->fns[i] = p->kernels[i].kind == LOWER_ALIAS ? NULL : entry(handle, p, i);
+        if (p->kernels[i].kind != LOWER_ALIAS && !c->fns[i]) {
+            snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program",
+                     p->kernels[i].name);
+            unload(handle);
+            free(c);
+            return KILN_ERR_COMPILE;
+        }
+    }
+    *out = c;
+    return KILN_OK;
+}
+
+static void cpu_code_free(void *code) {
+    jit_code *c = code;
+    if (!c)
+        return;
+    c->unload(c->handle);
+    free(c);
+}
+
+static kiln_status cpu_launch(jit_device *dev, const jit_code *c, int i, const lower_kernel *k,
+                              graph_node *const *nodes, char *msg, size_t cap) {
+    int n = k->nouts + k->ninputs;
+    char *stackv[32];
+    char **bufs = n <= 32 ? stackv : malloc(sizeof *bufs * (size_t)n);
+    if (!bufs) {
+        snprintf(msg, cap, "kiln_realize: out of memory");
+        return KILN_ERR_OOM;
+    }
+    for (int b = 0; b < n; b++)
+        bufs[b] = nodes[b]->buf->data;
+    c->fns[i](bufs, ((cpu_device *)dev)->nthreads);
+    if (bufs != stackv)
+        free(bufs);
+    return KILN_OK;
+}
+
+/* Both renderers render every graph op in every dtype. */
+static bool cpu_supports(const jit_device *d, graph_op op, kiln_dtype dt) {
+    (void)d;
+    return op >= 0 && op < GRAPH_NUM_OPS && (unsigned)dt < KILN_NUM_DTYPES;
+}
+
+/* ---- cc ---- */
+
+static kiln_status cc_open(const jit_device_config *cfg, jit_device **out, char *msg,
+                           size_t cap);
+
+static void cc_unload(void *h) { dlclose(h); }
+
+static kernel_fn cc_entry(void *h, const lower_program *p, int i) {
+    return (kernel_fn)(uintptr_t)dlsym(h, p->kernels[i].name);
+}
+
+static kiln_status cc_compile(jit_device *dev, const lower_program *p, const lower_plan *plans,
+                              const char *text, cache_key key, jit_code **out, bool *from_disk,
+                              char *msg, size_t cap) {
+    (void)plans;
+    bool compiled = false;
+    void *h = jit_cpu_load(((cpu_device *)dev)->cache, text, key, &compiled, msg, cap);
+    if (!h)
+        return KILN_ERR_COMPILE;
+    *from_disk = !compiled;
+    return resolve(h, cc_unload, p, cc_entry, out, msg, cap);
+}
+
+const jit_device_ops jit_cc_device = {
+    .name = "cc",
+    .kind = KILN_CPU,
+    .cpu_compiler = "cc",
+    .watched = true,
+    .open = cc_open,
+    .close = cpu_close,
+    .alloc = jit_host_alloc,
+    .free = jit_host_free,
+    .copy_in = jit_host_copy_in,
+    .copy_out = jit_host_copy_out,
+    .render = cpu_render,
+    .compile = cc_compile,
+    .code_free = cpu_code_free,
+    .launch = cpu_launch,
+    .sync = jit_host_sync,
+    .supports = cpu_supports,
+};
+
+static kiln_status cc_open(const jit_device_config *cfg, jit_device **out, char *msg,
+                           size_t cap) {
+    return open_cpu(&jit_cc_device, jit_cpu_compiler_id(), jit_cpu_flags(), cfg, out, msg, cap);
+}
+
+/* ---- llvm ---- */
+
+static kiln_status llvm_open(const jit_device_config *cfg, jit_device **out, char *msg,
+                             size_t cap);
+
+static void llvm_unload(void *h) { jit_llvm_free(h); }
+
+static kernel_fn llvm_entry(void *h, const lower_program *p, int i) {
+    (void)p;
+    return jit_llvm_kernel(h, i);
+}
+
+static kiln_status llvm_compile(jit_device *dev, const lower_program *p, const lower_plan *plans,
+                                const char *text, cache_key key, jit_code **out,
+                                bool *from_disk, char *msg, size_t cap) {
+    (void)dev;
+    (void)text;
+    (void)key;
+    jit_llvm_program *h;
+    kiln_status st = jit_llvm_compile(p, plans, &h, msg, cap);
+    if (st != KILN_OK)
+        return st;
+    *from_disk = false;
+    return resolve(h, llvm_unload, p, llvm_entry, out, msg, cap);
+}
+
+static char *llvm_ir_text(const lower_program *p, const lower_plan *plans, char *msg,
+                          size_t cap) {
+    return jit_llvm_module_text(p, plans, false, msg, cap);
+}
+
+const jit_device_ops jit_llvm_device = {
+    .name = "llvm",
+    .kind = KILN_CPU,
+    .cpu_compiler = "llvm",
+    .watched = true,
+    .open = llvm_open,
+    .close = cpu_close,
+    .alloc = jit_host_alloc,
+    .free = jit_host_free,
+    .copy_in = jit_host_copy_in,
+    .copy_out = jit_host_copy_out,
+    .render = cpu_render,
+    .compile = llvm_compile,
+    .code_free = cpu_code_free,
+    .launch = cpu_launch,
+    .sync = jit_host_sync,
+    .supports = cpu_supports,
+    .ir_text = llvm_ir_text,
+};
+
+static kiln_status llvm_open(const jit_device_config *cfg, jit_device **out, char *msg,
+                             size_t cap) {
+    if (!jit_llvm_available(msg, cap))
+        return KILN_ERR_DEVICE;
+    return open_cpu(&jit_llvm_device, jit_llvm_identity(), NULL, cfg, out, msg, cap);
+}

@@ -1,0 +1,71 @@
+/* device_host.c — what devices whose buffers are host memory share: their
+ * buffers (graph_buffer_new's 64-byte-aligned memory, owned by the device),
+ * copies as memcpy, a sync that has nothing to wait for; and the device key
+ * every device builds from its parts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jit/device.h"
+
+kiln_status jit_host_alloc(jit_device *d, size_t nbytes, graph_buffer **out, char *msg,
+                           size_t cap) {
+    graph_buffer *b = graph_buffer_new(nbytes);
+    if (!b) {
+        snprintf(msg, cap, "out of memory allocating %zu bytes", nbytes);
+        return KILN_ERR_OOM;
+    }
+    b->owner = d;
+    b->release = jit_host_free;
+    *out = b;
+    return KILN_OK;
+}
+
+void jit_host_free(void *owner, graph_buffer *b) {
+    (void)owner;
+    free(b->data);
+}
+
+kiln_status jit_host_copy_in(jit_device *d, graph_buffer *dst, size_t offset, const void *src,
+                             size_t n, char *msg, size_t cap) {
+    (void)d;
+    (void)msg;
+    (void)cap;
+    if (n)
+        memcpy((char *)dst->data + offset, src, n);
+    return KILN_OK;
+}
+
+kiln_status jit_host_copy_out(jit_device *d, void *dst, const graph_buffer *src, size_t offset,
+                              size_t n, char *msg, size_t cap) {
+    (void)d;
+    (void)msg;
+    (void)cap;
+    if (n)
+        memcpy(dst, (const char *)src->data + offset, n);
+    return KILN_OK;
+}
+
+kiln_status jit_host_sync(jit_device *d, char *msg, size_t cap) {
+    (void)d;
+    (void)msg;
+    (void)cap;
+    return KILN_OK;
+}
+
+cache_key jit_device_key(const lower_target *t, const char *compiler_id,
+                         const char *const *flags) {
+    cache_key_builder b;
+    cache_key_begin(&b);
+    cache_key_add_str(&b, "kiln device");
+    cache_key_add_str(&b, t->name);
+    cache_key_add_u64(&b, (uint64_t)t->gpu);
+    cache_key_add_u64(&b, (uint64_t)t->vector_bytes);
+    cache_key_add_u64(&b, (uint64_t)t->block_threads);
+    cache_key_add_str(&b, compiler_id);
+    for (int i = 0; flags && flags[i]; i++)
+        cache_key_add_str(&b, flags[i]);
+    cache_key_add_u64(&b, KILN_VERSION_MAJOR * 1000000 + KILN_VERSION_MINOR * 1000 +
+                              KILN_VERSION_PATCH);
+    return cache_key_end(&b);
+}
