@@ -303,8 +303,8 @@ mutants_load() {
             [[ -z $line || $line == \#* ]] && continue
             if [[ $line == "mutant "* ]]; then
                 n=$((n + 1))
-                MUTANT_NAMES[n]=${line#mutant } MUTANT_FILES[n]= MUTANT_TESTS[n]= MUTANT_FILTER[n]=
-                MUTANT_FROM[n]= MUTANT_TO[n]= MUTANT_EQUIV[n]=
+                MUTANT_NAMES[n]=${line#mutant } MUTANT_FILES[n]='' MUTANT_TESTS[n]='' MUTANT_FILTER[n]=''
+                MUTANT_FROM[n]='' MUTANT_TO[n]='' MUTANT_EQUIV[n]=''
                 continue
             fi
             key=${line%%:*} val=${line#*: }

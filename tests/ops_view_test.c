@@ -915,3 +915,24 @@ TU_TEST(view, negative_step_from_padding) {
         }
     }
 }
+
+/* Two padded views of one source that differ only in where their mask ends
+ * (or starts) are different nodes and different programs: read together (one
+ * kernel, in lazy mode) or one after the other, each keeps its own padding. */
+TU_TEST(view, views_differing_only_in_mask_end) {
+    kiln_tensor *a = tu_tensor(ctx, KILN_F32, 1, TU_DIMS(6), (const double[]){1, -2, 3, 4, 5, 6});
+    kiln_tensor *p3 = kiln_pad(kiln_slice(a, 0, 0, 3, 1), (const int64_t[]){0, 2}, 0);
+    kiln_tensor *p4 = kiln_pad(kiln_slice(a, 0, 0, 4, 1), (const int64_t[]){0, 1}, 0);
+    TU_EXPECT_VALS(kiln_sub(p4, kiln_mul(p3, p3)), KILN_F32, 0, -6, -6, 4, 0);
+    kiln_tensor *q1 = kiln_pad(kiln_slice(a, 0, 1, 4, 1), (const int64_t[]){1, 0}, 0);
+    kiln_tensor *q2 = kiln_pad(kiln_slice(a, 0, 2, 4, 1), (const int64_t[]){2, 0}, 0);
+    TU_EXPECT_VALS(kiln_add(q1, kiln_mul(q2, q2)), KILN_F32, 0, -2, 12, 20);
+    /* and one after the other: the compiled program of the first must not
+     * serve the second */
+    TU_EXPECT_VALS(kiln_mul_scalar(kiln_pad(kiln_slice(a, 0, 0, 3, 1), (const int64_t[]){0, 2}, 0),
+                                   2),
+                   KILN_F32, 2, -4, 6, 0, 0);
+    TU_EXPECT_VALS(kiln_mul_scalar(kiln_pad(kiln_slice(a, 0, 0, 4, 1), (const int64_t[]){0, 1}, 0),
+                                   2),
+                   KILN_F32, 2, -4, 6, 8, 0);
+}
