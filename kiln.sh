@@ -18,6 +18,13 @@
 #                               workloads of bench/; rewrites bench/RESULTS.md;
 #                               with --baseline, also kiln built at REV,
 #                               alternately, workload by workload
+#   ./kiln.sh mutate [--check] [NAME...]
+#                               mutation testing: each mutant of tests/mutants/
+#                               (all, or those named) applied alone to a scratch
+#                               copy of the tree, built, and its tests run;
+#                               prints killed/survived/stale per mutant, the
+#                               kill ratio and the survivors (not run in CI);
+#                               --check only checks that every snippet matches
 #
 # On Debian and Ubuntu, build dependencies that are missing are installed with
 # apt-get first (through sudo when not run as root).
@@ -280,6 +287,156 @@ smoke_test() {
     count "$CHECK_PASSED" "$CHECK_FAILED" "smoke test"
 }
 
+# ---- mutation testing ------------------------------------------------------
+
+# Mutants are blocks in tests/mutants/*.mutant (see tests/mutants/README.md):
+# "mutant NAME", then "file:", "tests:", "from:" and "to:" lines, optionally a
+# "filter:" (a Criterion --filter pattern for its tests), and for one known to
+# behave as the original an "equivalent:" line with the reason. Each mutant
+# replaces the one occurrence of `from` in `file` with `to`.
+MUTANT_NAMES=() MUTANT_FILES=() MUTANT_TESTS=() MUTANT_FILTER=() MUTANT_FROM=() MUTANT_TO=()
+MUTANT_EQUIV=()
+
+mutants_load() {
+    local f line key val n=-1
+    for f in tests/mutants/*.mutant; do
+        [[ -e $f ]] || continue
+        while IFS= read -r line || [[ -n $line ]]; do
+            [[ -z $line || $line == \#* ]] && continue
+            if [[ $line == "mutant "* ]]; then
+                n=$((n + 1))
+                MUTANT_NAMES[n]=${line#mutant } MUTANT_FILES[n]='' MUTANT_TESTS[n]='' MUTANT_FILTER[n]=''
+                MUTANT_FROM[n]='' MUTANT_TO[n]='' MUTANT_EQUIV[n]=''
+                continue
+            fi
+            key=${line%%:*} val=${line#*: }
+            ((n >= 0)) || { echo "kiln.sh: $f: \"$line\" before any mutant" >&2; return 1; }
+            val=${val//'\n'/$'\n'}
+            case $key in
+            file) MUTANT_FILES[n]=$val ;;
+            tests) MUTANT_TESTS[n]=$val ;;
+            filter) MUTANT_FILTER[n]=$val ;;
+            from) MUTANT_FROM[n]=$val ;;
+            to) MUTANT_TO[n]=$val ;;
+            equivalent) MUTANT_EQUIV[n]=$val ;;
+            *) echo "kiln.sh: $f: unknown line \"$line\"" >&2; return 1 ;;
+            esac
+        done <"$f"
+    done
+    ((n >= 0)) || { echo "kiln.sh: no mutants in tests/mutants/" >&2; return 1; }
+}
+
+# How many times the literal text $2 occurs in the file $1.
+occurrences() {
+    local text rest
+    IFS= read -r -d '' text <"$1" || true
+    rest=${text//"$2"/}
+    echo $(((${#text} - ${#rest}) / ${#2}))
+}
+
+# Writes the file $1 with its one occurrence of $2 replaced by $3.
+apply_mutant() {
+    local text
+    IFS= read -r -d '' text <"$1" || true
+    printf '%s' "${text/"$2"/"$3"}" >"$1"
+}
+
+cmd_mutate() {
+    mutants_load || return 1
+    local check_only=false
+    [[ ${1:-} == --check ]] && { check_only=true; shift; }
+    local -A wanted=()
+    local name i
+    for name in "$@"; do wanted[$name]=1; done
+    for name in "$@"; do
+        for i in "${!MUTANT_NAMES[@]}"; do [[ ${MUTANT_NAMES[i]} == "$name" ]] && continue 2; done
+        echo "kiln.sh: no mutant named $name" >&2
+        return 2
+    done
+
+    # A copy of the working tree (uncommitted changes included) at a path of
+    # its own per checkout, so that its Bazel outputs are reused from one run
+    # to the next; the user's tree is never touched. --check reads the tree.
+    local scratch=$PWD
+    if ! $check_only; then
+        scratch="${KILN_MUTATE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/kiln-mutate}/$(pwd | md5sum | cut -c1-12)"
+        rm -rf "$scratch" "$scratch.kernels"
+        mkdir -p "$scratch"
+        git ls-files -z --cached --others --exclude-standard |
+            while IFS= read -r -d '' name; do if [[ -f $name ]]; then printf '%s\0' "$name"; fi; done |
+            tar --null -T - -cf - | tar -xf - -C "$scratch"
+        echo "kiln.sh: mutants run in $scratch" >&2
+    fi
+
+    local killed=0 survived=0 stale=0 broken=0 equivalent=0 rc count start
+    local survivors=() stales=() brokens=() targets=() t file
+    for i in "${!MUTANT_NAMES[@]}"; do
+        name=${MUTANT_NAMES[i]} file=${MUTANT_FILES[i]}
+        ((${#wanted[@]} == 0)) || [[ -n ${wanted[$name]:-} ]] || continue
+        if [[ -z $file || -z ${MUTANT_TESTS[i]} || -z ${MUTANT_FROM[i]} ||
+            ${MUTANT_FROM[i]} == "${MUTANT_TO[i]}" ]]; then
+            echo "kiln.sh: mutant $name lacks file, tests, from or to (or changes nothing)" >&2
+            return 1
+        fi
+        count=0
+        [[ -f $scratch/$file ]] && count=$(occurrences "$scratch/$file" "${MUTANT_FROM[i]}")
+        if ((count != 1)); then
+            printf '%-36s STALE     %s: the snippet occurs %d times, not once\n' \
+                "$name" "$file" "$count"
+            stale=$((stale + 1)) stales+=("$name")
+            continue
+        fi
+        if $check_only; then
+            printf '%-36s ok\n' "$name"
+            killed=$((killed + 1))
+            continue
+        fi
+        if [[ -n ${MUTANT_EQUIV[i]} ]]; then
+            printf '%-36s equivalent (%s)\n' "$name" "${MUTANT_EQUIV[i]}"
+            equivalent=$((equivalent + 1))
+            continue
+        fi
+        # Criterion stops at the first failure: a kill needs only one.
+        targets=(--test_arg=--fail-fast)
+        [[ -n ${MUTANT_FILTER[i]} ]] && targets+=("--test_arg=--filter=${MUTANT_FILTER[i]}")
+        for t in ${MUTANT_TESTS[i]}; do targets+=("//tests:$t"); done
+        cp "$scratch/$file" "$scratch/$file.orig"
+        apply_mutant "$scratch/$file" "${MUTANT_FROM[i]}" "${MUTANT_TO[i]}"
+        start=$SECONDS rc=0
+        # A kernel cache of the run's own: a mutant must not leave its kernels
+        # (or a broken cache file) where the normal tests would read them.
+        (cd "$scratch" && bazel test "${QUIET[@]}" --test_output=summary \
+            --test_env=KILN_CACHE_DIR="$scratch.kernels" "${targets[@]}") \
+            >"$scratch/mutant.log" 2>&1 || rc=$?
+        mv "$scratch/$file.orig" "$scratch/$file"
+        [[ $file == cache/* || $file == jit/* ]] && rm -rf "$scratch.kernels"
+        # bazel test: 0 all passed, 3 some test failed, 1 the build failed.
+        case $rc in
+        0) t=survived survived=$((survived + 1)) survivors+=("$name ($file)") ;;
+        3) t=killed killed=$((killed + 1)) ;;
+        *) t="BROKEN (exit $rc; see below)" broken=$((broken + 1)) brokens+=("$name")
+           tail -n 20 "$scratch/mutant.log" | sed 's/^/    /' ;;
+        esac
+        printf '%-36s %-9s %4ds  %s\n' "$name" "$t" $((SECONDS - start)) "${MUTANT_TESTS[i]}"
+    done
+    $check_only || (cd "$scratch" && bazel shutdown) >/dev/null 2>&1 || true
+
+    if $check_only; then
+        echo "mutants: $killed snippets match, $stale stale"
+        for name in "${stales[@]}"; do echo "STALE: $name: update its snippet in tests/mutants/" >&2; done
+        ((stale == 0))
+        return
+    fi
+    local run=$((killed + survived))
+    echo
+    echo "mutants: $killed killed, $survived survived, $equivalent equivalent, $stale stale, $broken broken"
+    ((run == 0)) || echo "kill ratio: $killed/$run ($((100 * killed / run))%)"
+    for name in "${survivors[@]}"; do echo "survived: $name"; done
+    for name in "${stales[@]}"; do echo "STALE: $name: update its snippet in tests/mutants/" >&2; done
+    for name in "${brokens[@]}"; do echo "BROKEN: $name does not build or its tests do not run" >&2; done
+    ((survived == 0 && stale == 0 && broken == 0))
+}
+
 main() {
     local cmd=${1:-}
     (($#)) && shift
@@ -319,6 +476,11 @@ main() {
         python3 -c 'import venv, ensurepip' 2>/dev/null || PACKAGES+=(python3 python3-venv)
         ensure_packages
         exec bench/run.sh "$@"
+        ;;
+    mutate)
+        ensure_packages
+        cmd_mutate "$@"
+        return
         ;;
     *) usage ;;
     esac

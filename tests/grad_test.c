@@ -561,3 +561,32 @@ GRAD_TEST(linear_regression) {
               "[%s] %lld programs built after the first step", tu_exec_name(),
               (long long)(st.compiles + st.disk_hits - built_after_first));
 }
+
+/* ---- kinks ------------------------------------------------------------------ */
+
+/* At a kink the gradient takes a documented side, which finite differences
+ * (drawn away from kinks) never see: relu'(0) = 0 and abs'(0) = 0, as PyTorch
+ * has them; maximum's tie halves the gradient. */
+GRAD_TEST(gradients_at_kinks) {
+    const double xv[] = {-1.5, 0, -0.0, 2.5, 0};
+    const double wv[] = {1, 2, 3, 4, 5};
+    const int64_t n = 5;
+    kiln_tensor *w = make(ctx, 1, &n, wv);
+
+    kiln_tensor *x = make(ctx, 1, &n, xv);
+    kiln_requires_grad(x, true);
+    cr_assert_eq(kiln_backward(kiln_sum(kiln_mul(kiln_relu(x), w), 0, NULL, false)), KILN_OK);
+    TU_EXPECT_VALS(kiln_grad(x), KILN_F64, 0, 0, 0, 4, 0);
+
+    kiln_tensor *x2 = make(ctx, 1, &n, xv);
+    kiln_requires_grad(x2, true);
+    cr_assert_eq(kiln_backward(kiln_sum(kiln_mul(kiln_abs(x2), w), 0, NULL, false)), KILN_OK);
+    TU_EXPECT_VALS(kiln_grad(x2), KILN_F64, -1, 0, 0, 4, 0);
+
+    kiln_tensor *x3 = make(ctx, 1, &n, xv);
+    kiln_tensor *zero = make(ctx, 1, &n, (const double[]){0, 0, 0, 0, 0});
+    kiln_requires_grad(x3, true);
+    cr_assert_eq(kiln_backward(kiln_sum(kiln_mul(kiln_maximum(x3, zero), w), 0, NULL, false)),
+                 KILN_OK);
+    TU_EXPECT_VALS(kiln_grad(x3), KILN_F64, 0, 1, 1.5, 4, 2.5);
+}

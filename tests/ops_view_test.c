@@ -838,3 +838,101 @@ TU_TEST(view, eight_dims) {
     ht_free(&h);
     ht_free(&a);
 }
+
+/* A negative step that starts inside the padding: the padded view's mask must
+ * be mirrored exactly (an off-by-one there shifts the pad value by one element,
+ * and the reference shares graph/view.c, so the expected values are written
+ * out here by hand). Each slice gets a fresh padded tensor: reading one would
+ * realize it, and the slice would then be of a plain buffer. */
+static kiln_tensor *pad_vec(kiln_ctx *ctx, kiln_dtype dt, int64_t before, int64_t after,
+                            double value) {
+    kiln_tensor *a = tu_tensor(ctx, dt, 1, TU_DIMS(5), (const double[]){3, -1, 4, 1.5, -5});
+    return kiln_pad(a, (const int64_t[]){before, after}, value);
+}
+
+/* [[0.5, -2, 3], [7, -4.25, 6]] padded by one row before and two columns after */
+static kiln_tensor *pad_mat(kiln_ctx *ctx, kiln_dtype dt, double value) {
+    kiln_tensor *m =
+        tu_tensor(ctx, dt, 2, TU_DIMS(2, 3), (const double[]){0.5, -2, 3, 7, -4.25, 6});
+    return kiln_pad(m, (const int64_t[]){1, 0, 0, 2}, value);
+}
+
+TU_TEST(view, negative_step_from_padding) {
+    const kiln_dtype dts[] = {KILN_F32, KILN_F64};
+    const double fills[] = {9, 0};
+    for (size_t k = 0; k < sizeof dts / sizeof dts[0]; k++) {
+        for (size_t f = 0; f < sizeof fills / sizeof fills[0]; f++) {
+            kiln_dtype dt = dts[k];
+            double v = fills[f];
+            /* p = [3, -1, 4, 1.5, -5, v, v] */
+            TU_EXPECT_VALS(pad_vec(ctx, dt, 0, 2, v), dt, 3, -1, 4, 1.5, -5, v, v);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, -1, KILN_BEGIN_REV, -1), dt,
+                           v, v, -5, 1.5, 4, -1, 3);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, 6, KILN_BEGIN_REV, -2), dt, v,
+                           -5, 4, 3);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, 5, KILN_BEGIN_REV, -2), dt, v,
+                           1.5, -1);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, 6, 2, -1), dt, v, v, -5, 1.5);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, 5, 3, -1), dt, v, -5);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, 6, 4, -1), dt, v, v);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, 6, KILN_BEGIN_REV, -3), dt, v,
+                           1.5, 3);
+            kiln_tensor *r = kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, -1, KILN_BEGIN_REV, -1);
+            TU_EXPECT_VALS(kiln_slice(r, 0, 1, KILN_END, 2), dt, v, 1.5, -1);
+            TU_EXPECT_VALS(
+                kiln_sum(kiln_slice(pad_vec(ctx, dt, 0, 2, v), 0, 6, KILN_BEGIN_REV, -2), 0, NULL,
+                         false),
+                dt, v + 2);
+
+            /* q = [v, v, 3, -1, 4, 1.5, -5, v, v] */
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 2, 2, v), 0, 8, KILN_BEGIN_REV, -2), dt, v,
+                           -5, 4, 3, v);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 2, 2, v), 0, 7, KILN_BEGIN_REV, -3), dt, v,
+                           4, v);
+            TU_EXPECT_VALS(kiln_slice(pad_vec(ctx, dt, 2, 2, v), 0, 1, KILN_BEGIN_REV, -1), dt, v,
+                           v);
+
+            /* P = [[v,   v,     v, v, v],
+             *      [0.5, -2,    3, v, v],
+             *      [7,   -4.25, 6, v, v]] */
+            TU_ASSERT_SHAPE(pad_mat(ctx, dt, v), 3, 5);
+            TU_EXPECT_VALS(kiln_slice(pad_mat(ctx, dt, v), 1, -1, KILN_BEGIN_REV, -1), dt, v, v,
+                           v, v, v, v, v, 3, -2, 0.5, v, v, 6, -4.25, 7);
+            TU_EXPECT_VALS(kiln_slice(pad_mat(ctx, dt, v), 1, 4, KILN_BEGIN_REV, -2), dt, v, v, v,
+                           v, 3, 0.5, v, 6, 7);
+            TU_EXPECT_VALS(kiln_slice(pad_mat(ctx, dt, v), 1, 3, KILN_BEGIN_REV, -2), dt, v, v, v,
+                           -2, v, -4.25);
+            kiln_tensor *c2 = kiln_slice(pad_mat(ctx, dt, v), 1, 4, KILN_BEGIN_REV, -2);
+            TU_EXPECT_VALS(kiln_slice(c2, 0, -1, KILN_BEGIN_REV, -2), dt, v, 6, 7, v, v, v);
+            TU_EXPECT_VALS(kiln_slice(kiln_slice(pad_mat(ctx, dt, v), 0, 2, 0, -1), 1, 4, 1, -1),
+                           dt, v, v, 6, v, v, 3);
+            /* the padded row reached by a negative step on axis 0 */
+            kiln_tensor *rows = kiln_slice(pad_mat(ctx, dt, v), 0, 2, KILN_BEGIN_REV, -2);
+            TU_EXPECT_VALS(kiln_slice(rows, 1, 2, KILN_BEGIN_REV, -1), dt, 6, -4.25, 7, v, v, v);
+            kiln_tensor *rows1 = kiln_slice(pad_mat(ctx, dt, v), 0, 1, KILN_BEGIN_REV, -1);
+            TU_EXPECT_VALS(kiln_slice(rows1, 1, 4, KILN_BEGIN_REV, -1), dt, v, v, 3, -2, 0.5, v,
+                           v, v, v, v);
+        }
+    }
+}
+
+/* Two padded views of one source that differ only in where their mask ends
+ * (or starts) are different nodes and different programs: read together (one
+ * kernel, in lazy mode) or one after the other, each keeps its own padding. */
+TU_TEST(view, views_differing_only_in_mask_end) {
+    kiln_tensor *a = tu_tensor(ctx, KILN_F32, 1, TU_DIMS(6), (const double[]){1, -2, 3, 4, 5, 6});
+    kiln_tensor *p3 = kiln_pad(kiln_slice(a, 0, 0, 3, 1), (const int64_t[]){0, 2}, 0);
+    kiln_tensor *p4 = kiln_pad(kiln_slice(a, 0, 0, 4, 1), (const int64_t[]){0, 1}, 0);
+    TU_EXPECT_VALS(kiln_sub(p4, kiln_mul(p3, p3)), KILN_F32, 0, -6, -6, 4, 0);
+    kiln_tensor *q1 = kiln_pad(kiln_slice(a, 0, 1, 4, 1), (const int64_t[]){1, 0}, 0);
+    kiln_tensor *q2 = kiln_pad(kiln_slice(a, 0, 2, 4, 1), (const int64_t[]){2, 0}, 0);
+    TU_EXPECT_VALS(kiln_add(q1, kiln_mul(q2, q2)), KILN_F32, 0, -2, 12, 20);
+    /* and one after the other: the compiled program of the first must not
+     * serve the second */
+    TU_EXPECT_VALS(kiln_mul_scalar(kiln_pad(kiln_slice(a, 0, 0, 3, 1), (const int64_t[]){0, 2}, 0),
+                                   2),
+                   KILN_F32, 2, -4, 6, 0, 0);
+    TU_EXPECT_VALS(kiln_mul_scalar(kiln_pad(kiln_slice(a, 0, 0, 4, 1), (const int64_t[]){0, 1}, 0),
+                                   2),
+                   KILN_F32, 2, -4, 6, 8, 0);
+}
