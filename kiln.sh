@@ -222,9 +222,11 @@ int main(void)
     const int64_t dims[] = {2, 3};
     const float data[] = {1, 2, 3, 4, 5, 6};
     kiln_tensor *a = kiln_from_data(ctx, KILN_F32, 2, dims, data);
-    double sum = kiln_item(kiln_sum(kiln_mul(a, a), 0, NULL, false));
-    float gram[4];
-    kiln_status status = kiln_to_host(kiln_matmul(a, kiln_transpose(a, 0, 1)), gram, sizeof gram);
+    double sum;
+    kiln_status status = kiln_item(kiln_sum(kiln_mul(a, a), 0, NULL, false), &sum);
+    float gram[4] = {0};
+    if (status == KILN_OK)
+        status = kiln_to_host(kiln_matmul(a, kiln_transpose(a, 0, 1)), gram, sizeof gram);
     printf("kiln %d.%d sum=%g gram=%g,%g,%g,%g %s\n", KILN_VERSION_MAJOR, KILN_VERSION_MINOR,
            sum, gram[0], gram[1], gram[2], gram[3], kiln_status_string(status));
     kiln_ctx_free(ctx);
