@@ -339,10 +339,10 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         return NULL;
     }
     if (p->nkernels > 0) {
-        char *src = jit_cpu_render(p);
+        char *src = jit_cpu_render(p, msg, mcap);
         if (!src) {
             compiled_free(c);
-            snprintf(msg, mcap, "kiln_realize: out of memory while generating code");
+            *st = strstr(msg, "out of memory") ? KILN_ERR_OOM : KILN_ERR_COMPILE;
             return NULL;
         }
         if (j->watch.debug >= 4)

@@ -936,6 +936,7 @@ static bool lower_one(lower_kernel *k, graph_node **outs, int n, graph_node **re
     k->nins = e.b.n;
     e.b.ins = NULL;
     ir_free(&e.b);
+    ok = ok && lower_rules(k);
     free(e.memo);
     lower_describe_fused(k, e.nfused, e.fused);
     free(e.fused);

@@ -128,8 +128,8 @@ static lower_program *schedule(graph_node *target) {
 
 static void assert_compiles(lower_program *p, const char *what) {
     char msg[16384];
-    char *src = jit_cuda_render(p);
-    cr_assert(src);
+    char *src = jit_cuda_render(p, msg, sizeof msg);
+    cr_assert(src, "%s: %s", what, msg);
     /* A real compile: jit_cuda_check_program may answer from the disk cache. */
     cr_assert_eq(jit_cuda_compile(src, 90, true, NULL, msg, sizeof msg), KILN_OK, "%s: %s", what,
                  msg);

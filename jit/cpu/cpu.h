@@ -3,13 +3,15 @@
 #define KILN_JIT_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "cache/cache.h"
 #include "lower/lower.h"
 
-/* The C translation unit of a program (malloc'd), or NULL when out of
- * memory. Kernel k of the program is the function named k's name. */
-char *jit_cpu_render(const lower_program *p);
+/* The C translation unit of a program (malloc'd), or NULL with msg saying
+ * why: out of memory, or an instruction the target cannot print (named).
+ * Kernel k of the program is the function named k's name. */
+char *jit_cpu_render(const lower_program *p, char *msg, size_t cap);
 
 /* The command that compiles generated C ($KILN_CC, else cc). */
 const char *jit_cpu_compiler(void);

@@ -160,6 +160,7 @@ static const symbol symbols[] = {
     FN(tanh), FN(powf), FN(pow), FN(erfcf), FN(erfc), FN(sqrtf), FN(sqrt), FN(truncf), FN(trunc),
     FN(fabsf), FN(fabs), FN(exp2f), FN(exp2), FN(ldexpf), FN(ldexp), FN(sincosf), FN(sincos),
     FN(floorf), FN(floor), FN(fmodf), FN(fmod), FN(memset), FN(memcpy), FN(memmove),
+    FN(log2f), FN(log2), FN(fmaf), FN(fma),
 };
 #undef FN
 

@@ -27,9 +27,9 @@
 
 /* ---- rendering ---------------------------------------------------------- */
 
-/* The CUDA C translation unit of a program (malloc'd), or NULL when out of
- * memory. */
-char *jit_cuda_render(const lower_program *p);
+/* The CUDA C translation unit of a program (malloc'd), or NULL with msg
+ * saying why: out of memory, or an instruction the target cannot print. */
+char *jit_cuda_render(const lower_program *p, char *msg, size_t cap);
 
 /* How to launch kernel k of a rendered program. */
 typedef struct jit_cuda_dims {

@@ -260,11 +260,9 @@ static void remember(cache_key k) {
 }
 
 kiln_status jit_cuda_check_program(const lower_program *p, char *msg, size_t cap) {
-    char *src = jit_cuda_render(p);
-    if (!src) {
-        snprintf(msg, cap, "kiln: out of memory while generating CUDA code");
-        return KILN_ERR_OOM;
-    }
+    char *src = jit_cuda_render(p, msg, cap);
+    if (!src)
+        return strstr(msg, "out of memory") ? KILN_ERR_OOM : KILN_ERR_COMPILE;
     cache_key_builder b;
     cache_key_begin(&b);
     cache_key_add_str(&b, src);

@@ -63,11 +63,9 @@ static size_t node_bytes(const graph_node *x) {
 /* Runs program p on the device; the target's result lands in host. */
 static kiln_status run_on_device(jit_cuda_device *d, const lower_program *p,
                                  const graph_node *target, void *host, char *msg, size_t cap) {
-    char *src = jit_cuda_render(p);
-    if (!src) {
-        snprintf(msg, cap, "out of memory rendering");
-        return KILN_ERR_OOM;
-    }
+    char *src = jit_cuda_render(p, msg, cap);
+    if (!src)
+        return strstr(msg, "out of memory") ? KILN_ERR_OOM : KILN_ERR_COMPILE;
     jit_cuda_binary bin;
     kiln_status st = jit_cuda_compile(src, jit_cuda_device_arch(d), true, &bin, msg, cap);
     free(src);
