@@ -387,10 +387,9 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     }
     if (p->nkernels > 0) {
         jit_device *d = j->dev;
-        char *text = d->ops->render(d, p, c->plans);
-        if (!text) {
+        char *text = NULL;
+        if ((*st = d->ops->render(d, p, c->plans, &text, msg, mcap)) != KILN_OK) {
             compiled_free(c);
-            snprintf(msg, mcap, "kiln_realize: out of memory while generating code");
             return NULL;
         }
         if (j->watch.debug >= 4)

@@ -51,11 +51,13 @@ typedef struct jit_device_ops {
                             size_t n, char *msg, size_t cap);
 
     /* ---- programs ---- */
-    /* The program's text on this device (malloc'd; NULL when out of memory):
-     * with the device's key it names the compiled code in the kernel cache,
-     * KILN_DUMP writes it and KILN_DEBUG=4 prints it. plans[i] is kernel i's
-     * plan, made by lower_plan_program for the device's target. */
-    char *(*render)(jit_device *d, const lower_program *p, const lower_plan *plans);
+    /* The program's text on this device, in *out (malloc'd): with the
+     * device's key it names the compiled code in the kernel cache, KILN_DUMP
+     * writes it and KILN_DEBUG=4 prints it. plans[i] is kernel i's plan, made
+     * by lower_plan_program for the device's target. KILN_ERR_COMPILE naming
+     * what the device cannot print, or KILN_ERR_OOM, with a message. */
+    kiln_status (*render)(jit_device *d, const lower_program *p, const lower_plan *plans,
+                          char **out, char *msg, size_t cap);
     /* Compiles p, whose text and key are the above; *from_disk says the code
      * was found in the disk cache rather than built. KILN_ERR_COMPILE or
      * KILN_ERR_OOM with a message on failure. */

@@ -504,6 +504,8 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     k->nins = e.b.n;
     e.b.ins = NULL;
     ir_free(&e.b);
+    /* Composite ops become primitives once, here, for every target. */
+    ok = ok && lower_rules(k);
     free(e.memo);
     lower_describe_fused(k, e.nfused, e.fused);
     free(e.fused);
@@ -511,8 +513,8 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
     if (ok) {
         name_kernel(s, k);
-        /* k's IR is complete here: every instruction, its inputs, results
-         * and store index. */
+        /* k's IR is complete here: every instruction (primitives only), its
+         * inputs, results and store index. */
         return KILN_OK;
     }
     if (e.retry)

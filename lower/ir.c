@@ -310,3 +310,94 @@ int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx) {
 }
 
 int ir_acc(ir_builder *b, kiln_dtype dt) { return ir_add(b, proto(UOP_ACC, dt)); }
+
+/* Two's-complement wrap of a 64-bit pattern to an integer dtype's width. */
+static int64_t wrap_to(uint64_t u, kiln_dtype dt) {
+    switch (dt) {
+    case KILN_I32:
+        return (int64_t)(int32_t)(uint32_t)u;
+    case KILN_U8:
+        return (int64_t)(u & 0xFF);
+    case KILN_BOOL:
+        return (int64_t)(u & 1);
+    default:
+        return (int64_t)u;
+    }
+}
+
+static bool int_imm(const ir_builder *b, int id, int64_t *v) {
+    if (id < 0 || b->failed || b->ins[id].op != UOP_IMM || graph_dtype_is_float(b->ins[id].dt))
+        return false;
+    *v = b->ins[id].imm.i;
+    return true;
+}
+
+/* The folded value of an integer primitive on immediates, when it is one of
+ * the plain wrapping ones. */
+static bool fold_int(lower_prim prim, kiln_dtype dt, int64_t x, int64_t y, int64_t *r) {
+    uint64_t u = (uint64_t)x, v = (uint64_t)y;
+    int width = dt == KILN_I64 ? 64 : dt == KILN_I32 ? 32 : 8;
+    switch (prim) {
+    case PRIM_ADD:
+        *r = wrap_to(u + v, dt);
+        return true;
+    case PRIM_SUB:
+        *r = wrap_to(u - v, dt);
+        return true;
+    case PRIM_MUL:
+        *r = wrap_to(u * v, dt);
+        return true;
+    case PRIM_AND:
+        *r = wrap_to(u & v, dt);
+        return true;
+    case PRIM_OR:
+        *r = wrap_to(u | v, dt);
+        return true;
+    case PRIM_XOR:
+        *r = wrap_to(u ^ v, dt);
+        return true;
+    case PRIM_SHL:
+        if (y < 0 || y >= width)
+            return false;
+        *r = wrap_to(u << y, dt);
+        return true;
+    case PRIM_SHR:
+        if (y < 0 || y >= width)
+            return false;
+        *r = wrap_to((dt == KILN_I64 ? u : dt == KILN_I32 ? (uint32_t)u : (uint8_t)u) >> y, dt);
+        return true;
+    default:
+        return false;
+    }
+}
+
+int ir_prim(ir_builder *b, lower_prim prim, kiln_dtype dt, int x, int y, int z) {
+    if (b->failed)
+        return 0;
+    bool integer = !graph_dtype_is_float(dt) && prim != PRIM_CAST && prim != PRIM_BITCAST &&
+                   (prim < PRIM_LT || prim > PRIM_NE);
+    int64_t u = 0, v = 0, r;
+    if (integer && y >= 0) {
+        bool cx = int_imm(b, x, &u), cy = int_imm(b, y, &v);
+        if (cx && cy && fold_int(prim, dt, u, v, &r))
+            return ir_imm(b, dt, (graph_scalar){.i = r});
+        bool zero_right = prim == PRIM_ADD || prim == PRIM_SUB || prim == PRIM_OR ||
+                          prim == PRIM_XOR || prim == PRIM_SHL || prim == PRIM_SHR;
+        if (cy && v == 0 && zero_right)
+            return x;
+        if (cx && u == 0 && (prim == PRIM_ADD || prim == PRIM_OR || prim == PRIM_XOR))
+            return y;
+        if (cy && v == 1 && prim == PRIM_MUL)
+            return x;
+        if (cx && u == 1 && prim == PRIM_MUL)
+            return y;
+    }
+    if (prim == PRIM_CAST && x >= 0 && b->ins[x].dt == dt)
+        return x;
+    lower_ins p = proto(UOP_PRIM, dt);
+    p.prim = prim;
+    p.a = x;
+    p.b = y;
+    p.c = z;
+    return ir_add(b, p);
+}

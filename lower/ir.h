@@ -41,6 +41,12 @@ int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx);
 /* A matmul epilogue's input: the finished dot product of the output element. */
 int ir_acc(ir_builder *b, kiln_dtype dt);
 
+/* Primitive prim of dtype dt on x (and y, z; -1 when unused). Immediate
+ * integer operands fold where the result is plain wrapping arithmetic, and a
+ * few identities (x + 0, x * 1, x & -1, shifts by 0) fold for integers only:
+ * no float folding, so that -0, NaN payloads and rounding stay the target's. */
+int ir_prim(ir_builder *b, lower_prim prim, kiln_dtype dt, int x, int y, int z);
+
 /* True when instruction id is an index immediate equal to v. */
 bool ir_is_index(const ir_builder *b, int id, int64_t v);
 

@@ -69,6 +69,10 @@ typedef enum lower_prim {
     PRIM_SQRT,   /* floats, correctly rounded */
     PRIM_EXP2,   /* floats: 2^a */
     PRIM_LOG2,   /* floats: log2(a) */
+    PRIM_LOG,    /* floats: the natural log, as the platform's libm computes it. Only
+                    kiln_randn's Box-Muller uses it: graph/philox.c (the oracle) calls
+                    libm's log, and its numbers must match bit for bit on every CPU
+                    executor, which log2 times ln 2 cannot promise */
     PRIM_SIN,    /* floats */
     PRIM_COS,    /* floats */
     PRIM_FLOOR,  /* floats */

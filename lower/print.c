@@ -14,13 +14,14 @@ static const char *const uop_names[] = {
 _Static_assert(sizeof uop_names / sizeof *uop_names == UOP_NUM_OPS, "a uop without a name");
 
 static const char *const prim_names[] = {
-    [PRIM_NEG] = "neg",     [PRIM_ADD] = "add",     [PRIM_SUB] = "sub",   [PRIM_MUL] = "mul",
-    [PRIM_DIV] = "div",     [PRIM_MOD] = "mod",     [PRIM_FMA] = "fma",   [PRIM_MAX] = "max",
-    [PRIM_MIN] = "min",     [PRIM_ABS] = "abs",     [PRIM_SQRT] = "sqrt", [PRIM_EXP2] = "exp2",
-    [PRIM_LOG2] = "log2",   [PRIM_SIN] = "sin",     [PRIM_COS] = "cos",   [PRIM_FLOOR] = "floor",
-    [PRIM_TRUNC] = "trunc", [PRIM_LT] = "lt",       [PRIM_LE] = "le",     [PRIM_EQ] = "eq",
-    [PRIM_NE] = "ne",       [PRIM_AND] = "and",     [PRIM_OR] = "or",     [PRIM_XOR] = "xor",
-    [PRIM_SHL] = "shl",     [PRIM_SHR] = "shr",     [PRIM_CAST] = "cast", [PRIM_BITCAST] = "bitcast",
+    [PRIM_NEG] = "neg",     [PRIM_ADD] = "add",   [PRIM_SUB] = "sub",     [PRIM_MUL] = "mul",
+    [PRIM_DIV] = "div",     [PRIM_MOD] = "mod",   [PRIM_FMA] = "fma",     [PRIM_MAX] = "max",
+    [PRIM_MIN] = "min",     [PRIM_ABS] = "abs",   [PRIM_SQRT] = "sqrt",   [PRIM_EXP2] = "exp2",
+    [PRIM_LOG2] = "log2",   [PRIM_LOG] = "log",   [PRIM_SIN] = "sin",     [PRIM_COS] = "cos",
+    [PRIM_FLOOR] = "floor", [PRIM_TRUNC] = "trunc", [PRIM_LT] = "lt",     [PRIM_LE] = "le",
+    [PRIM_EQ] = "eq",       [PRIM_NE] = "ne",     [PRIM_AND] = "and",     [PRIM_OR] = "or",
+    [PRIM_XOR] = "xor",     [PRIM_SHL] = "shl",   [PRIM_SHR] = "shr",     [PRIM_CAST] = "cast",
+    [PRIM_BITCAST] = "bitcast",
 };
 _Static_assert(sizeof prim_names / sizeof *prim_names == PRIM_NUM, "a primitive without a name");
 

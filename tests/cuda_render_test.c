@@ -130,8 +130,8 @@ static void assert_compiles(lower_program *p, const char *what) {
     char msg[16384];
     lower_plan *plans = lower_plan_program(p, jit_cuda_target());
     cr_assert(plans);
-    char *src = jit_cuda_render(p, plans);
-    cr_assert(src);
+    char *src = NULL;
+    cr_assert_eq(jit_cuda_render(p, plans, &src, msg, sizeof msg), KILN_OK, "%s: %s", what, msg);
     /* A real compile: jit_cuda_check_program may answer from the disk cache. */
     cr_assert_eq(jit_cuda_compile(src, 90, true, NULL, msg, sizeof msg), KILN_OK, "%s: %s", what,
                  msg);

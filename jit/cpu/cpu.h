@@ -5,6 +5,7 @@
 #define KILN_JIT_CPU_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 #include "cache/cache.h"
 #include "lower/lower.h"
@@ -13,10 +14,12 @@
  * against it). */
 const lower_target *jit_cpu_target(void);
 
-/* The C translation unit of a program planned for jit_cpu_target()
- * (malloc'd), or NULL when out of memory. Kernel k of the program is the
- * function named k's name. */
-char *jit_cpu_render(const lower_program *p, const lower_plan *plans);
+/* The C translation unit of a program planned for jit_cpu_target(), in *out
+ * (malloc'd). Kernel k of the program is the function named k's name.
+ * KILN_ERR_COMPILE with a message naming the instruction and dtypes this
+ * target cannot print, or KILN_ERR_OOM. */
+kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char **out,
+                           char *msg, size_t cap);
 
 /* The command that compiles generated C ($KILN_CC, else cc). */
 const char *jit_cpu_compiler(void);

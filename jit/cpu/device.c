@@ -51,9 +51,10 @@ static kiln_status open_cpu(const jit_device_ops *ops, const char *compiler_id,
 
 static void cpu_close(jit_device *d) { free(d); }
 
-static char *cpu_render(jit_device *d, const lower_program *p, const lower_plan *plans) {
+static kiln_status cpu_render(jit_device *d, const lower_program *p, const lower_plan *plans,
+                              char **out, char *msg, size_t cap) {
     (void)d;
-    return jit_cpu_render(p, plans);
+    return jit_cpu_render(p, plans, out, msg, cap);
 }
 
 /* Resolves every kernel of p through `entry`; the result owns handle. */

@@ -46,6 +46,7 @@
     X(LLVMGetTypeKind)                                                                             \
     X(LLVMGetElementType)                                                                          \
     X(LLVMGetVectorSize)                                                                           \
+    X(LLVMGetIntTypeWidth)                                                                         \
     X(LLVMConstInt)                                                                                \
     X(LLVMConstReal)                                                                               \
     X(LLVMConstNull)                                                                               \
@@ -68,6 +69,8 @@
     X(LLVMBuildMul)                                                                                \
     X(LLVMBuildSDiv)                                                                               \
     X(LLVMBuildSRem)                                                                               \
+    X(LLVMBuildUDiv)                                                                               \
+    X(LLVMBuildURem)                                                                               \
     X(LLVMBuildAnd)                                                                                \
     X(LLVMBuildOr)                                                                                 \
     X(LLVMBuildXor)                                                                                \
@@ -89,6 +92,7 @@
     X(LLVMBuildSIToFP)                                                                             \
     X(LLVMBuildUIToFP)                                                                             \
     X(LLVMBuildFPToSI)                                                                             \
+    X(LLVMBuildFPToUI)                                                                             \
     X(LLVMBuildBitCast)                                                                            \
     X(LLVMBuildLoad2)                                                                              \
     X(LLVMBuildStore)                                                                              \

@@ -138,6 +138,7 @@ static const symbol symbols[] = {
     FN(fabsf), FN(fabs), FN(exp2f), FN(exp2), FN(ldexpf), FN(ldexp), FN(sincosf), FN(sincos),
     FN(floorf), FN(floor), FN(fmodf), FN(fmod), FN(memset), FN(memcpy), FN(memmove),
     FN(aligned_alloc), FN(free),
+    FN(log2f), FN(log2), FN(fmaf), FN(fma),
 };
 #undef FN
 

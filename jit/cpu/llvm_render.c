@@ -3,8 +3,10 @@
  * over a range of program instances that the runtime's parallel_for splits
  * between threads, and an inner function whose buffer pointers are noalias
  * (the C path's restrict), so that the optimiser vectorises its loops.
- * Element semantics are those of jit/cpu/prelude.h, written as IR: saturating
- * casts, floor division, NaN-propagating max/min, half-type rounding, Philox.
+ * Element semantics come from lower/'s rules: this file emits their
+ * primitives as LLVM instructions and intrinsics (llvm.exp2, llvm.fma, …);
+ * what stays here is the half types' storage conversions and rounding of
+ * values computed outside the IR (reduction results, dot products).
  * Matmuls are register tiles of explicit vectors accumulated over k, then the
  * kernel's instruction list as the epilogue of each element. */
 #include <stdlib.h>
@@ -27,6 +29,7 @@ typedef struct gen {
     LLVMValueRef *ptr;  /* per buffer, its typed pointer */
     LLVMValueRef gidx, ridx, dot;
     bool failed;
+    char why[256]; /* why generation failed, when it is not memory */
 } gen;
 
 /* ---- types and constants ---- */
@@ -299,19 +302,6 @@ static LLVMValueRef rnd(gen *g, kiln_dtype dt, LLVMValueRef x) {
     return x;
 }
 
-/* kh_odd: double to float rounded to odd. */
-static LLVMValueRef odd(gen *g, LLVMValueRef d) {
-    LLVMValueRef f = L_->LLVMBuildFPTrunc(B, d, g->f32, "");
-    LLVMValueRef back = L_->LLVMBuildFPExt(B, f, g->f64, "");
-    LLVMValueRef need = band(g, fcmp(g, LLVMRealUNE, back, d), fcmp(g, LLVMRealORD, f, f));
-    LLVMValueRef u = L_->LLVMBuildBitCast(B, f, g->i32, "");
-    LLVMValueRef bigger =
-        fcmp(g, LLVMRealOGT, intrinsic1(g, "llvm.fabs", back), intrinsic1(g, "llvm.fabs", d));
-    u = sel(g, bigger, L_->LLVMBuildSub(B, u, i32c(g, 1), ""), u);
-    u = bor(g, u, i32c(g, 1));
-    return sel(g, need, L_->LLVMBuildBitCast(B, u, g->f32, ""), f);
-}
-
 /* A value of dt widened to double ((double)v in C). */
 static LLVMValueRef to_f64(gen *g, LLVMValueRef v, kiln_dtype dt) {
     if (dt == KILN_F64)
@@ -328,294 +318,217 @@ static LLVMValueRef wide(gen *g, LLVMValueRef v, kiln_dtype dt) {
     return is_signed(dt) ? L_->LLVMBuildSExt(B, v, g->i64, "") : L_->LLVMBuildZExt(B, v, g->i64, "");
 }
 
-/* A 64-bit integer wrapped to dt's width (bool: != 0). */
-static LLVMValueRef wrap(gen *g, LLVMValueRef v, kiln_dtype dt) {
-    if (dt == KILN_BOOL)
-        return bit(g, icmp(g, LLVMIntNE, v, i64c(g, 0)));
-    if (dt == KILN_I64)
-        return v;
-    return L_->LLVMBuildTrunc(B, v, cty(g, dt), "");
-}
+/* ---- primitives (lower/lower.h's semantics, as IR) ---- */
 
-/* kh_sat, then the cast to dt. */
-static LLVMValueRef sat(gen *g, LLVMValueRef v, kiln_dtype dt) {
-    double lo = dt == KILN_I32 ? -2147483648.0 : dt == KILN_U8 ? 0.0 : -9223372036854775808.0;
-    double hi = dt == KILN_I32 ? 2147483647.0 : dt == KILN_U8 ? 255.0 : 9223372036854775808.0;
-    LLVMValueRef t = intrinsic1(g, "llvm.trunc", v);
-    LLVMValueRef below = fcmp(g, LLVMRealOLE, t, cf(g, g->f64, lo));
-    LLVMValueRef above = fcmp(g, LLVMRealOGE, t, cf(g, g->f64, hi));
-    LLVMValueRef inside = sel(g, bor(g, below, above), cf(g, g->f64, 0.0), t);
-    LLVMValueRef r = L_->LLVMBuildFPToSI(B, inside, g->i64, "");
-    r = sel(g, below, i64c(g, (int64_t)lo), r);
-    r = sel(g, above, hi >= 9.2e18 ? i64c(g, INT64_MAX) : i64c(g, (int64_t)hi), r);
-    r = sel(g, fcmp(g, LLVMRealUNO, v, v), i64c(g, 0), r);
-    return dt == KILN_I64 ? r : L_->LLVMBuildTrunc(B, r, cty(g, dt), "");
-}
-
-static LLVMValueRef cast(gen *g, LLVMValueRef v, kiln_dtype from, kiln_dtype to) {
-    if (to == KILN_BOOL) {
-        LLVMValueRef nz = is_float(from) ? fcmp(g, LLVMRealUNE, v, cf(g, cty(g, from), 0.0))
-                                         : icmp(g, LLVMIntNE, v, ci(g, cty(g, from), 0));
-        return bit(g, nz);
+/* Stops generation with a message naming what this target cannot emit. */
+static LLVMValueRef refuse(gen *g, const lower_ins *x) {
+    const lower_ins *ins = g->k->ins;
+    if (!g->failed) {
+        if (x->op == UOP_PRIM)
+            snprintf(g->why, sizeof g->why,
+                     "kiln: the LLVM renderer has no form of primitive %s on %s (operand %s)",
+                     lower_prim_name(x->prim), kiln_dtype_name(x->dt),
+                     x->a >= 0 ? kiln_dtype_name(ins[x->a].dt) : "none");
+        else
+            snprintf(g->why, sizeof g->why, "kiln: the LLVM renderer cannot emit %s %s of %s",
+                     lower_uop_name(x->op),
+                     x->op == UOP_ALU || x->op == UOP_RAND ? graph_op_name(x->gop) : "",
+                     kiln_dtype_name(x->dt));
     }
-    if (to == KILN_F16 || to == KILN_BF16)
-        return rnd(g, to, odd(g, to_f64(g, v, from)));
-    if (is_float(to)) {
-        LLVMTypeRef t = cty(g, to);
-        if (!is_float(from))
-            return is_signed(from) ? L_->LLVMBuildSIToFP(B, v, t, "") : L_->LLVMBuildUIToFP(B, v, t, "");
-        if (cty(g, from) == t)
-            return v;
-        return to == KILN_F64 ? L_->LLVMBuildFPExt(B, v, t, "") : L_->LLVMBuildFPTrunc(B, v, t, "");
-    }
-    if (is_float(from))
-        return sat(g, to_f64(g, v, from), to);
-    LLVMValueRef w = wide(g, v, from);
-    return to == KILN_I64 ? w : L_->LLVMBuildTrunc(B, w, cty(g, to), "");
+    g->failed = true;
+    return L_->LLVMGetUndef(cty(g, x->dt));
 }
 
-/* kh_floordiv. */
-static LLVMValueRef floordiv(gen *g, LLVMValueRef a, LLVMValueRef b) {
-    LLVMValueRef z = icmp(g, LLVMIntEQ, b, i64c(g, 0)), m1 = icmp(g, LLVMIntEQ, b, i64c(g, -1));
-    LLVMValueRef safe = sel(g, bor(g, z, m1), i64c(g, 1), b);
-    LLVMValueRef q = L_->LLVMBuildSDiv(B, a, safe, ""), r = L_->LLVMBuildSRem(B, a, safe, "");
-    LLVMValueRef adj = band(g, icmp(g, LLVMIntNE, r, i64c(g, 0)),
-                            L_->LLVMBuildXor(B, icmp(g, LLVMIntSLT, a, i64c(g, 0)),
-                                             icmp(g, LLVMIntSLT, b, i64c(g, 0)), ""));
-    q = L_->LLVMBuildSub(B, q, L_->LLVMBuildZExt(B, adj, g->i64, ""), "");
-    return sel(g, z, i64c(g, 0), sel(g, m1, L_->LLVMBuildSub(B, i64c(g, 0), a, ""), q));
+static const char *float_intrinsic(lower_prim p) {
+    switch (p) {
+    case PRIM_ABS:
+        return "llvm.fabs";
+    case PRIM_SQRT:
+        return "llvm.sqrt";
+    case PRIM_EXP2:
+        return "llvm.exp2";
+    case PRIM_LOG2:
+        return "llvm.log2";
+    case PRIM_LOG:
+        return "llvm.log";
+    case PRIM_SIN:
+        return "llvm.sin";
+    case PRIM_COS:
+        return "llvm.cos";
+    case PRIM_FLOOR:
+        return "llvm.floor";
+    case PRIM_TRUNC:
+        return "llvm.trunc";
+    default:
+        return NULL;
+    }
 }
 
-/* kh_ipow, as a loop in the current function. */
-static LLVMValueRef ipow(gen *g, LLVMValueRef base, LLVMValueRef e) {
-    const jit_llvm_api *L = g->L;
-    LLVMValueRef neg = sel(g, icmp(g, LLVMIntEQ, base, i64c(g, 1)), i64c(g, 1),
-                           sel(g, icmp(g, LLVMIntEQ, base, i64c(g, -1)),
-                               sel(g, icmp(g, LLVMIntNE, band(g, e, i64c(g, 1)), i64c(g, 0)),
-                                   i64c(g, -1), i64c(g, 1)),
-                               i64c(g, 0)));
-    LLVMValueRef r = var(g, g->i64, i64c(g, 1)), bb = var(g, g->i64, base),
-                 kk = var(g, g->i64, sel(g, icmp(g, LLVMIntSLT, e, i64c(g, 0)), i64c(g, 0), e));
-    LLVMBasicBlockRef head = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "pow");
-    LLVMBasicBlockRef body = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "pow.body");
-    LLVMBasicBlockRef done = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "pow.done");
-    L->LLVMBuildBr(B, head);
-    L->LLVMPositionBuilderAtEnd(B, head);
-    LLVMValueRef k = get(g, g->i64, kk);
-    L->LLVMBuildCondBr(B, icmp(g, LLVMIntNE, k, i64c(g, 0)), body, done);
-    L->LLVMPositionBuilderAtEnd(B, body);
-    LLVMValueRef rv = get(g, g->i64, r), bv = get(g, g->i64, bb);
-    set(g, r, sel(g, icmp(g, LLVMIntNE, band(g, k, i64c(g, 1)), i64c(g, 0)),
-                  L->LLVMBuildMul(B, rv, bv, ""), rv));
-    set(g, bb, L->LLVMBuildMul(B, bv, bv, ""));
-    set(g, kk, lshr(g, k, 1));
-    L->LLVMBuildBr(B, head);
-    L->LLVMPositionBuilderAtEnd(B, done);
-    return sel(g, icmp(g, LLVMIntSLT, e, i64c(g, 0)), neg, get(g, g->i64, r));
-}
-
-/* kh_rand: Philox4x32-10 of (idx, seed), then the dtype's uniform or normal
- * value, as a double. */
-static LLVMValueRef philox_rand(gen *g, bool normal, kiln_dtype dt, uint64_t seed, LLVMValueRef idx) {
-    LLVMValueRef c0 = L_->LLVMBuildTrunc(B, idx, g->i32, "");
-    LLVMValueRef c1 = L_->LLVMBuildTrunc(B, lshr(g, idx, 32), g->i32, "");
-    LLVMValueRef c2 = i32c(g, 0), c3 = i32c(g, 0);
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    for (int r = 0; r < 10; r++) {
-        LLVMValueRef p0 = L_->LLVMBuildMul(B, L_->LLVMBuildZExt(B, c0, g->i64, ""),
-                                           i64c(g, 0xD2511F53), "");
-        LLVMValueRef p1 = L_->LLVMBuildMul(B, L_->LLVMBuildZExt(B, c2, g->i64, ""),
-                                           i64c(g, 0xCD9E8D57), "");
-        LLVMValueRef n0 = L_->LLVMBuildXor(
-            B, L_->LLVMBuildXor(B, L_->LLVMBuildTrunc(B, lshr(g, p1, 32), g->i32, ""), c1, ""),
-            i32c(g, k0), "");
-        LLVMValueRef n2 = L_->LLVMBuildXor(
-            B, L_->LLVMBuildXor(B, L_->LLVMBuildTrunc(B, lshr(g, p0, 32), g->i32, ""), c3, ""),
-            i32c(g, k1), "");
-        c0 = n0;
-        c1 = L_->LLVMBuildTrunc(B, p1, g->i32, "");
-        c2 = n2;
-        c3 = L_->LLVMBuildTrunc(B, p0, g->i32, "");
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    LLVMValueRef w[4] = {c0, c1, c2, c3};
-    LLVMValueRef d[4];
-    for (int i = 0; i < 4; i++)
-        d[i] = L_->LLVMBuildUIToFP(B, w[i], g->f64, "");
-    LLVMValueRef b01 = bor(g, shl(g, L_->LLVMBuildZExt(B, w[0], g->i64, ""), 21),
-                           L_->LLVMBuildZExt(B, lshr(g, w[1], 11), g->i64, ""));
-    LLVMValueRef b23 = bor(g, shl(g, L_->LLVMBuildZExt(B, w[2], g->i64, ""), 21),
-                           L_->LLVMBuildZExt(B, lshr(g, w[3], 11), g->i64, ""));
-    LLVMValueRef f01 = L_->LLVMBuildUIToFP(B, b01, g->f64, "");
-    LLVMValueRef f23 = L_->LLVMBuildUIToFP(B, b23, g->f64, "");
-    if (!normal) {
-        if (dt == KILN_F64)
-            return L_->LLVMBuildFMul(B, f01, cf(g, g->f64, 0x1p-53), "");
-        int sh = dt == KILN_F16 ? 21 : dt == KILN_BF16 ? 24 : 8;
-        double scale = dt == KILN_F16 ? 0x1p-11 : dt == KILN_BF16 ? 0x1p-8 : 0x1p-24;
-        LLVMValueRef x = L_->LLVMBuildUIToFP(B, lshr(g, w[0], sh), g->f64, "");
-        return L_->LLVMBuildFMul(B, x, cf(g, g->f64, scale), "");
-    }
-    LLVMValueRef u1, u2;
-    if (dt == KILN_F64) {
-        u1 = L_->LLVMBuildFMul(B, L_->LLVMBuildFAdd(B, f01, cf(g, g->f64, 1.0), ""),
-                               cf(g, g->f64, 0x1p-53), "");
-        u2 = L_->LLVMBuildFMul(B, f23, cf(g, g->f64, 0x1p-53), "");
-    } else {
-        u1 = L_->LLVMBuildFMul(B, L_->LLVMBuildFAdd(B, d[0], cf(g, g->f64, 1.0), ""),
-                               cf(g, g->f64, 0x1p-32), "");
-        u2 = L_->LLVMBuildFMul(B, d[2], cf(g, g->f64, 0x1p-32), "");
-    }
-    LLVMValueRef rad = intrinsic1(
-        g, "llvm.sqrt", L_->LLVMBuildFMul(B, cf(g, g->f64, -2.0), libm1(g, "log", u1), ""));
-    LLVMValueRef ang = L_->LLVMBuildFMul(B, cf(g, g->f64, 6.28318530717958647692), u2, "");
-    return L_->LLVMBuildFMul(B, rad, libm1(g, "cos", ang), "");
-}
-
-/* ---- ALU ops ---- */
-
-static LLVMValueRef float_op(gen *g, graph_op op, kiln_dtype dt, LLVMValueRef a, LLVMValueRef c) {
-    LLVMTypeRef t = cty(g, dt);
-    LLVMValueRef zero = cf(g, t, 0.0), one = cf(g, t, 1.0);
-    switch (op) {
-    case GRAPH_NEG:
+static LLVMValueRef float_prim(gen *g, const lower_ins *x, LLVMValueRef a, LLVMValueRef b,
+                               LLVMValueRef c) {
+    const char *f = float_intrinsic(x->prim);
+    if (f)
+        return intrinsic1(g, f, a);
+    switch (x->prim) {
+    case PRIM_NEG:
         return L_->LLVMBuildFNeg(B, a, "");
-    case GRAPH_RELU:
-        return sel(g, bor(g, fcmp(g, LLVMRealOGT, a, zero), fcmp(g, LLVMRealUNO, a, a)), a, zero);
-    case GRAPH_RSQRT:
-        return rnd(g, dt, L_->LLVMBuildFDiv(B, one, intrinsic1(g, "llvm.sqrt", a), ""));
-    case GRAPH_RECIP:
-        return rnd(g, dt, L_->LLVMBuildFDiv(B, one, a, ""));
-    case GRAPH_ADD:
-        return rnd(g, dt, L_->LLVMBuildFAdd(B, a, c, ""));
-    case GRAPH_SUB:
-        return rnd(g, dt, L_->LLVMBuildFSub(B, a, c, ""));
-    case GRAPH_MUL:
-        return rnd(g, dt, L_->LLVMBuildFMul(B, a, c, ""));
-    case GRAPH_DIV:
-        return rnd(g, dt, L_->LLVMBuildFDiv(B, a, c, ""));
-    case GRAPH_MAXIMUM:
-    case GRAPH_MINIMUM: {
-        LLVMRealPredicate p = op == GRAPH_MAXIMUM ? LLVMRealOGE : LLVMRealOLE;
-        LLVMValueRef r = sel(g, fcmp(g, p, a, c), a, c);
-        r = sel(g, fcmp(g, LLVMRealUNO, c, c), c, r);
+    case PRIM_ADD:
+        return L_->LLVMBuildFAdd(B, a, b, "");
+    case PRIM_SUB:
+        return L_->LLVMBuildFSub(B, a, b, "");
+    case PRIM_MUL:
+        return L_->LLVMBuildFMul(B, a, b, "");
+    case PRIM_DIV:
+        return L_->LLVMBuildFDiv(B, a, b, "");
+    case PRIM_FMA: {
+        LLVMValueRef args[3] = {a, b, c};
+        return intrinsic(g, "llvm.fma", L_->LLVMTypeOf(a), args, 3);
+    }
+    case PRIM_MAX:
+    case PRIM_MIN: {
+        LLVMRealPredicate p = x->prim == PRIM_MAX ? LLVMRealOGE : LLVMRealOLE;
+        LLVMValueRef r = sel(g, fcmp(g, p, a, b), a, b);
+        r = sel(g, fcmp(g, LLVMRealUNO, b, b), b, r);
         return sel(g, fcmp(g, LLVMRealUNO, a, a), a, r);
     }
-    case GRAPH_POW: {
-        LLVMValueRef args[2] = {a, c};
-        return rnd(g, dt, libm(g, "pow", args, 2));
-    }
-    case GRAPH_EXP:
-        return rnd(g, dt, libm1(g, "exp", a));
-    case GRAPH_LOG:
-        return rnd(g, dt, libm1(g, "log", a));
-    case GRAPH_SIN:
-        return rnd(g, dt, libm1(g, "sin", a));
-    case GRAPH_COS:
-        return rnd(g, dt, libm1(g, "cos", a));
-    case GRAPH_TANH:
-        return rnd(g, dt, libm1(g, "tanh", a));
-    case GRAPH_SQRT:
-        return rnd(g, dt, intrinsic1(g, "llvm.sqrt", a));
-    case GRAPH_ABS:
-        return rnd(g, dt, intrinsic1(g, "llvm.fabs", a));
-    case GRAPH_SIGMOID: {
-        /* One exp, of -x where x >= 0 and of x elsewhere, as kh_sigmoid. */
-        LLVMValueRef pos = fcmp(g, LLVMRealOGE, a, zero);
-        LLVMValueRef e = libm1(g, "exp", sel(g, pos, L_->LLVMBuildFNeg(B, a, ""), a));
-        LLVMValueRef d = L_->LLVMBuildFAdd(B, one, e, "");
-        return rnd(g, dt, sel(g, pos, L_->LLVMBuildFDiv(B, one, d, ""), L_->LLVMBuildFDiv(B, e, d, "")));
-    }
-    case GRAPH_GELU: {
-        LLVMValueRef x = L_->LLVMBuildFMul(B, L_->LLVMBuildFNeg(B, a, ""),
-                                           cf(g, t, 0.70710678118654752440), "");
-        LLVMValueRef ec = libm1(g, "erfc", x);
-        LLVMValueRef v = L_->LLVMBuildFMul(B, L_->LLVMBuildFMul(B, cf(g, t, 0.5), a, ""), ec, "");
-        return rnd(g, dt, sel(g, fcmp(g, LLVMRealOEQ, ec, zero), cf(g, t, -0.0), v));
-    }
-    case GRAPH_SILU: {
-        LLVMValueRef first = bor(g, fcmp(g, LLVMRealOGE, a, zero), fcmp(g, LLVMRealUNO, a, a));
-        LLVMValueRef e = libm1(g, "exp", sel(g, first, L_->LLVMBuildFNeg(B, a, ""), a));
-        LLVMValueRef d = L_->LLVMBuildFAdd(B, one, e, "");
-        LLVMValueRef v1 = L_->LLVMBuildFDiv(B, a, d, "");
-        LLVMValueRef v2 = L_->LLVMBuildFDiv(B, L_->LLVMBuildFMul(B, a, e, ""), d, "");
-        v2 = sel(g, fcmp(g, LLVMRealOEQ, e, zero), cf(g, t, -0.0), v2);
-        return rnd(g, dt, sel(g, first, v1, v2));
-    }
     default:
-        return zero;
+        return refuse(g, x);
     }
 }
 
-static LLVMValueRef int_op(gen *g, graph_op op, kiln_dtype dt, LLVMValueRef a, LLVMValueRef c) {
-    LLVMTypeRef t = cty(g, dt);
-    LLVMIntPredicate gt = is_signed(dt) ? LLVMIntSGT : LLVMIntUGT;
-    LLVMIntPredicate lt = is_signed(dt) ? LLVMIntSLT : LLVMIntULT;
-    switch (op) {
-    case GRAPH_RELU:
-        return sel(g, icmp(g, gt, a, ci(g, t, 0)), a, ci(g, t, 0));
-    case GRAPH_MAXIMUM:
-        return sel(g, icmp(g, gt, a, c), a, c);
-    case GRAPH_MINIMUM:
-        return sel(g, icmp(g, lt, a, c), a, c);
-    default:
-        break;
+/* Division and remainder with lower.h's total rules: x / 0 = x % 0 = 0,
+ * MIN / -1 = MIN and MIN % -1 = 0, without ever executing a trapping one. */
+static LLVMValueRef int_divide(gen *g, const lower_ins *x, LLVMValueRef a, LLVMValueRef b) {
+    LLVMTypeRef t = cty(g, x->dt);
+    bool s = is_signed(x->dt);
+    LLVMValueRef zero = ci(g, t, 0), z = icmp(g, LLVMIntEQ, b, zero);
+    LLVMValueRef m1 = s ? icmp(g, LLVMIntEQ, b, ci(g, t, -1)) : NULL;
+    LLVMValueRef bad = s ? bor(g, z, m1) : z;
+    LLVMValueRef safe = sel(g, bad, ci(g, t, 1), b);
+    if (x->prim == PRIM_DIV) {
+        LLVMValueRef q = s ? L_->LLVMBuildSDiv(B, a, safe, "") : L_->LLVMBuildUDiv(B, a, safe, "");
+        if (s)
+            q = sel(g, m1, L_->LLVMBuildSub(B, zero, a, ""), q);
+        return sel(g, z, zero, q);
     }
-    LLVMValueRef x = wide(g, a, dt), y = c ? wide(g, c, dt) : NULL, r;
-    switch (op) {
-    case GRAPH_NEG:
-        r = L_->LLVMBuildSub(B, i64c(g, 0), x, "");
-        break;
-    case GRAPH_ABS:
-        r = is_signed(dt)
-                ? sel(g, icmp(g, LLVMIntSLT, x, i64c(g, 0)), L_->LLVMBuildSub(B, i64c(g, 0), x, ""), x)
-                : x;
-        break;
-    case GRAPH_ADD:
-        r = L_->LLVMBuildAdd(B, x, y, "");
-        break;
-    case GRAPH_SUB:
-        r = L_->LLVMBuildSub(B, x, y, "");
-        break;
-    case GRAPH_MUL:
-        r = L_->LLVMBuildMul(B, x, y, "");
-        break;
-    case GRAPH_DIV:
-        r = floordiv(g, x, y);
-        break;
-    case GRAPH_POW:
-        r = ipow(g, x, y);
-        break;
-    default:
-        r = i64c(g, 0);
-        break;
-    }
-    return wrap(g, r, dt);
+    LLVMValueRef r = s ? L_->LLVMBuildSRem(B, a, safe, "") : L_->LLVMBuildURem(B, a, safe, "");
+    return sel(g, bad, zero, r);
 }
 
-static LLVMValueRef compare(gen *g, graph_op op, kiln_dtype dt, LLVMValueRef a, LLVMValueRef c) {
-    if (is_float(dt)) {
-        static const LLVMRealPredicate fp[] = {LLVMRealOLT, LLVMRealOLE, LLVMRealOGT,
-                                               LLVMRealOGE, LLVMRealOEQ, LLVMRealUNE};
-        return bit(g, fcmp(g, fp[op - GRAPH_LT], a, c));
+static LLVMValueRef int_prim(gen *g, const lower_ins *x, LLVMValueRef a, LLVMValueRef b) {
+    LLVMTypeRef t = cty(g, x->dt);
+    bool s = is_signed(x->dt);
+    switch (x->prim) {
+    case PRIM_NEG:
+        return L_->LLVMBuildSub(B, ci(g, t, 0), a, "");
+    case PRIM_ABS:
+        return s ? sel(g, icmp(g, LLVMIntSLT, a, ci(g, t, 0)), L_->LLVMBuildSub(B, ci(g, t, 0), a, ""), a)
+                 : a;
+    case PRIM_ADD:
+        return L_->LLVMBuildAdd(B, a, b, "");
+    case PRIM_SUB:
+        return L_->LLVMBuildSub(B, a, b, "");
+    case PRIM_MUL:
+        return L_->LLVMBuildMul(B, a, b, "");
+    case PRIM_DIV:
+    case PRIM_MOD:
+        return int_divide(g, x, a, b);
+    case PRIM_MAX:
+        return sel(g, icmp(g, s ? LLVMIntSGT : LLVMIntUGT, a, b), a, b);
+    case PRIM_MIN:
+        return sel(g, icmp(g, s ? LLVMIntSLT : LLVMIntULT, a, b), a, b);
+    case PRIM_AND:
+        return band(g, a, b);
+    case PRIM_OR:
+        return bor(g, a, b);
+    case PRIM_XOR:
+        return L_->LLVMBuildXor(B, a, b, "");
+    case PRIM_SHL:
+        return L_->LLVMBuildShl(B, a, b, "");
+    case PRIM_SHR:
+        return L_->LLVMBuildLShr(B, a, b, "");
+    default:
+        return refuse(g, x);
     }
-    bool s = is_signed(dt);
-    LLVMIntPredicate ip[] = {s ? LLVMIntSLT : LLVMIntULT, s ? LLVMIntSLE : LLVMIntULE,
-                             s ? LLVMIntSGT : LLVMIntUGT, s ? LLVMIntSGE : LLVMIntUGE,
-                             LLVMIntEQ, LLVMIntNE};
-    return bit(g, icmp(g, ip[op - GRAPH_LT], a, c));
 }
 
-static LLVMValueRef alu(gen *g, const lower_ins *x) {
+static LLVMValueRef compare_prim(gen *g, const lower_ins *x, kiln_dtype in, LLVMValueRef a,
+                                 LLVMValueRef b) {
+    int k = x->prim - PRIM_LT;
+    if (is_float(in)) {
+        static const LLVMRealPredicate fp[] = {LLVMRealOLT, LLVMRealOLE, LLVMRealOEQ, LLVMRealUNE};
+        return bit(g, fcmp(g, fp[k], a, b));
+    }
+    bool s = is_signed(in);
+    LLVMIntPredicate ip[] = {s ? LLVMIntSLT : LLVMIntULT, s ? LLVMIntSLE : LLVMIntULE, LLVMIntEQ,
+                             LLVMIntNE};
+    return bit(g, icmp(g, ip[k], a, b));
+}
+
+/* lower.h's cast: the rules have clamped a float cast to an integer into
+ * range, so the plain conversion is defined. */
+static LLVMValueRef cast_prim(gen *g, kiln_dtype from, kiln_dtype to, LLVMValueRef v) {
+    LLVMTypeRef t = cty(g, to), ft = cty(g, from);
+    if (to == KILN_BOOL)
+        return bit(g, is_float(from) ? fcmp(g, LLVMRealUNE, v, cf(g, ft, 0.0))
+                                     : icmp(g, LLVMIntNE, v, ci(g, ft, 0)));
+    if (ft == t)
+        return v;
+    if (is_float(to) && is_float(from))
+        return to == KILN_F64 ? L_->LLVMBuildFPExt(B, v, t, "") : L_->LLVMBuildFPTrunc(B, v, t, "");
+    if (is_float(to))
+        return is_signed(from) ? L_->LLVMBuildSIToFP(B, v, t, "") : L_->LLVMBuildUIToFP(B, v, t, "");
+    if (is_float(from))
+        return is_signed(to) ? L_->LLVMBuildFPToSI(B, v, t, "") : L_->LLVMBuildFPToUI(B, v, t, "");
+    if (L_->LLVMGetIntTypeWidth(t) < L_->LLVMGetIntTypeWidth(ft))
+        return L_->LLVMBuildTrunc(B, v, t, "");
+    return is_signed(from) ? L_->LLVMBuildSExt(B, v, t, "") : L_->LLVMBuildZExt(B, v, t, "");
+}
+
+static LLVMValueRef prim(gen *g, const lower_ins *x) {
     const lower_ins *ins = g->k->ins;
-    LLVMValueRef a = g->val[x->a], c = x->b >= 0 ? g->val[x->b] : NULL;
-    kiln_dtype in = ins[x->a].dt;
-    if (x->gop == GRAPH_CAST)
-        return cast(g, a, in, x->dt);
-    if (graph_op_is_compare(x->gop))
-        return compare(g, x->gop, in, a, c);
-    return is_float(x->dt) ? float_op(g, x->gop, x->dt, a, c) : int_op(g, x->gop, x->dt, a, c);
+    LLVMValueRef *v = g->val;
+    LLVMValueRef a = x->a >= 0 ? v[x->a] : NULL, b = x->b >= 0 ? v[x->b] : NULL,
+                 c = x->c >= 0 ? v[x->c] : NULL;
+    kiln_dtype in = x->a >= 0 ? ins[x->a].dt : x->dt;
+    if (!a || (x->prim >= PRIM_ADD && x->prim != PRIM_ABS && x->prim < PRIM_CAST &&
+               !(x->prim >= PRIM_SQRT && x->prim <= PRIM_TRUNC) && !b))
+        return refuse(g, x);
+    if (x->prim == PRIM_CAST)
+        return cast_prim(g, in, x->dt, a);
+    if (x->prim == PRIM_BITCAST) {
+        bool ok = (x->dt == KILN_I32 && cty(g, in) == g->f32) || (x->dt == KILN_F32 && in == KILN_I32) ||
+                  (x->dt == KILN_I64 && in == KILN_F64) || (x->dt == KILN_F64 && in == KILN_I64);
+        return ok ? L_->LLVMBuildBitCast(B, a, cty(g, x->dt), "") : refuse(g, x);
+    }
+    if (x->prim >= PRIM_LT && x->prim <= PRIM_NE)
+        return compare_prim(g, x, in, a, b);
+    if (x->dt == KILN_BOOL) {
+        bool logic = x->prim == PRIM_AND || x->prim == PRIM_OR || x->prim == PRIM_XOR;
+        return logic ? int_prim(g, x, a, b) : refuse(g, x);
+    }
+    if (is_float(x->dt))
+        return x->prim == PRIM_FMA && !c ? refuse(g, x) : float_prim(g, x, a, b, c);
+    return int_prim(g, x, a, b);
+}
+
+/* The two graph ops with no rule yet, gelu and pow on floats, through the
+ * libm functions the C path calls; NULL for anything else. */
+static LLVMValueRef alu(gen *g, const lower_ins *x) {
+    LLVMValueRef a = g->val[x->a];
+    if (x->dt != KILN_F32 && x->dt != KILN_F64)
+        return NULL;
+    LLVMTypeRef t = cty(g, x->dt);
+    if (x->gop == GRAPH_POW) {
+        LLVMValueRef args[2] = {a, g->val[x->b]};
+        return libm(g, "pow", args, 2);
+    }
+    if (x->gop != GRAPH_GELU)
+        return NULL;
+    LLVMValueRef z = L_->LLVMBuildFMul(B, L_->LLVMBuildFNeg(B, a, ""), cf(g, t, 0.70710678118654752440), "");
+    LLVMValueRef ec = libm1(g, "erfc", z);
+    LLVMValueRef v = L_->LLVMBuildFMul(B, L_->LLVMBuildFMul(B, cf(g, t, 0.5), a, ""), ec, "");
+    return sel(g, fcmp(g, LLVMRealOEQ, ec, cf(g, t, 0.0)), cf(g, t, -0.0), v);
 }
 
 /* ---- memory ---- */
@@ -694,22 +607,15 @@ static void ins_value(gen *g, int i) {
         break;
     case UOP_ALU:
         r = alu(g, x);
+        if (!r)
+            r = refuse(g, x);
+        break;
+    case UOP_PRIM:
+        r = prim(g, x);
         break;
     case UOP_WHERE:
         r = sel(g, icmp(g, LLVMIntNE, v[x->a], ci(g, g->i8, 0)), v[x->b], v[x->c]);
         break;
-    case UOP_RAND: {
-        LLVMValueRef d = philox_rand(g, x->gop == GRAPH_RANDN, x->dt, (uint64_t)x->imm.i, v[x->a]);
-        if (x->dt == KILN_F16 || x->dt == KILN_BF16)
-            r = rnd(g, x->dt, odd(g, d));
-        else if (x->dt == KILN_F64)
-            r = d;
-        else if (is_float(x->dt))
-            r = L_->LLVMBuildFPTrunc(B, d, g->f32, "");
-        else
-            r = L_->LLVMBuildFPToSI(B, d, cty(g, x->dt), "");
-        break;
-    }
     case UOP_REDUCE:
         return; /* set once its pass is done */
     case UOP_ACC:
@@ -717,6 +623,9 @@ static void ins_value(gen *g, int i) {
             r = rnd(g, x->dt, g->dot);
         else
             r = x->dt == KILN_I64 ? g->dot : L_->LLVMBuildTrunc(B, g->dot, cty(g, x->dt), "");
+        break;
+    default:
+        r = refuse(g, x);
         break;
     }
     v[i] = r;
@@ -1400,7 +1309,7 @@ LLVMModuleRef jit_llvm_render(const jit_llvm_api *L, LLVMContextRef cx, const lo
                  err ? err : "");
         g.failed = true;
     } else if (g.failed) {
-        snprintf(msg, cap, "kiln: out of memory while generating LLVM IR");
+        snprintf(msg, cap, "%s", g.why[0] ? g.why : "kiln: out of memory while generating LLVM IR");
     }
     if (err)
         L->LLVMDisposeMessage(err);

@@ -1,9 +1,13 @@
 /* prelude.h — the C source every generated CPU translation unit starts with:
- * storage conversions for the half types, and the element semantics of
- * graph/dtype.c and graph/philox.c (floor division, wrapping, saturating
- * casts, NaN-propagating max/min, Philox) written as inline C, so that
- * compiled kernels agree with the reference evaluator. It is a string,
- * included by one file of jit/cpu only. */
+ * what printing primitives needs beyond C itself. Element semantics live in
+ * lower/'s rules, not here; what stays is
+ * - the bit casts of PRIM_BITCAST (memcpy, which compilers turn into moves);
+ * - the half types' storage conversions (a load widens f16/bf16 bits to f32
+ *   exactly; a store narrows an f32 that the rules have already rounded, so
+ *   it is exact too) and kh_rh/kh_rb, which round a reduction's f32 result
+ *   and a matmul's dot product to the half type, outside the IR;
+ * - gelu, whose erfc has no rule yet (with pow, printed as libm's powf/pow).
+ * It is a string, included by one file of jit/cpu only. */
 #ifndef KILN_JIT_CPU_PRELUDE_H
 #define KILN_JIT_CPU_PRELUDE_H
 
@@ -14,6 +18,10 @@ static const char jit_cpu_prelude[] =
     "int omp_get_thread_num(void);\n"
     "int omp_get_num_threads(void);\n"
     "typedef uint8_t kb;\n"
+    "static inline int32_t kh_fbits(float f) { int32_t u; memcpy(&u, &f, 4); return u; }\n"
+    "static inline float kh_bitsf(int32_t u) { float f; memcpy(&f, &u, 4); return f; }\n"
+    "static inline int64_t kh_dbits(double d) { int64_t u; memcpy(&u, &d, 8); return u; }\n"
+    "static inline double kh_bitsd(int64_t u) { double d; memcpy(&d, &u, 8); return d; }\n"
     "static inline float kh_h2f(uint16_t h) {\n"
     "  uint32_t s = (uint32_t)(h & 0x8000) << 16, e = (h >> 10) & 0x1f, m = h & 0x3ff, u;\n"
     "  if (e == 0) { if (m == 0) u = s; else { e = 113; while (!(m & 0x400)) { m <<= 1; e--; }\n"
@@ -38,54 +46,11 @@ static const char jit_cpu_prelude[] =
     "static inline uint16_t kh_f2b(float f) { uint32_t u; memcpy(&u, &f, 4);\n"
     "  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);\n"
     "  u += 0x7fff + ((u >> 16) & 1); return (uint16_t)(u >> 16); }\n"
-    "/* double to float rounding to odd: a later rounding to a half type is then\n"
-    "   correct, as if rounded from the double once */\n"
-    "static inline float kh_odd(double d) { float f = (float)d;\n"
-    "  if ((double)f != d && f == f) { if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);\n"
-    "    uint32_t u; memcpy(&u, &f, 4); u |= 1; memcpy(&f, &u, 4); } return f; }\n"
     "static inline float kh_rh(float x) { return kh_h2f(kh_f2h(x)); }\n"
     "static inline float kh_rb(float x) { return kh_b2f(kh_f2b(x)); }\n"
-    "static inline int64_t kh_sat(double v, double lo, double hi) {\n"
-    "  if (v != v) return 0; v = trunc(v); if (v <= lo) return (int64_t)lo;\n"
-    "  if (v >= hi) return hi >= 9.2e18 ? INT64_MAX : (int64_t)hi; return (int64_t)v; }\n"
-    "static inline int64_t kh_floordiv(int64_t a, int64_t b) {\n"
-    "  if (b == 0) return 0; if (b == -1) return (int64_t)(0 - (uint64_t)a);\n"
-    "  int64_t q = a / b; if (a % b != 0 && ((a < 0) != (b < 0))) q--; return q; }\n"
-    "static inline uint64_t kh_ipow(int64_t base, int64_t e) {\n"
-    "  if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? UINT64_MAX : 1) : 0;\n"
-    "  uint64_t r = 1, b = (uint64_t)base;\n"
-    "  for (uint64_t k = (uint64_t)e; k; k >>= 1) { if (k & 1) r *= b; b *= b; } return r; }\n"
-    "static inline double kh_sigmoid(double x) {\n"
-    "  if (x >= 0) return 1.0 / (1.0 + exp(-x)); double e = exp(x); return e / (1.0 + e); }\n"
-    "static inline float kh_sigmoidf(float x) {\n"
-    "  if (x >= 0) return 1.0f / (1.0f + expf(-x)); float e = expf(x); return e / (1.0f + e); }\n"
     "static inline double kh_gelu(double x) { double c = erfc(-x * 0.70710678118654752440);\n"
     "  return c == 0.0 ? -0.0 : 0.5 * x * c; }\n"
     "static inline float kh_geluf(float x) { float c = erfcf(-x * 0.70710678118654752440f);\n"
-    "  return c == 0.0f ? -0.0f : 0.5f * x * c; }\n"
-    "static inline double kh_silu(double x) { if (x >= 0 || x != x) return x / (1.0 + exp(-x));\n"
-    "  double e = exp(x); return e == 0.0 ? -0.0 : x * e / (1.0 + e); }\n"
-    "static inline float kh_siluf(float x) { if (x >= 0 || x != x) return x / (1.0f + expf(-x));\n"
-    "  float e = expf(x); return e == 0.0f ? -0.0f : x * e / (1.0f + e); }\n"
-    "#define KH_FMAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) >= (b) ? (a) : (b))\n"
-    "#define KH_FMIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) <= (b) ? (a) : (b))\n"
-    "static inline void kh_philox(uint64_t idx, uint64_t seed, uint32_t w[4]) {\n"
-    "  uint32_t c0 = (uint32_t)idx, c1 = (uint32_t)(idx >> 32), c2 = 0, c3 = 0;\n"
-    "  uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);\n"
-    "  for (int r = 0; r < 10; r++) {\n"
-    "    uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;\n"
-    "    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0, n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;\n"
-    "    c0 = n0; c1 = (uint32_t)p1; c2 = n2; c3 = (uint32_t)p0;\n"
-    "    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }\n"
-    "  w[0] = c0; w[1] = c1; w[2] = c2; w[3] = c3; }\n"
-    "static inline double kh_rand(int normal, int dt, uint64_t seed, uint64_t idx) {\n"
-    "  uint32_t w[4]; kh_philox(idx, seed, w);\n"
-    "  uint64_t b01 = ((uint64_t)w[0] << 21) | (w[1] >> 11), b23 = ((uint64_t)w[2] << 21) | (w[3] >> 11);\n"
-    "  if (!normal) return dt == 1 ? ldexp((double)b01, -53) : dt == 2 ? ldexp((double)(w[0] >> 21), -11)\n"
-    "    : dt == 3 ? ldexp((double)(w[0] >> 24), -8) : ldexp((double)(w[0] >> 8), -24);\n"
-    "  double u1, u2;\n"
-    "  if (dt == 1) { u1 = ldexp((double)b01 + 1.0, -53); u2 = ldexp((double)b23, -53); }\n"
-    "  else { u1 = ldexp((double)w[0] + 1.0, -32); u2 = ldexp((double)w[2], -32); }\n"
-    "  return sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2); }\n";
+    "  return c == 0.0f ? -0.0f : 0.5f * x * c; }\n";
 
 #endif /* KILN_JIT_CPU_PRELUDE_H */

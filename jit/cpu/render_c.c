@@ -9,12 +9,16 @@
 
 #include "jit/cpu/cpu.h"
 #include "jit/cpu/prelude.h"
+#include "jit/cstyle/cstyle.h"
 
 typedef struct sbuf {
     char *s;
     size_t n, cap;
     bool failed;
     bool narrow; /* the kernel's index arithmetic fits int32: it vectorises */
+    char *err;   /* why rendering failed, when it is not memory */
+    size_t errcap;
+    bool refused; /* failed because of what the kernel asks, not for memory */
 } sbuf;
 
 static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -69,6 +73,23 @@ static const char *stype(kiln_dtype dt) {
 
 static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
 
+/* C's spellings for jit/cstyle; the bit casts are prelude.h's. */
+static const cstyle_target c_target = {
+    .type = {[KILN_F32] = "float", [KILN_F64] = "double", [KILN_F16] = "float",
+             [KILN_BF16] = "float", [KILN_I32] = "int32_t", [KILN_I64] = "int64_t",
+             [KILN_U8] = "uint8_t", [KILN_BOOL] = "uint8_t"},
+    .u8 = "uint8_t", .u32 = "uint32_t", .u64 = "uint64_t",
+    .nan = "NAN", .inf = "INFINITY",
+    .f32_bits = "kh_fbits", .bits_f32 = "kh_bitsf", .f64_bits = "kh_dbits", .bits_f64 = "kh_bitsd",
+};
+
+/* Renders nothing more: the kernel needs what this target cannot print. */
+static void refuse(sbuf *b, const char *why) {
+    if (b->err && !b->failed)
+        snprintf(b->err, b->errcap, "%s", why);
+    b->failed = b->refused = true;
+}
+
 /* Rounds a float-computed value of a half type to that type. */
 static const char *rnd(kiln_dtype dt) {
     return dt == KILN_F16 ? "kh_rh" : dt == KILN_BF16 ? "kh_rb" : "";
@@ -92,214 +113,19 @@ static void store_expr(sbuf *b, kiln_dtype dt, const char *val) {
         put(b, "%s", val);
 }
 
-static void imm_expr(sbuf *b, kiln_dtype dt, graph_scalar v) {
-    if (is_float(dt)) {
-        if (v.f != v.f)
-            put(b, "((%s)NAN)", ctype(dt));
-        else if (v.f == __builtin_inf() || v.f == -__builtin_inf())
-            put(b, "((%s)%sINFINITY)", ctype(dt), v.f < 0 ? "-" : "");
-        else
-            put(b, "((%s)%a)", ctype(dt), v.f);
-    } else if (dt == KILN_I64) {
-        put(b, "((int64_t)%lldLL)", (long long)v.i);
-    } else {
-        put(b, "((%s)%lld)", ctype(dt), (long long)v.i);
-    }
-}
-
-/* Integer range of a dtype for saturating float-to-int casts. */
-static void int_range(kiln_dtype dt, const char **lo, const char **hi) {
-    switch (dt) {
-    case KILN_I32:
-        *lo = "-2147483648.0";
-        *hi = "2147483647.0";
-        break;
-    case KILN_U8:
-        *lo = "0.0";
-        *hi = "255.0";
-        break;
-    default:
-        *lo = "-9223372036854775808.0";
-        *hi = "9223372036854775808.0";
-        break;
-    }
-}
-
-static void cast_expr(sbuf *b, kiln_dtype from, kiln_dtype to, int a) {
-    if (to == KILN_BOOL) {
-        put(b, "(uint8_t)(v%d != 0)", a);
-    } else if (to == KILN_F16 || to == KILN_BF16) {
-        put(b, "%s(kh_odd((double)v%d))", rnd(to), a);
-    } else if (is_float(to)) {
-        put(b, "%s((%s)v%d)", rnd(to), ctype(to), a);
-    } else if (is_float(from)) {
-        const char *lo, *hi;
-        int_range(to, &lo, &hi);
-        put(b, "(%s)kh_sat((double)v%d, %s, %s)", ctype(to), a, lo, hi);
-    } else if (to == KILN_I32) {
-        put(b, "(int32_t)(uint32_t)(uint64_t)v%d", a);
-    } else {
-        put(b, "(%s)(uint64_t)v%d", ctype(to), a);
-    }
-}
-
-static const char *fn(graph_op op, kiln_dtype dt) {
-    bool f = dt != KILN_F64;
-    switch (op) {
-    case GRAPH_EXP:
-        return f ? "expf" : "exp";
-    case GRAPH_LOG:
-        return f ? "logf" : "log";
-    case GRAPH_SQRT:
-        return f ? "sqrtf" : "sqrt";
-    case GRAPH_SIN:
-        return f ? "sinf" : "sin";
-    case GRAPH_COS:
-        return f ? "cosf" : "cos";
-    case GRAPH_TANH:
-        return f ? "tanhf" : "tanh";
-    case GRAPH_ABS:
-        return f ? "fabsf" : "fabs";
-    case GRAPH_SIGMOID:
-        return f ? "kh_sigmoidf" : "kh_sigmoid";
-    case GRAPH_GELU:
-        return f ? "kh_geluf" : "kh_gelu";
-    case GRAPH_SILU:
-        return f ? "kh_siluf" : "kh_silu";
-    case GRAPH_POW:
-        return f ? "powf" : "pow";
-    default:
-        return "";
-    }
-}
-
-static const char *cmp_op(graph_op op) {
-    switch (op) {
-    case GRAPH_LT:
-        return "<";
-    case GRAPH_LE:
-        return "<=";
-    case GRAPH_GT:
-        return ">";
-    case GRAPH_GE:
-        return ">=";
-    case GRAPH_EQ:
-        return "==";
-    default:
-        return "!=";
-    }
-}
-
-/* Wraps a 64-bit integer expression to dt's width. */
-static void wrap_open(sbuf *b, kiln_dtype dt) {
-    if (dt == KILN_BOOL)
-        put(b, "(uint8_t)((");
-    else if (dt == KILN_I32)
-        put(b, "(int32_t)(uint32_t)(");
+/* The two graph ops with no rule yet, gelu and pow on floats, as prelude.h
+ * and libm compute them; false for anything else (the kernel is refused). */
+static bool alu_expr(sbuf *b, const lower_ins *x) {
+    bool f = x->dt == KILN_F32;
+    if (x->dt != KILN_F32 && x->dt != KILN_F64)
+        return false;
+    if (x->gop == GRAPH_GELU)
+        put(b, "%s(v%d)", f ? "kh_geluf" : "kh_gelu", x->a);
+    else if (x->gop == GRAPH_POW)
+        put(b, "%s(v%d, v%d)", f ? "powf" : "pow", x->a, x->b);
     else
-        put(b, "(%s)(", ctype(dt));
-}
-
-static void wrap_close(sbuf *b, kiln_dtype dt) { put(b, dt == KILN_BOOL ? ") != 0)" : ")"); }
-
-static void alu_expr(sbuf *b, const lower_ins *x, const lower_ins *ins) {
-    kiln_dtype dt = x->dt, in = ins[x->a].dt;
-    int a = x->a, c = x->b;
-    graph_op op = x->gop;
-    if (op == GRAPH_CAST) {
-        cast_expr(b, in, dt, a);
-        return;
-    }
-    if (graph_op_is_compare(op)) {
-        put(b, "(uint8_t)(v%d %s v%d)", a, cmp_op(op), c);
-        return;
-    }
-    if (is_float(dt)) {
-        const char *r = rnd(dt), *t = ctype(dt);
-        switch (op) {
-        case GRAPH_NEG:
-            put(b, "(-v%d)", a);
-            return;
-        case GRAPH_RELU:
-            put(b, "((v%d > 0 || v%d != v%d) ? v%d : (%s)0)", a, a, a, a, t);
-            return;
-        case GRAPH_RSQRT:
-            put(b, "%s((%s)1 / %s(v%d))", r, t, fn(GRAPH_SQRT, dt), a);
-            return;
-        case GRAPH_RECIP:
-            put(b, "%s((%s)1 / v%d)", r, t, a);
-            return;
-        case GRAPH_ADD:
-            put(b, "%s(v%d + v%d)", r, a, c);
-            return;
-        case GRAPH_SUB:
-            put(b, "%s(v%d - v%d)", r, a, c);
-            return;
-        case GRAPH_MUL:
-            put(b, "%s(v%d * v%d)", r, a, c);
-            return;
-        case GRAPH_DIV:
-            put(b, "%s(v%d / v%d)", r, a, c);
-            return;
-        case GRAPH_MAXIMUM:
-            put(b, "KH_FMAX(v%d, v%d)", a, c);
-            return;
-        case GRAPH_MINIMUM:
-            put(b, "KH_FMIN(v%d, v%d)", a, c);
-            return;
-        case GRAPH_POW:
-            put(b, "%s(%s(v%d, v%d))", r, fn(op, dt), a, c);
-            return;
-        default:
-            put(b, "%s(%s(v%d))", r, fn(op, dt), a);
-            return;
-        }
-    }
-    switch (op) {
-    case GRAPH_NEG:
-        wrap_open(b, dt);
-        put(b, "0 - (uint64_t)v%d", a);
-        wrap_close(b, dt);
-        return;
-    case GRAPH_ABS:
-        wrap_open(b, dt);
-        put(b, "v%d < 0 ? 0 - (uint64_t)v%d : (uint64_t)v%d", a, a, a);
-        wrap_close(b, dt);
-        return;
-    case GRAPH_RELU:
-        put(b, "(v%d > 0 ? v%d : (%s)0)", a, a, ctype(dt));
-        return;
-    case GRAPH_MAXIMUM:
-        put(b, "(v%d > v%d ? v%d : v%d)", a, c, a, c);
-        return;
-    case GRAPH_MINIMUM:
-        put(b, "(v%d < v%d ? v%d : v%d)", a, c, a, c);
-        return;
-    default:
-        break;
-    }
-    wrap_open(b, dt);
-    switch (op) {
-    case GRAPH_ADD:
-        put(b, "(uint64_t)v%d + (uint64_t)v%d", a, c);
-        break;
-    case GRAPH_SUB:
-        put(b, "(uint64_t)v%d - (uint64_t)v%d", a, c);
-        break;
-    case GRAPH_MUL:
-        put(b, "(uint64_t)v%d * (uint64_t)v%d", a, c);
-        break;
-    case GRAPH_DIV:
-        put(b, "(uint64_t)kh_floordiv(v%d, v%d)", a, c);
-        break;
-    case GRAPH_POW:
-        put(b, "kh_ipow(v%d, v%d)", a, c);
-        break;
-    default:
-        put(b, "0");
-        break;
-    }
-    wrap_close(b, dt);
+        return false;
+    return true;
 }
 
 static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
@@ -316,9 +142,12 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     case UOP_RIDX:
         put(b, "%sr", it);
         break;
-    case UOP_IMM:
-        imm_expr(b, x->dt, x->imm);
+    case UOP_IMM: {
+        char e[96];
+        cstyle_imm(&c_target, x->dt, x->imm, e, sizeof e);
+        put(b, "%s", e);
         break;
+    }
     case UOP_IADD:
         put(b, "%sv%d + %sv%d", it, x->a, it, x->b);
         break;
@@ -352,15 +181,22 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
         break;
     }
     case UOP_ALU:
-        alu_expr(b, x, ins);
+        if (!alu_expr(b, x)) {
+            char why[256];
+            cstyle_refuse(x, "C", why, sizeof why);
+            refuse(b, why);
+        }
         break;
+    case UOP_PRIM: {
+        char e[512], why[256];
+        if (cstyle_prim(&c_target, ins, i, e, sizeof e, why, sizeof why))
+            put(b, "%s", e);
+        else
+            refuse(b, why);
+        break;
+    }
     case UOP_WHERE:
         put(b, "v%d ? v%d : v%d", x->a, x->b, x->c);
-        break;
-    case UOP_RAND:
-        put(b, "(%s)%s(%s(kh_rand(%d, %d, %lluULL, (uint64_t)v%d)))", ctype(x->dt), rnd(x->dt),
-            x->dt == KILN_F16 || x->dt == KILN_BF16 ? "kh_odd" : "", x->gop == GRAPH_RANDN,
-            (int)x->dt, (unsigned long long)x->imm.i, x->a);
         break;
     case UOP_REDUCE:
         put(b, "acc");
@@ -369,6 +205,12 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
         put(b, "(%s)%s(dot)", ctype(x->dt),
             is_float(x->dt) ? rnd(x->dt) : (x->dt == KILN_I32 ? "(int32_t)(uint32_t)" : ""));
         break;
+    default: {
+        char why[256];
+        cstyle_refuse(x, "C", why, sizeof why);
+        refuse(b, why);
+        break;
+    }
     }
     put(b, ";\n");
 }
@@ -785,8 +627,11 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     put(b, "          }\n  }\n  free(cb);\n  }\n}\n\n");
 }
 
-char *jit_cpu_render(const lower_program *p, const lower_plan *plans) {
+kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char **out, char *msg,
+                            size_t cap) {
     sbuf b = {0};
+    b.err = msg;
+    b.errcap = cap;
     put(&b, "%s\n", jit_cpu_prelude);
     for (int i = 0; i < p->nkernels; i++) {
         const lower_kernel *k = &p->kernels[i];
@@ -795,9 +640,14 @@ char *jit_cpu_render(const lower_program *p, const lower_plan *plans) {
         else if (k->kind != LOWER_ALIAS)
             render_ir_kernel(&b, k, &plans[i]);
     }
+    *out = NULL;
     if (b.failed) {
         free(b.s);
-        return NULL;
+        if (b.refused)
+            return KILN_ERR_COMPILE;
+        snprintf(msg, cap, "kiln: out of memory while generating code");
+        return KILN_ERR_OOM;
     }
-    return b.s;
+    *out = b.s;
+    return KILN_OK;
 }

@@ -30,9 +30,11 @@
 /* What the planner is told about a CUDA device. */
 const lower_target *jit_cuda_target(void);
 
-/* The CUDA C translation unit of a program planned for jit_cuda_target()
- * (malloc'd), or NULL when out of memory. */
-char *jit_cuda_render(const lower_program *p, const lower_plan *plans);
+/* The CUDA C translation unit of a program planned for jit_cuda_target(), in
+ * *out (malloc'd); KILN_ERR_COMPILE naming what this target cannot print, or
+ * KILN_ERR_OOM, with a message. */
+kiln_status jit_cuda_render(const lower_program *p, const lower_plan *plans, char **out,
+                            char *msg, size_t cap);
 
 /* How to launch a kernel of a rendered program, from its plan. */
 typedef struct jit_cuda_dims {

@@ -261,12 +261,15 @@ static void remember(cache_key k) {
 
 kiln_status jit_cuda_check_program(const lower_program *p, char *msg, size_t cap) {
     lower_plan *plans = lower_plan_program(p, jit_cuda_target());
-    char *src = plans ? jit_cuda_render(p, plans) : NULL;
+    char *src = NULL;
+    kiln_status rst = KILN_ERR_OOM;
+    if (plans)
+        rst = jit_cuda_render(p, plans, &src, msg, cap);
+    else
+        snprintf(msg, cap, "kiln: out of memory while planning CUDA code");
     lower_plans_free(plans, p->nkernels);
-    if (!src) {
-        snprintf(msg, cap, "kiln: out of memory while generating CUDA code");
-        return KILN_ERR_OOM;
-    }
+    if (rst != KILN_OK)
+        return rst;
     cache_key_builder b;
     cache_key_begin(&b);
     cache_key_add_str(&b, src);

@@ -6,13 +6,15 @@
  * shared memory, every finished reduction broadcast to all threads before the
  * next pass; a matmul stages tiles of both operands in shared memory and each
  * thread keeps a 4x4 block of the output in registers, then applies the
- * epilogue per element. Element semantics are those of jit/cpu/prelude.h
- * (and so of graph/dtype.c), rewritten for the device. */
+ * epilogue per element. Element semantics come from lower/'s rules, printed
+ * through jit/cstyle; the prelude holds only the half types' storage
+ * conversions, gelu (no rule yet) and the block-wide combines. */
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "jit/cstyle/cstyle.h"
 #include "jit/cuda/cuda.h"
 #include "jit/cuda/half.h"
 
@@ -32,53 +34,12 @@ static const char prelude[] =
     JIT_CUDA_STR(JIT_CUDA_HALF_CODE(__device__ __forceinline__)) "\n"
     "#define KH_NAN __longlong_as_double(0x7ff8000000000000LL)\n"
     "#define KH_INF __longlong_as_double(0x7ff0000000000000LL)\n"
-    /* double to float rounding to odd: a later rounding to a half type is
-       then correct, as if rounded from the double once */
-    "KH_D float kh_odd(double d) { float f = (float)d;\n"
-    "  if ((double)f != d && f == f) { if (fabs((double)f) > fabs(d)) f = nextafterf(f, 0.0f);\n"
-    "    f = __uint_as_float(__float_as_uint(f) | 1u); } return f; }\n"
     "KH_D float kh_rh(float x) { return kh_h2f(kh_f2h(x)); }\n"
     "KH_D float kh_rb(float x) { return kh_b2f(kh_f2b(x)); }\n"
-    "KH_D kh_i64 kh_sat(double v, double lo, double hi) {\n"
-    "  if (v != v) return 0; v = trunc(v); if (v <= lo) return (kh_i64)lo;\n"
-    "  if (v >= hi) return hi >= 9.2e18 ? 9223372036854775807LL : (kh_i64)hi;\n"
-    "  return (kh_i64)v; }\n"
-    "KH_D kh_i64 kh_floordiv(kh_i64 a, kh_i64 b) {\n"
-    "  if (b == 0) return 0; if (b == -1) return (kh_i64)(0 - (kh_u64)a);\n"
-    "  kh_i64 q = a / b; if (a % b != 0 && ((a < 0) != (b < 0))) q--; return q; }\n"
-    "KH_D kh_u64 kh_ipow(kh_i64 base, kh_i64 e) {\n"
-    "  if (e < 0) return base == 1 ? 1 : base == -1 ? ((e & 1) ? ~0ULL : 1) : 0;\n"
-    "  kh_u64 r = 1, b = (kh_u64)base;\n"
-    "  for (kh_u64 k = (kh_u64)e; k; k >>= 1) { if (k & 1) r *= b; b *= b; } return r; }\n"
-    "KH_D double kh_sigmoid(double x) {\n"
-    "  if (x >= 0) return 1.0 / (1.0 + exp(-x)); double e = exp(x); return e / (1.0 + e); }\n"
-    "KH_D float kh_sigmoidf(float x) {\n"
-    "  if (x >= 0) return 1.0f / (1.0f + expf(-x)); float e = expf(x); return e / (1.0f + e); }\n"
     "KH_D double kh_gelu(double x) { double c = erfc(-x * 0.70710678118654752440);\n"
     "  return c == 0.0 ? -0.0 : 0.5 * x * c; }\n"
     "KH_D float kh_geluf(float x) { float c = erfcf(-x * 0.70710678118654752440f);\n"
     "  return c == 0.0f ? -0.0f : 0.5f * x * c; }\n"
-    "KH_D double kh_silu(double x) { if (x >= 0 || x != x) return x / (1.0 + exp(-x));\n"
-    "  double e = exp(x); return e == 0.0 ? -0.0 : x * e / (1.0 + e); }\n"
-    "KH_D float kh_siluf(float x) { if (x >= 0 || x != x) return x / (1.0f + expf(-x));\n"
-    "  float e = expf(x); return e == 0.0f ? -0.0f : x * e / (1.0f + e); }\n"
-    "#define KH_FMAX(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) >= (b) ? (a) : (b))\n"
-    "#define KH_FMIN(a, b) ((a) != (a) ? (a) : (b) != (b) ? (b) : (a) <= (b) ? (a) : (b))\n"
-    "KH_D double kh_rand(int normal, int dt, kh_u64 seed, kh_u64 idx) {\n"
-    "  kh_u32 c0 = (kh_u32)idx, c1 = (kh_u32)(idx >> 32), c2 = 0, c3 = 0;\n"
-    "  kh_u32 k0 = (kh_u32)seed, k1 = (kh_u32)(seed >> 32);\n"
-    "  for (int i = 0; i < 10; i++) {\n"
-    "    kh_u64 p0 = (kh_u64)0xD2511F53u * c0, p1 = (kh_u64)0xCD9E8D57u * c2;\n"
-    "    kh_u32 n0 = (kh_u32)(p1 >> 32) ^ c1 ^ k0, n2 = (kh_u32)(p0 >> 32) ^ c3 ^ k1;\n"
-    "    c0 = n0; c1 = (kh_u32)p1; c2 = n2; c3 = (kh_u32)p0;\n"
-    "    k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }\n"
-    "  kh_u64 b01 = ((kh_u64)c0 << 21) | (c1 >> 11), b23 = ((kh_u64)c2 << 21) | (c3 >> 11);\n"
-    "  if (!normal) return dt == 1 ? ldexp((double)b01, -53) : dt == 2 ? ldexp((double)(c0 >> 21), -11)\n"
-    "    : dt == 3 ? ldexp((double)(c0 >> 24), -8) : ldexp((double)(c0 >> 8), -24);\n"
-    "  double u1, u2;\n"
-    "  if (dt == 1) { u1 = ldexp((double)b01 + 1.0, -53); u2 = ldexp((double)b23, -53); }\n"
-    "  else { u1 = ldexp((double)c0 + 1.0, -32); u2 = ldexp((double)c2, -32); }\n"
-    "  return sqrt(-2.0 * log(u1)) * cos(6.28318530717958647692 * u2); }\n"
     /* Matmul's inner product: fused where the target contracts nothing else
        (--fmad=false keeps elementwise code rounding like the CPU's). */
     "KH_D float kh_fma(float a, float b, float c) { return fmaf(a, b, c); }\n"
@@ -123,6 +84,9 @@ typedef struct sbuf {
     char *s;
     size_t n, cap;
     bool failed;
+    char *err; /* why rendering failed, when it is not memory */
+    size_t errcap;
+    bool refused; /* failed because of what the kernel asks, not for memory */
 } sbuf;
 
 static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -154,6 +118,24 @@ static void put(sbuf *b, const char *fmt, ...) {
 }
 
 static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
+
+/* CUDA's spellings for jit/cstyle. */
+static const cstyle_target cuda_target = {
+    .type = {[KILN_F32] = "float", [KILN_F64] = "double", [KILN_F16] = "float",
+             [KILN_BF16] = "float", [KILN_I32] = "kh_i32", [KILN_I64] = "kh_i64",
+             [KILN_U8] = "kh_u8", [KILN_BOOL] = "kh_u8"},
+    .u8 = "kh_u8", .u32 = "kh_u32", .u64 = "kh_u64",
+    .nan = "KH_NAN", .inf = "KH_INF",
+    .f32_bits = "__float_as_int", .bits_f32 = "__int_as_float",
+    .f64_bits = "__double_as_longlong", .bits_f64 = "__longlong_as_double",
+};
+
+/* Renders nothing more: the kernel needs what this target cannot print. */
+static void refuse(sbuf *b, const char *why) {
+    if (b->err && !b->failed)
+        snprintf(b->err, b->errcap, "%s", why);
+    b->failed = b->refused = true;
+}
 
 /* The type a dtype computes in, and the type it is stored as. */
 static const char *ctype(kiln_dtype dt) {
@@ -205,224 +187,19 @@ static void store_expr(sbuf *b, kiln_dtype dt, int v) {
         put(b, "v%d", v);
 }
 
-static void imm_expr(sbuf *b, kiln_dtype dt, graph_scalar v) {
-    if (is_float(dt)) {
-        if (v.f != v.f)
-            put(b, "((%s)KH_NAN)", ctype(dt));
-        else if (v.f == __builtin_inf() || v.f == -__builtin_inf())
-            put(b, "((%s)%sKH_INF)", ctype(dt), v.f < 0 ? "-" : "");
-        else
-            put(b, "((%s)%a)", ctype(dt), v.f);
-    } else if (dt == KILN_I64 && v.i == INT64_MIN) {
-        put(b, "(-9223372036854775807LL - 1)");
-    } else {
-        put(b, "((%s)%lldLL)", ctype(dt), (long long)v.i);
-    }
-}
-
-/* Integer range of a dtype for saturating float-to-int casts. */
-static void int_range(kiln_dtype dt, const char **lo, const char **hi) {
-    switch (dt) {
-    case KILN_I32:
-        *lo = "-2147483648.0";
-        *hi = "2147483647.0";
-        break;
-    case KILN_U8:
-        *lo = "0.0";
-        *hi = "255.0";
-        break;
-    default:
-        *lo = "-9223372036854775808.0";
-        *hi = "9223372036854775808.0";
-        break;
-    }
-}
-
-static void cast_expr(sbuf *b, kiln_dtype from, kiln_dtype to, int a) {
-    if (to == KILN_BOOL) {
-        put(b, "(kh_u8)(v%d != 0)", a);
-    } else if (to == KILN_F16 || to == KILN_BF16) {
-        put(b, "%s(kh_odd((double)v%d))", rnd(to), a);
-    } else if (is_float(to)) {
-        put(b, "((%s)v%d)", ctype(to), a);
-    } else if (is_float(from)) {
-        const char *lo, *hi;
-        int_range(to, &lo, &hi);
-        put(b, "(%s)kh_sat((double)v%d, %s, %s)", ctype(to), a, lo, hi);
-    } else if (to == KILN_I32) {
-        put(b, "(kh_i32)(kh_u32)(kh_u64)v%d", a);
-    } else {
-        put(b, "(%s)(kh_u64)v%d", ctype(to), a);
-    }
-}
-
-static const char *fn(graph_op op, kiln_dtype dt) {
-    bool f = dt != KILN_F64;
-    switch (op) {
-    case GRAPH_EXP:
-        return f ? "expf" : "exp";
-    case GRAPH_LOG:
-        return f ? "logf" : "log";
-    case GRAPH_SQRT:
-        return f ? "sqrtf" : "sqrt";
-    case GRAPH_SIN:
-        return f ? "sinf" : "sin";
-    case GRAPH_COS:
-        return f ? "cosf" : "cos";
-    case GRAPH_TANH:
-        return f ? "tanhf" : "tanh";
-    case GRAPH_ABS:
-        return f ? "fabsf" : "fabs";
-    case GRAPH_SIGMOID:
-        return f ? "kh_sigmoidf" : "kh_sigmoid";
-    case GRAPH_GELU:
-        return f ? "kh_geluf" : "kh_gelu";
-    case GRAPH_SILU:
-        return f ? "kh_siluf" : "kh_silu";
-    case GRAPH_POW:
-        return f ? "powf" : "pow";
-    default:
-        return "";
-    }
-}
-
-static const char *cmp_op(graph_op op) {
-    switch (op) {
-    case GRAPH_LT:
-        return "<";
-    case GRAPH_LE:
-        return "<=";
-    case GRAPH_GT:
-        return ">";
-    case GRAPH_GE:
-        return ">=";
-    case GRAPH_EQ:
-        return "==";
-    default:
-        return "!=";
-    }
-}
-
-/* Wraps a 64-bit integer expression to dt's width. */
-static void wrap_open(sbuf *b, kiln_dtype dt) {
-    if (dt == KILN_BOOL)
-        put(b, "(kh_u8)((");
-    else if (dt == KILN_I32)
-        put(b, "(kh_i32)(kh_u32)(");
+/* The two graph ops with no rule yet, gelu and pow on floats, as the prelude
+ * and CUDA's libm compute them; false for anything else (the kernel is refused). */
+static bool alu_expr(sbuf *b, const lower_ins *x) {
+    bool f = x->dt == KILN_F32;
+    if (x->dt != KILN_F32 && x->dt != KILN_F64)
+        return false;
+    if (x->gop == GRAPH_GELU)
+        put(b, "%s(v%d)", f ? "kh_geluf" : "kh_gelu", x->a);
+    else if (x->gop == GRAPH_POW)
+        put(b, "%s(v%d, v%d)", f ? "powf" : "pow", x->a, x->b);
     else
-        put(b, "(%s)(", ctype(dt));
-}
-
-static void wrap_close(sbuf *b, kiln_dtype dt) { put(b, dt == KILN_BOOL ? ") != 0)" : ")"); }
-
-static void float_alu(sbuf *b, const lower_ins *x) {
-    kiln_dtype dt = x->dt;
-    const char *r = rnd(dt), *t = ctype(dt);
-    int a = x->a, c = x->b;
-    switch (x->gop) {
-    case GRAPH_NEG:
-        put(b, "(-v%d)", a);
-        return;
-    case GRAPH_RELU:
-        put(b, "((v%d > 0 || v%d != v%d) ? v%d : (%s)0)", a, a, a, a, t);
-        return;
-    case GRAPH_RSQRT:
-        put(b, "%s((%s)1 / %s(v%d))", r, t, fn(GRAPH_SQRT, dt), a);
-        return;
-    case GRAPH_RECIP:
-        put(b, "%s((%s)1 / v%d)", r, t, a);
-        return;
-    case GRAPH_ADD:
-        put(b, "%s(v%d + v%d)", r, a, c);
-        return;
-    case GRAPH_SUB:
-        put(b, "%s(v%d - v%d)", r, a, c);
-        return;
-    case GRAPH_MUL:
-        put(b, "%s(v%d * v%d)", r, a, c);
-        return;
-    case GRAPH_DIV:
-        put(b, "%s(v%d / v%d)", r, a, c);
-        return;
-    case GRAPH_MAXIMUM:
-        put(b, "KH_FMAX(v%d, v%d)", a, c);
-        return;
-    case GRAPH_MINIMUM:
-        put(b, "KH_FMIN(v%d, v%d)", a, c);
-        return;
-    case GRAPH_POW:
-        put(b, "%s(%s(v%d, v%d))", r, fn(x->gop, dt), a, c);
-        return;
-    default:
-        put(b, "%s(%s(v%d))", r, fn(x->gop, dt), a);
-        return;
-    }
-}
-
-static void alu_expr(sbuf *b, const lower_ins *x, const lower_ins *ins) {
-    kiln_dtype dt = x->dt;
-    int a = x->a, c = x->b;
-    graph_op op = x->gop;
-    if (op == GRAPH_CAST) {
-        cast_expr(b, ins[a].dt, dt, a);
-        return;
-    }
-    if (graph_op_is_compare(op)) {
-        put(b, "(kh_u8)(v%d %s v%d)", a, cmp_op(op), c);
-        return;
-    }
-    if (is_float(dt)) {
-        float_alu(b, x);
-        return;
-    }
-    switch (op) {
-    case GRAPH_NEG:
-        wrap_open(b, dt);
-        put(b, "0 - (kh_u64)v%d", a);
-        wrap_close(b, dt);
-        return;
-    case GRAPH_ABS:
-        wrap_open(b, dt);
-        if (dt == KILN_U8 || dt == KILN_BOOL)
-            put(b, "(kh_u64)v%d", a);
-        else
-            put(b, "v%d < 0 ? 0 - (kh_u64)v%d : (kh_u64)v%d", a, a, a);
-        wrap_close(b, dt);
-        return;
-    case GRAPH_RELU:
-        put(b, "(v%d > 0 ? v%d : (%s)0)", a, a, ctype(dt));
-        return;
-    case GRAPH_MAXIMUM:
-        put(b, "(v%d > v%d ? v%d : v%d)", a, c, a, c);
-        return;
-    case GRAPH_MINIMUM:
-        put(b, "(v%d < v%d ? v%d : v%d)", a, c, a, c);
-        return;
-    default:
-        break;
-    }
-    wrap_open(b, dt);
-    switch (op) {
-    case GRAPH_ADD:
-        put(b, "(kh_u64)v%d + (kh_u64)v%d", a, c);
-        break;
-    case GRAPH_SUB:
-        put(b, "(kh_u64)v%d - (kh_u64)v%d", a, c);
-        break;
-    case GRAPH_MUL:
-        put(b, "(kh_u64)v%d * (kh_u64)v%d", a, c);
-        break;
-    case GRAPH_DIV:
-        put(b, "(kh_u64)kh_floordiv(v%d, v%d)", a, c);
-        break;
-    case GRAPH_POW:
-        put(b, "kh_ipow(v%d, v%d)", a, c);
-        break;
-    default:
-        put(b, "0");
-        break;
-    }
-    wrap_close(b, dt);
+        return false;
+    return true;
 }
 
 static void ins_stmt(sbuf *b, const lower_ins *ins, int i, const char *indent) {
@@ -439,9 +216,12 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i, const char *indent) {
     case UOP_RIDX:
         put(b, "r");
         break;
-    case UOP_IMM:
-        imm_expr(b, x->dt, x->imm);
+    case UOP_IMM: {
+        char e[96];
+        cstyle_imm(&cuda_target, x->dt, x->imm, e, sizeof e);
+        put(b, "%s", e);
         break;
+    }
     case UOP_IADD:
         put(b, "v%d + v%d", x->a, x->b);
         break;
@@ -475,15 +255,22 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i, const char *indent) {
         break;
     }
     case UOP_ALU:
-        alu_expr(b, x, ins);
+        if (!alu_expr(b, x)) {
+            char why[256];
+            cstyle_refuse(x, "CUDA", why, sizeof why);
+            refuse(b, why);
+        }
         break;
+    case UOP_PRIM: {
+        char e[512], why[256];
+        if (cstyle_prim(&cuda_target, ins, i, e, sizeof e, why, sizeof why))
+            put(b, "%s", e);
+        else
+            refuse(b, why);
+        break;
+    }
     case UOP_WHERE:
         put(b, "v%d ? v%d : v%d", x->a, x->b, x->c);
-        break;
-    case UOP_RAND:
-        put(b, "(%s)%s(%s(kh_rand(%d, %d, %lluULL, (kh_u64)v%d)))", ctype(x->dt), rnd(x->dt),
-            x->dt == KILN_F16 || x->dt == KILN_BF16 ? "kh_odd" : "", x->gop == GRAPH_RANDN,
-            (int)x->dt, (unsigned long long)x->imm.i, x->a);
         break;
     case UOP_REDUCE:
         put(b, "acc");
@@ -492,6 +279,12 @@ static void ins_stmt(sbuf *b, const lower_ins *ins, int i, const char *indent) {
         put(b, "(%s)%s(dot)", ctype(x->dt),
             is_float(x->dt) ? rnd(x->dt) : (x->dt == KILN_I32 ? "(kh_i32)(kh_u32)" : ""));
         break;
+    default: {
+        char why[256];
+        cstyle_refuse(x, "CUDA", why, sizeof why);
+        refuse(b, why);
+        break;
+    }
     }
     put(b, ";\n");
 }
@@ -733,15 +526,23 @@ static void render_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan
         render_phased(b, k, plan);
 }
 
-char *jit_cuda_render(const lower_program *p, const lower_plan *plans) {
+kiln_status jit_cuda_render(const lower_program *p, const lower_plan *plans, char **out, char *msg,
+                            size_t cap) {
     sbuf b = {0};
+    b.err = msg;
+    b.errcap = cap;
     put(&b, "%s\n", prelude);
     for (int i = 0; i < p->nkernels; i++)
         if (p->kernels[i].kind != LOWER_ALIAS)
             render_kernel(&b, &p->kernels[i], &plans[i]);
+    *out = NULL;
     if (b.failed) {
         free(b.s);
-        return NULL;
+        if (b.refused)
+            return KILN_ERR_COMPILE;
+        snprintf(msg, cap, "kiln: out of memory while generating CUDA code");
+        return KILN_ERR_OOM;
     }
-    return b.s;
+    *out = b.s;
+    return KILN_OK;
 }

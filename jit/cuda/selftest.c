@@ -64,11 +64,15 @@ static size_t node_bytes(const graph_node *x) {
 static kiln_status run_on_device(jit_cuda_device *d, const lower_program *p,
                                  const graph_node *target, void *host, char *msg, size_t cap) {
     lower_plan *plans = lower_plan_program(p, jit_cuda_target());
-    char *src = plans ? jit_cuda_render(p, plans) : NULL;
-    if (!src) {
+    char *src = NULL;
+    kiln_status rst = KILN_ERR_OOM;
+    if (plans)
+        rst = jit_cuda_render(p, plans, &src, msg, cap);
+    else
+        snprintf(msg, cap, "out of memory planning");
+    if (rst != KILN_OK) {
         lower_plans_free(plans, p->nkernels);
-        snprintf(msg, cap, "out of memory rendering");
-        return KILN_ERR_OOM;
+        return rst;
     }
     jit_cuda_binary bin;
     kiln_status st = jit_cuda_compile(src, jit_cuda_device_arch(d), true, &bin, msg, cap);

@@ -20,21 +20,27 @@ static kiln_status ref_open(const jit_device_config *cfg, jit_device **out, char
 static void ref_close(jit_device *d) { free(d); }
 
 /* The kernels' IR: what the evaluator runs, for KILN_DUMP and the cache key. */
-static char *ref_render(jit_device *d, const lower_program *p, const lower_plan *plans) {
+static kiln_status ref_render(jit_device *d, const lower_program *p, const lower_plan *plans,
+                              char **out, char *msg, size_t cap) {
     (void)d;
     (void)plans;
     char *text = NULL;
     size_t len = 0;
     FILE *f = open_memstream(&text, &len);
-    if (!f)
-        return NULL;
-    for (int i = 0; i < p->nkernels; i++)
-        lower_print_kernel(f, &p->kernels[i]);
-    if (fclose(f) != 0) {
-        free(text);
-        return NULL;
+    *out = NULL;
+    if (f) {
+        for (int i = 0; i < p->nkernels; i++)
+            lower_print_kernel(f, &p->kernels[i]);
+        if (fclose(f) == 0)
+            *out = text;
+        else
+            free(text);
     }
-    return text;
+    if (!*out) {
+        snprintf(msg, cap, "kiln: out of memory while printing the kernels");
+        return KILN_ERR_OOM;
+    }
+    return KILN_OK;
 }
 
 static kiln_status ref_compile(jit_device *d, const lower_program *p, const lower_plan *plans,

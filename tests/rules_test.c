@@ -1,0 +1,132 @@
+/* Tests of lower/'s rewrite rules: every composite op that decomposes into
+ * primitives, on every executor, over the whole input range (±0, denormals,
+ * the smallest normals, ±inf, NaN, huge and tiny magnitudes, and a dense
+ * sweep of the range where the result varies), against long double libm.
+ * The error is measured in ulp of the result's dtype (a subnormal result's
+ * ulp is the smallest subnormal, times |x| where the result is x times a
+ * subnormal factor); the worst is printed and must stay within
+ * the bound stated beside the rule. NaN and infinities must match exactly. */
+#include <float.h>
+
+#include "test_util.h"
+
+enum { NSWEEP = 24000 };
+
+typedef long double (*ref_fn)(long double);
+
+static long double ref_sigmoid(long double x) {
+    if (x >= 0)
+        return 1.0L / (1.0L + expl(-x));
+    long double e = expl(x);
+    return e / (1.0L + e);
+}
+
+/* where the sigmoid underflows, -0 (graph/dtype.c's: -inf gives -0, not NaN) */
+static long double ref_silu(long double x) {
+    long double s = ref_sigmoid(x);
+    return s == 0 ? -0.0L : x * s;
+}
+static long double ref_rsqrt(long double x) { return 1.0L / sqrtl(x); }
+static long double ref_recip(long double x) { return 1.0L / x; }
+
+typedef struct rule_case {
+    const char *name;
+    kiln_tensor *(*op)(kiln_tensor *);
+    ref_fn ref;
+    double bound_f32, bound_f64; /* ulp */
+} rule_case;
+
+static const rule_case cases[] = {
+    {"exp", kiln_exp, expl, 2, 2},          {"log", kiln_log, logl, 2, 2},
+    {"tanh", kiln_tanh, tanhl, 4, 4},       {"sigmoid", kiln_sigmoid, ref_sigmoid, 3, 3},
+    {"silu", kiln_silu, ref_silu, 4, 4},    {"rsqrt", kiln_rsqrt, ref_rsqrt, 1.5, 1.5},
+    {"recip", kiln_recip, ref_recip, 0.5, 0.5},
+};
+
+/* The inputs: special values, then magnitudes spread evenly over the
+ * exponent range (both signs), then a dense sweep of [-30, 30]. */
+static int inputs(bool f64, double *x) {
+    double tiny = f64 ? 0x1p-1074 : 0x1p-149, minn = f64 ? DBL_MIN : FLT_MIN,
+           big = f64 ? DBL_MAX : FLT_MAX;
+    const double special[] = {0.0, -0.0, tiny, -tiny, minn, -minn, big, -big, INFINITY,
+                              -INFINITY, NAN, 1.0, -1.0, 0.5, 2.0, 88.72, -87.5, -103.9,
+                              709.7, -708.5, -745.0, 1e-8, -1e-8, 20.0, -20.0};
+    int n = 0;
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++)
+        x[n++] = special[i];
+    int emin = f64 ? -1074 : -149, emax = f64 ? 1023 : 127;
+    for (int i = 0; i < NSWEEP / 2; i++) {
+        double e = emin + (emax - emin + 1.0) * i / (NSWEEP / 2);
+        double v = ldexp(1.0 + (i * 0.6180339887) - floor(i * 0.6180339887), (int)floor(e));
+        x[n++] = (i & 1) ? -v : v;
+    }
+    for (int i = 0; i < NSWEEP / 2; i++)
+        x[n++] = -30.0 + 60.0 * i / (NSWEEP / 2) + 1e-4 * (i % 7);
+    if (!f64)
+        for (int i = 0; i < n; i++)
+            x[i] = (float)x[i];
+    return n;
+}
+
+/* |got - want| in ulp of want in the dtype. */
+static double ulp_error(long double want, double got, bool f64) {
+    int e;
+    frexpl(want, &e); /* |want| in [2^(e-1), 2^e) */
+    int lowest = f64 ? -1021 : -125, mant = f64 ? 53 : 24;
+    if (e < lowest)
+        e = lowest;
+    long double ulp = ldexpl(1.0L, e - mant);
+    return (double)(fabsl((long double)got - want) / ulp);
+}
+
+static void check(kiln_ctx *ctx, const rule_case *c, bool f64) {
+    static double x[NSWEEP + 64], got[NSWEEP + 64];
+    static float xf[NSWEEP + 64];
+    int n = inputs(f64, x);
+    for (int i = 0; i < n; i++)
+        xf[i] = (float)x[i];
+    kiln_dtype dt = f64 ? KILN_F64 : KILN_F32;
+    kiln_tensor *t = kiln_from_data(ctx, dt, TU_S(n), f64 ? (const void *)x : (const void *)xf);
+    kiln_tensor *y = c->op(t);
+    TU_ASSERT_OK(y);
+    if (f64) {
+        cr_assert_eq(kiln_to_host(y, got, sizeof *got * (size_t)n), KILN_OK);
+    } else {
+        cr_assert_eq(kiln_to_host(y, xf, sizeof *xf * (size_t)n), KILN_OK);
+        for (int i = 0; i < n; i++)
+            got[i] = xf[i];
+    }
+    double worst = 0, at = 0;
+    for (int i = 0; i < n; i++) {
+        long double want = c->ref((long double)x[i]);
+        double rounded = f64 ? (double)want : (double)(float)want;
+        if (isnan(rounded) || isinf(rounded)) {
+            cr_assert(isnan(rounded) ? isnan(got[i]) : got[i] == rounded,
+                      "[%s] %s %s(%a) = %a, expected %a", tu_exec_name(), f64 ? "f64" : "f32",
+                      c->name, x[i], got[i], rounded);
+            continue;
+        }
+        cr_assert(isfinite(got[i]), "[%s] %s %s(%a) = %a, expected %a", tu_exec_name(),
+                  f64 ? "f64" : "f32", c->name, x[i], got[i], rounded);
+        double err = ulp_error(want, got[i], f64);
+        /* a subnormal x * e (silu far left) carries e's subnormal quantum
+         * times |x|: graph/dtype.c's formula, and the rule's, lose that much */
+        if (fabsl(want) < (f64 ? DBL_MIN : FLT_MIN) && fabs(x[i]) > 1)
+            err /= fabs(x[i]);
+        if (err > worst)
+            worst = err, at = x[i];
+    }
+    double bound = f64 ? c->bound_f64 : c->bound_f32;
+    fprintf(stderr, "rules: [%s] %s %s worst %.3f ulp (at %a), bound %.1f\n", tu_exec_name(),
+            f64 ? "f64" : "f32", c->name, worst, at, bound);
+    /* the bound of a correctly rounded result is 0.5 ulp of the exact value */
+    cr_assert(worst <= bound + 1e-3, "[%s] %s %s: %.3f ulp at %a, above the rule's %.1f",
+              tu_exec_name(), f64 ? "f64" : "f32", c->name, worst, at, bound);
+}
+
+TU_TEST(rules, every_rule_within_its_bound) {
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        check(ctx, &cases[i], false);
+        check(ctx, &cases[i], true);
+    }
+}
