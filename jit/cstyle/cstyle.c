@@ -3,10 +3,59 @@
  * the unsigned type of its width (wrapping, never signed overflow), division
  * and remainder test their divisor first, float max/min spell out their NaN
  * rule. */
+#include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jit/cstyle/cstyle.h"
+
+void cstyle_put(cstyle_buf *b, const char *fmt, ...) {
+    if (b->failed)
+        return;
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (w < 0) {
+            b->failed = true;
+            return;
+        }
+        if (b->s && b->n + (size_t)w < b->cap) {
+            b->n += (size_t)w;
+            return;
+        }
+        size_t cap = (b->cap ? b->cap * 2 : 16384) + (size_t)w;
+        char *s = realloc(b->s, cap);
+        if (!s) {
+            b->failed = true;
+            return;
+        }
+        b->s = s;
+        b->cap = cap;
+    }
+}
+
+void cstyle_refuse_buf(cstyle_buf *b, const char *why) {
+    if (b->err && !b->failed)
+        snprintf(b->err, b->errcap, "%s", why);
+    b->failed = b->refused = true;
+}
+
+kiln_status cstyle_finish(cstyle_buf *b, const char *what, char **out) {
+    *out = NULL;
+    if (!b->failed) {
+        *out = b->s;
+        return KILN_OK;
+    }
+    free(b->s);
+    if (b->refused)
+        return KILN_ERR_COMPILE;
+    if (b->err)
+        snprintf(b->err, b->errcap, "kiln: out of memory while generating %s", what);
+    return KILN_ERR_OOM;
+}
 
 static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
 static bool is_signed(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64; }
@@ -35,8 +84,8 @@ bool cstyle_imm(const cstyle_target *t, kiln_dtype dt, graph_scalar v, char *out
 
 static bool refuse(const lower_ins *ins, const lower_ins *x, char *msg, size_t mcap) {
     snprintf(msg, mcap, "kiln: the C-family renderer has no form of primitive %s on %s (operand %s)",
-             lower_prim_name(x->prim), kiln_dtype_name(x->dt),
-             x->a >= 0 ? kiln_dtype_name(ins[x->a].dt) : "none");
+             lower_prim_name(x->prim), graph_dtype_name(x->dt),
+             x->a >= 0 ? graph_dtype_name(ins[x->a].dt) : "none");
     return false;
 }
 
@@ -44,10 +93,10 @@ void cstyle_refuse(const lower_ins *x, const char *target, char *msg, size_t mca
     if (x->op == UOP_ALU || x->op == UOP_RAND)
         snprintf(msg, mcap, "kiln: the %s renderer cannot print %s %s of %s: no rule rewrote it "
                  "into primitives", target, lower_uop_name(x->op), graph_op_name(x->gop),
-                 kiln_dtype_name(x->dt));
+                 graph_dtype_name(x->dt));
     else
         snprintf(msg, mcap, "kiln: the %s renderer cannot print uop %s of %s", target,
-                 lower_uop_name(x->op), kiln_dtype_name(x->dt));
+                 lower_uop_name(x->op), graph_dtype_name(x->dt));
 }
 
 static const char *float_fn(lower_prim p) {
@@ -216,4 +265,155 @@ bool cstyle_prim(const cstyle_target *t, const lower_ins *ins, int i, char *out,
         ok = is_float(x->dt) ? float_prim(t, x, out, cap) : int_prim(t, x, out, cap);
     }
     return ok || refuse(ins, x, msg, mcap);
+}
+
+const char *cstyle_storage_type(const cstyle_target *t, kiln_dtype dt) {
+    return dt == KILN_F16 || dt == KILN_BF16 ? t->u16 : t->type[dt];
+}
+
+const char *cstyle_round_half(kiln_dtype dt) {
+    return dt == KILN_F16 ? "kh_rh" : dt == KILN_BF16 ? "kh_rb" : "";
+}
+
+void cstyle_store(kiln_dtype dt, const char *val, char *out, size_t cap) {
+    if (dt == KILN_F16 || dt == KILN_BF16)
+        snprintf(out, cap, "%s(%s)", dt == KILN_F16 ? "kh_f2h" : "kh_f2b", val);
+    else
+        snprintf(out, cap, "%s", val);
+}
+
+void cstyle_load(const cstyle_target *t, kiln_dtype dt, int buf, const char *idx, char *out,
+                 size_t cap) {
+    char name[32];
+    snprintf(name, sizeof name, t->buffer, buf);
+    if (dt == KILN_F16 || dt == KILN_BF16)
+        snprintf(out, cap, "%s(%s[%s])", dt == KILN_F16 ? "kh_h2f" : "kh_b2f", name, idx);
+    else
+        snprintf(out, cap, "%s[%s]", name, idx);
+}
+
+/* The natively printed graph ops that no rule rewrites yet: the erf form of
+ * GELU (kh_gelu in the preludes) and float pow. */
+static bool native_alu(const lower_ins *x, char *out, size_t cap) {
+    bool f = x->dt == KILN_F32;
+    if (x->dt != KILN_F32 && x->dt != KILN_F64)
+        return false;
+    if (x->gop == GRAPH_GELU)
+        snprintf(out, cap, "%s(v%d)", f ? "kh_geluf" : "kh_gelu", x->a);
+    else if (x->gop == GRAPH_POW)
+        snprintf(out, cap, "%s(v%d, v%d)", f ? "powf" : "pow", x->a, x->b);
+    else
+        return false;
+    return true;
+}
+
+bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow, char *out,
+                size_t cap, char *msg, size_t mcap) {
+    const lower_ins *x = &ins[i];
+    bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
+    /* Index operands in int32 when narrow: 64-bit division by a constant
+     * does not vectorise, and views make kernels full of it. */
+    char it[32] = "";
+    if (narrow)
+        snprintf(it, sizeof it, "(%s)", t->type[KILN_I32]);
+    char e[1024];
+    bool ok = true;
+    switch (x->op) {
+    case UOP_GIDX:
+    case UOP_RIDX:
+        snprintf(e, sizeof e, "%s%s", it, x->op == UOP_GIDX ? "g" : "r");
+        break;
+    case UOP_IMM:
+        ok = cstyle_imm(t, x->dt, x->imm, e, sizeof e);
+        break;
+    case UOP_IADD:
+    case UOP_IMUL:
+    case UOP_IDIV:
+    case UOP_IMOD: {
+        const char *op = x->op == UOP_IADD ? "+" : x->op == UOP_IMUL ? "*" : x->op == UOP_IDIV ? "/" : "%";
+        snprintf(e, sizeof e, "%sv%d %s %sv%d", it, x->a, op, it, x->b);
+        break;
+    }
+    case UOP_ILT:
+        snprintf(e, sizeof e, "(%s)(%sv%d < %sv%d)", t->u8, it, x->a, it, x->b);
+        break;
+    case UOP_AND:
+        snprintf(e, sizeof e, "(%s)(v%d && v%d)", t->u8, x->a, x->b);
+        break;
+    case UOP_LOAD: {
+        char idx[48], ld[160];
+        /* A masked load reads index 0 where invalid, never out of bounds. */
+        if (x->b >= 0)
+            snprintf(idx, sizeof idx, "v%d ? v%d : 0", x->b, x->a);
+        else
+            snprintf(idx, sizeof idx, "v%d", x->a);
+        cstyle_load(t, x->dt, x->buf, idx, ld, sizeof ld);
+        if (x->b >= 0)
+            snprintf(e, sizeof e, "v%d ? %s : (%s)0", x->b, ld, t->type[x->dt]);
+        else
+            snprintf(e, sizeof e, "%s", ld);
+        break;
+    }
+    case UOP_ALU:
+        ok = native_alu(x, e, sizeof e);
+        if (!ok)
+            cstyle_refuse(x, t->name, msg, mcap);
+        break;
+    case UOP_PRIM:
+        ok = cstyle_prim(t, ins, i, e, sizeof e, msg, mcap);
+        break;
+    case UOP_WHERE:
+        snprintf(e, sizeof e, "v%d ? v%d : v%d", x->a, x->b, x->c);
+        break;
+    case UOP_REDUCE:
+        snprintf(e, sizeof e, "acc");
+        break;
+    case UOP_ACC: {
+        const char *r = cstyle_round_half(x->dt);
+        char wrap[64] = "";
+        if (x->dt == KILN_I32)
+            snprintf(wrap, sizeof wrap, "(%s)(%s)", t->type[KILN_I32], t->u32);
+        snprintf(e, sizeof e, "(%s)%s(dot)", t->type[x->dt], is_float(x->dt) ? r : wrap);
+        break;
+    }
+    default:
+        ok = false;
+        cstyle_refuse(x, t->name, msg, mcap);
+        break;
+    }
+    if (!ok)
+        return false;
+    /* Immediates are not const: a front end would fold them and warn about,
+     * e.g., an unsigned compared with a constant 0. */
+    const char *ty = t->type[index ? (narrow ? KILN_I32 : KILN_I64) : x->dt];
+    int w = snprintf(out, cap, "%s%s v%d = %s;", x->op == UOP_IMM ? "" : "const ", ty, i, e);
+    if (w < 0 || (size_t)w >= cap) {
+        snprintf(msg, mcap, "kiln: the %s renderer's statement for %%%d is too long", t->name, i);
+        return false;
+    }
+    return true;
+}
+
+void cstyle_operand_offset(cstyle_buf *b, const cstyle_target *t, const char *indent,
+                           const char *name, const lower_kernel *k, const lower_operand *o) {
+    cstyle_put(b, "%sconst %s %s = %lldLL", indent, t->type[KILN_I64], name, (long long)o->offset);
+    int64_t inner = 1;
+    for (int d = k->nbatch - 1; d >= 0; d--) {
+        if (o->batch_strides[d] && k->batch[d] > 1)
+            cstyle_put(b, " + ((bt / %lldLL) %% %lldLL) * %lldLL", (long long)inner,
+                       (long long)k->batch[d], (long long)o->batch_strides[d]);
+        inner *= k->batch[d];
+    }
+    cstyle_put(b, ";\n");
+}
+
+void cstyle_reduce_take(cstyle_buf *b, const char *indent, graph_op gop, bool is_float_in, int v) {
+    const char *cmp = gop == GRAPH_RMAX || gop == GRAPH_ARGMAX ? ">" : "<";
+    if (is_float_in)
+        cstyle_put(b,
+                   "%sif (at < 0 || (best == best && (v%d != v%d || v%d %s best))) "
+                   "{ best = v%d; at = r; }\n",
+                   indent, v, v, v, cmp, v);
+    else
+        cstyle_put(b, "%sif (at < 0 || v%d %s best) { best = v%d; at = r; }\n", indent, v, cmp, v);
 }

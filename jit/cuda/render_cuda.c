@@ -9,7 +9,6 @@
  * epilogue per element. Element semantics come from lower/'s rules, printed
  * through jit/cstyle; the prelude holds only the half types' storage
  * conversions, gelu (no rule yet) and the block-wide combines. */
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,42 +79,7 @@ static const char prelude[] =
     "    if (!lane) { sv[32] = b; si[32] = at; } }\n"
     "  __syncthreads(); b = sv[32]; at = si[32]; }\n";
 
-typedef struct sbuf {
-    char *s;
-    size_t n, cap;
-    bool failed;
-    char *err; /* why rendering failed, when it is not memory */
-    size_t errcap;
-    bool refused; /* failed because of what the kernel asks, not for memory */
-} sbuf;
-
-static void put(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void put(sbuf *b, const char *fmt, ...) {
-    if (b->failed)
-        return;
-    for (;;) {
-        va_list ap;
-        va_start(ap, fmt);
-        int w = vsnprintf(b->s ? b->s + b->n : NULL, b->s ? b->cap - b->n : 0, fmt, ap);
-        va_end(ap);
-        if (w < 0) {
-            b->failed = true;
-            return;
-        }
-        if (b->s && b->n + (size_t)w < b->cap) {
-            b->n += (size_t)w;
-            return;
-        }
-        size_t cap = (b->cap ? b->cap * 2 : 16384) + (size_t)w;
-        char *s = realloc(b->s, cap);
-        if (!s) {
-            b->failed = true;
-            return;
-        }
-        b->s = s;
-        b->cap = cap;
-    }
-}
+typedef cstyle_buf sbuf;
 
 static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
 
@@ -124,45 +88,17 @@ static const cstyle_target cuda_target = {
     .type = {[KILN_F32] = "float", [KILN_F64] = "double", [KILN_F16] = "float",
              [KILN_BF16] = "float", [KILN_I32] = "kh_i32", [KILN_I64] = "kh_i64",
              [KILN_U8] = "kh_u8", [KILN_BOOL] = "kh_u8"},
-    .u8 = "kh_u8", .u32 = "kh_u32", .u64 = "kh_u64",
+    .u8 = "kh_u8", .u16 = "kh_u16", .u32 = "kh_u32", .u64 = "kh_u64",
     .nan = "KH_NAN", .inf = "KH_INF",
     .f32_bits = "__float_as_int", .bits_f32 = "__int_as_float",
     .f64_bits = "__double_as_longlong", .bits_f64 = "__longlong_as_double",
+    .buffer = "b%d",
+    .name = "CUDA",
 };
 
-/* Renders nothing more: the kernel needs what this target cannot print. */
-static void refuse(sbuf *b, const char *why) {
-    if (b->err && !b->failed)
-        snprintf(b->err, b->errcap, "%s", why);
-    b->failed = b->refused = true;
-}
-
-/* The type a dtype computes in, and the type it is stored as. */
-static const char *ctype(kiln_dtype dt) {
-    switch (dt) {
-    case KILN_F64:
-        return "double";
-    case KILN_F32:
-    case KILN_F16:
-    case KILN_BF16:
-        return "float";
-    case KILN_I32:
-        return "kh_i32";
-    case KILN_I64:
-        return "kh_i64";
-    default:
-        return "kh_u8";
-    }
-}
-
-static const char *stype(kiln_dtype dt) {
-    return dt == KILN_F16 || dt == KILN_BF16 ? "kh_u16" : ctype(dt);
-}
-
-/* Rounds a float-computed value of a half type to that type. */
-static const char *rnd(kiln_dtype dt) {
-    return dt == KILN_F16 ? "kh_rh" : dt == KILN_BF16 ? "kh_rb" : "";
-}
+static const char *ctype(kiln_dtype dt) { return cuda_target.type[dt]; }
+static const char *stype(kiln_dtype dt) { return cstyle_storage_type(&cuda_target, dt); }
+static const char *rnd(kiln_dtype dt) { return cstyle_round_half(dt); }
 
 /* The node behind slot `buf` of a kernel's buffer array. */
 static const graph_node *buf_node(const lower_kernel *k, int buf) {
@@ -170,130 +106,31 @@ static const graph_node *buf_node(const lower_kernel *k, int buf) {
 }
 
 static void load_expr(sbuf *b, kiln_dtype dt, int buf, const char *idx) {
-    if (dt == KILN_F16)
-        put(b, "kh_h2f(b%d[%s])", buf, idx);
-    else if (dt == KILN_BF16)
-        put(b, "kh_b2f(b%d[%s])", buf, idx);
-    else
-        put(b, "b%d[%s]", buf, idx);
+    char e[256];
+    cstyle_load(&cuda_target, dt, buf, idx, e, sizeof e);
+    cstyle_put(b, "%s", e);
 }
 
 static void store_expr(sbuf *b, kiln_dtype dt, int v) {
-    if (dt == KILN_F16)
-        put(b, "kh_f2h(v%d)", v);
-    else if (dt == KILN_BF16)
-        put(b, "kh_f2b(v%d)", v);
-    else
-        put(b, "v%d", v);
-}
-
-/* The two graph ops with no rule yet, gelu and pow on floats, as the prelude
- * and CUDA's libm compute them; false for anything else (the kernel is refused). */
-static bool alu_expr(sbuf *b, const lower_ins *x) {
-    bool f = x->dt == KILN_F32;
-    if (x->dt != KILN_F32 && x->dt != KILN_F64)
-        return false;
-    if (x->gop == GRAPH_GELU)
-        put(b, "%s(v%d)", f ? "kh_geluf" : "kh_gelu", x->a);
-    else if (x->gop == GRAPH_POW)
-        put(b, "%s(v%d, v%d)", f ? "powf" : "pow", x->a, x->b);
-    else
-        return false;
-    return true;
+    char val[16], e[64];
+    snprintf(val, sizeof val, "v%d", v);
+    cstyle_store(dt, val, e, sizeof e);
+    cstyle_put(b, "%s", e);
 }
 
 static void ins_stmt(sbuf *b, const lower_ins *ins, int i, const char *indent) {
-    const lower_ins *x = &ins[i];
-    bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
-    /* Immediates are not const: the front end would fold them and warn
-     * about, e.g., an unsigned compared with a constant 0. */
-    put(b, "%s%s%s v%d = ", indent, x->op == UOP_IMM ? "" : "const ",
-        index ? "kh_i64" : ctype(x->dt), i);
-    switch (x->op) {
-    case UOP_GIDX:
-        put(b, "g");
-        break;
-    case UOP_RIDX:
-        put(b, "r");
-        break;
-    case UOP_IMM: {
-        char e[96];
-        cstyle_imm(&cuda_target, x->dt, x->imm, e, sizeof e);
-        put(b, "%s", e);
-        break;
-    }
-    case UOP_IADD:
-        put(b, "v%d + v%d", x->a, x->b);
-        break;
-    case UOP_IMUL:
-        put(b, "v%d * v%d", x->a, x->b);
-        break;
-    case UOP_IDIV:
-        put(b, "v%d / v%d", x->a, x->b);
-        break;
-    case UOP_IMOD:
-        put(b, "v%d %% v%d", x->a, x->b);
-        break;
-    case UOP_ILT:
-        put(b, "(kh_u8)(v%d < v%d)", x->a, x->b);
-        break;
-    case UOP_AND:
-        put(b, "(kh_u8)(v%d && v%d)", x->a, x->b);
-        break;
-    case UOP_LOAD: {
-        char idx[48];
-        snprintf(idx, sizeof idx, "v%d", x->a);
-        if (x->b >= 0) {
-            /* A masked load reads index 0 where invalid, never out of bounds. */
-            snprintf(idx, sizeof idx, "v%d ? v%d : 0", x->b, x->a);
-            put(b, "v%d ? ", x->b);
-            load_expr(b, x->dt, x->buf, idx);
-            put(b, " : (%s)0", ctype(x->dt));
-        } else {
-            load_expr(b, x->dt, x->buf, idx);
-        }
-        break;
-    }
-    case UOP_ALU:
-        if (!alu_expr(b, x)) {
-            char why[256];
-            cstyle_refuse(x, "CUDA", why, sizeof why);
-            refuse(b, why);
-        }
-        break;
-    case UOP_PRIM: {
-        char e[512], why[256];
-        if (cstyle_prim(&cuda_target, ins, i, e, sizeof e, why, sizeof why))
-            put(b, "%s", e);
-        else
-            refuse(b, why);
-        break;
-    }
-    case UOP_WHERE:
-        put(b, "v%d ? v%d : v%d", x->a, x->b, x->c);
-        break;
-    case UOP_REDUCE:
-        put(b, "acc");
-        break;
-    case UOP_ACC:
-        put(b, "(%s)%s(dot)", ctype(x->dt),
-            is_float(x->dt) ? rnd(x->dt) : (x->dt == KILN_I32 ? "(kh_i32)(kh_u32)" : ""));
-        break;
-    default: {
-        char why[256];
-        cstyle_refuse(x, "CUDA", why, sizeof why);
-        refuse(b, why);
-        break;
-    }
-    }
-    put(b, ";\n");
+    char s[1280], why[256];
+    if (cstyle_ins(&cuda_target, ins, i, b->narrow, s, sizeof s, why, sizeof why))
+        cstyle_put(b, "%s%s\n", indent, s);
+    else
+        cstyle_refuse_buf(b, why);
 }
 
 static void store_stmts(sbuf *b, const lower_kernel *k, const char *indent) {
     for (int o = 0; o < k->nouts; o++) {
-        put(b, "%sb%d[v%d] = ", indent, o, k->store);
+        cstyle_put(b, "%sb%d[v%d] = ", indent, o, k->store);
         store_expr(b, k->outs[o]->dtype, k->results[o]);
-        put(b, ";\n");
+        cstyle_put(b, ";\n");
     }
 }
 
@@ -313,27 +150,27 @@ static void block_stmts(sbuf *b, const lower_kernel *k, const lower_block *blk,
 }
 
 static void params(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    put(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", plan->block_threads, k->name);
+    cstyle_put(b, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", plan->block_threads, k->name);
     int nbufs = k->nouts + k->ninputs;
     for (int i = 0; i < nbufs; i++) {
         const char *t = stype(buf_node(k, i)->dtype);
-        put(b, "%s%s%s *b%d", i ? ", " : "", i < k->nouts ? "" : "const ", t, i);
+        cstyle_put(b, "%s%s%s *b%d", i ? ", " : "", i < k->nouts ? "" : "const ", t, i);
     }
-    put(b, ") {\n");
+    cstyle_put(b, ") {\n");
 }
 
 /* Elementwise: a tile of output elements per block, spread over its
  * threads so that neighbouring threads touch neighbouring elements. */
 static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    put(b, "  const kh_i64 N = %lldLL, T = %lldLL;\n", (long long)k->numel,
+    cstyle_put(b, "  const kh_i64 N = %lldLL, T = %lldLL;\n", (long long)k->numel,
         (long long)(k->tile > 0 ? k->tile : 1));
-    put(b, "  for (kh_i64 t = blockIdx.x; t * T < N; t += gridDim.x) {\n");
-    put(b, "    const kh_i64 hi = N - t * T < T ? N : t * T + T;\n");
-    put(b, "    for (kh_i64 g = t * T + threadIdx.x; g < hi; g += %d) {\n", plan->block_threads);
+    cstyle_put(b, "  for (kh_i64 t = blockIdx.x; t * T < N; t += gridDim.x) {\n");
+    cstyle_put(b, "    const kh_i64 hi = N - t * T < T ? N : t * T + T;\n");
+    cstyle_put(b, "    for (kh_i64 g = t * T + threadIdx.x; g < hi; g += %d) {\n", plan->block_threads);
     for (int i = 0; i < plan->nblocks; i++)
         block_stmts(b, k, &plan->blocks[i], "      ");
     store_stmts(b, k, "      ");
-    put(b, "    }\n  }\n}\n\n");
+    cstyle_put(b, "    }\n  }\n}\n\n");
 }
 
 /* One reduction: each thread scans its share of the row in order (so the
@@ -344,41 +181,34 @@ static void render_reduction(sbuf *b, const lower_kernel *k, const lower_block *
     const lower_ins *x = &k->ins[red];
     kiln_dtype in = k->ins[x->a].dt, dt = x->dt;
     int v = x->a;
-    put(b, "    %s v%d;\n    {\n", ctype(dt), red);
+    cstyle_put(b, "    %s v%d;\n    {\n", ctype(dt), red);
     if (x->gop == GRAPH_SUM) {
         const char *acc = is_float(in) ? "double" : "kh_u64";
-        put(b, "      %s acc = 0;\n", acc);
-        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", threads);
+        cstyle_put(b, "      %s acc = 0;\n", acc);
+        cstyle_put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", threads);
         block_stmts(b, k, blk, "        ");
-        put(b, "        acc += (%s)v%d;\n      }\n", acc, v);
-        put(b, "      acc = kh_block_sum(acc, kh_s%s);\n", is_float(in) ? "d" : "u");
+        cstyle_put(b, "        acc += (%s)v%d;\n      }\n", acc, v);
+        cstyle_put(b, "      acc = kh_block_sum(acc, kh_s%s);\n", is_float(in) ? "d" : "u");
         if (is_float(dt))
-            put(b, "      v%d = %s((%s)acc);\n", red, rnd(dt), ctype(dt));
+            cstyle_put(b, "      v%d = %s((%s)acc);\n", red, rnd(dt), ctype(dt));
         else
-            put(b, "      v%d = (%s)acc;\n", red, ctype(dt));
+            cstyle_put(b, "      v%d = (%s)acc;\n", red, ctype(dt));
     } else {
         bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
         bool arg = x->gop == GRAPH_ARGMAX || x->gop == GRAPH_ARGMIN;
-        put(b, "      %s best = 0; kh_i64 at = -1;\n", is_float(in) ? "double" : "kh_i64");
-        put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", threads);
+        cstyle_put(b, "      %s best = 0; kh_i64 at = -1;\n", is_float(in) ? "double" : "kh_i64");
+        cstyle_put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", threads);
         block_stmts(b, k, blk, "        ");
-        if (is_float(in))
-            put(b,
-                "        if (at < 0 || (best == best && (v%d != v%d || v%d %s best))) "
-                "{ best = v%d; at = r; }\n",
-                v, v, v, mx ? ">" : "<", v);
-        else
-            put(b, "        if (at < 0 || v%d %s best) { best = v%d; at = r; }\n", v,
-                mx ? ">" : "<", v);
-        put(b, "      }\n");
-        put(b, "      kh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", mx ? "true" : "false",
+        cstyle_reduce_take(b, "        ", x->gop, is_float(in), v);
+        cstyle_put(b, "      }\n");
+        cstyle_put(b, "      kh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", mx ? "true" : "false",
             is_float(in) ? "d" : "i");
         if (arg)
-            put(b, "      v%d = at < 0 ? 0 : at;\n", red);
+            cstyle_put(b, "      v%d = at < 0 ? 0 : at;\n", red);
         else
-            put(b, "      v%d = (%s)best;\n", red, ctype(dt));
+            cstyle_put(b, "      v%d = (%s)best;\n", red, ctype(dt));
     }
-    put(b, "    }\n");
+    cstyle_put(b, "    }\n");
 }
 
 /* The shared arrays the kernel's combines use. */
@@ -398,13 +228,13 @@ static void shared_decls(sbuf *b, const lower_kernel *k, const lower_plan *plan)
         }
     }
     if (d)
-        put(b, "  __shared__ double kh_sd[33];\n");
+        cstyle_put(b, "  __shared__ double kh_sd[33];\n");
     if (u)
-        put(b, "  __shared__ kh_u64 kh_su[33];\n");
+        cstyle_put(b, "  __shared__ kh_u64 kh_su[33];\n");
     if (i)
-        put(b, "  __shared__ kh_i64 kh_si[33];\n");
+        cstyle_put(b, "  __shared__ kh_i64 kh_si[33];\n");
     if (a)
-        put(b, "  __shared__ kh_i64 kh_sa[33];\n");
+        cstyle_put(b, "  __shared__ kh_i64 kh_sa[33];\n");
 }
 
 /* Reductions and row kernels: a block per output row, walking the plan's
@@ -412,8 +242,8 @@ static void shared_decls(sbuf *b, const lower_kernel *k, const lower_plan *plan)
  * reductions, and in a row kernel a last pass that stores. */
 static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     shared_decls(b, k, plan);
-    put(b, "  const kh_i64 N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
-    put(b, "  for (kh_i64 g = blockIdx.x; g < N; g += gridDim.x) {\n");
+    cstyle_put(b, "  const kh_i64 N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
+    cstyle_put(b, "  for (kh_i64 g = blockIdx.x; g < N; g += gridDim.x) {\n");
     bool stored = false;
     for (int i = 0; i < plan->nblocks; i++) {
         const lower_block *blk = &plan->blocks[i];
@@ -425,33 +255,20 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
             render_reduction(b, k, blk, plan->block_threads);
             break;
         case LOWER_BLOCK_STORE:
-            put(b, "    for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", plan->block_threads);
+            cstyle_put(b, "    for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", plan->block_threads);
             block_stmts(b, k, blk, "      ");
             store_stmts(b, k, "      ");
-            put(b, "    }\n");
+            cstyle_put(b, "    }\n");
             stored = true;
             break;
         }
     }
     if (!stored) {
-        put(b, "    if (threadIdx.x == 0) {\n");
+        cstyle_put(b, "    if (threadIdx.x == 0) {\n");
         store_stmts(b, k, "      ");
-        put(b, "    }\n");
+        cstyle_put(b, "    }\n");
     }
-    put(b, "  }\n}\n\n");
-}
-
-static void operand_offset(sbuf *b, const char *name, const lower_kernel *k,
-                           const lower_operand *o) {
-    put(b, "    const kh_i64 %s = %lldLL", name, (long long)o->offset);
-    int64_t inner = 1;
-    for (int d = k->nbatch - 1; d >= 0; d--) {
-        if (o->batch_strides[d] && k->batch[d] > 1)
-            put(b, " + ((bt / %lldLL) %% %lldLL) * %lldLL", (long long)inner,
-                (long long)k->batch[d], (long long)o->batch_strides[d]);
-        inner *= k->batch[d];
-    }
-    put(b, ";\n");
+    cstyle_put(b, "  }\n}\n\n");
 }
 
 /* A block owns the plan's output tile (64 x 64), its threads a 16 x 16 grid
@@ -465,59 +282,60 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     int64_t nb = 1;
     for (int d = 0; d < k->nbatch; d++)
         nb *= k->batch[d];
-    put(b, "  enum { TM = %d, TK = %d };\n", plan->mm.tile, plan->mm.ktile);
-    put(b, "  __shared__ %s sa[TK][TM + 1], sb[TK][TM];\n", acc);
-    put(b, "  const kh_i64 NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
+    cstyle_put(b, "  enum { TM = %d, TK = %d };\n", plan->mm.tile, plan->mm.ktile);
+    cstyle_put(b, "  __shared__ %s sa[TK][TM + 1], sb[TK][TM];\n", acc);
+    cstyle_put(b, "  const kh_i64 NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
         (long long)k->n, (long long)k->k, (long long)k->m);
-    put(b, "  const kh_i64 TN = (N + TM - 1) / TM, TMM = (M + TM - 1) / TM;\n");
-    put(b, "  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;\n");
-    put(b, "  for (kh_i64 tile = blockIdx.x; tile < NB * TN * TMM; tile += gridDim.x) {\n");
-    put(b, "    const kh_i64 bt = tile / (TN * TMM), i0 = (tile / TMM) %% TN * TM, "
+    cstyle_put(b, "  const kh_i64 TN = (N + TM - 1) / TM, TMM = (M + TM - 1) / TM;\n");
+    cstyle_put(b, "  const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;\n");
+    cstyle_put(b, "  for (kh_i64 tile = blockIdx.x; tile < NB * TN * TMM; tile += gridDim.x) {\n");
+    cstyle_put(b, "    const kh_i64 bt = tile / (TN * TMM), i0 = (tile / TMM) %% TN * TM, "
            "j0 = tile %% TMM * TM;\n");
-    operand_offset(b, "oa", k, &k->a);
-    operand_offset(b, "ob", k, &k->b);
-    put(b, "    %s acc[4][4];\n", acc);
-    put(b, "    for (int i = 0; i < 4; i++)\n      for (int j = 0; j < 4; j++) acc[i][j] = 0;\n");
-    put(b, "    for (kh_i64 k0 = 0; k0 < K; k0 += TK) {\n");
-    put(b, "      for (int e = threadIdx.x; e < TM * TK; e += %d) {\n", plan->block_threads);
-    put(b, "        const int ai = e / TK, ak = e %% TK, bk = e / TM, bj = e %% TM;\n");
-    put(b, "        const kh_i64 ri = i0 + ai, ka = k0 + ak, kb = k0 + bk, cj = j0 + bj;\n");
-    put(b, "        sa[ak][ai] = ri < N && ka < K ? (%s)", acc);
+    cstyle_operand_offset(b, &cuda_target, "    ", "oa", k, &k->a);
+    cstyle_operand_offset(b, &cuda_target, "    ", "ob", k, &k->b);
+    cstyle_put(b, "    %s acc[4][4];\n", acc);
+    cstyle_put(b, "    for (int i = 0; i < 4; i++)\n      for (int j = 0; j < 4; j++) acc[i][j] = 0;\n");
+    cstyle_put(b, "    for (kh_i64 k0 = 0; k0 < K; k0 += TK) {\n");
+    cstyle_put(b, "      for (int e = threadIdx.x; e < TM * TK; e += %d) {\n", plan->block_threads);
+    cstyle_put(b, "        const int ai = e / TK, ak = e %% TK, bk = e / TM, bj = e %% TM;\n");
+    cstyle_put(b, "        const kh_i64 ri = i0 + ai, ka = k0 + ak, kb = k0 + bk, cj = j0 + bj;\n");
+    cstyle_put(b, "        sa[ak][ai] = ri < N && ka < K ? (%s)", acc);
     char idx[128];
     snprintf(idx, sizeof idx, "oa + ri * %lldLL + ka * %lldLL", (long long)k->a.row_stride,
              (long long)k->a.col_stride);
     load_expr(b, at, k->a.buf, idx);
-    put(b, " : (%s)0;\n", acc);
-    put(b, "        sb[bk][bj] = kb < K && cj < M ? (%s)", acc);
+    cstyle_put(b, " : (%s)0;\n", acc);
+    cstyle_put(b, "        sb[bk][bj] = kb < K && cj < M ? (%s)", acc);
     snprintf(idx, sizeof idx, "ob + kb * %lldLL + cj * %lldLL", (long long)k->b.row_stride,
              (long long)k->b.col_stride);
     load_expr(b, bt, k->b.buf, idx);
-    put(b, " : (%s)0;\n", acc);
-    put(b, "      }\n      __syncthreads();\n");
-    put(b, "      for (int kk = 0; kk < TK; kk++) {\n");
-    put(b, "        %s av[4], bv[4];\n", acc);
-    put(b, "        for (int i = 0; i < 4; i++) { av[i] = sa[kk][ty + 16 * i]; "
+    cstyle_put(b, " : (%s)0;\n", acc);
+    cstyle_put(b, "      }\n      __syncthreads();\n");
+    cstyle_put(b, "      for (int kk = 0; kk < TK; kk++) {\n");
+    cstyle_put(b, "        %s av[4], bv[4];\n", acc);
+    cstyle_put(b, "        for (int i = 0; i < 4; i++) { av[i] = sa[kk][ty + 16 * i]; "
            "bv[i] = sb[kk][tx + 16 * i]; }\n");
-    put(b, "        for (int i = 0; i < 4; i++)\n");
-    put(b, "          for (int j = 0; j < 4; j++) acc[i][j] = kh_fma(av[i], bv[j], acc[i][j]);\n");
-    put(b, "      }\n      __syncthreads();\n    }\n");
-    put(b, "    for (int i = 0; i < 4; i++)\n      for (int j = 0; j < 4; j++) {\n");
-    put(b, "        const kh_i64 row = i0 + ty + 16 * i, col = j0 + tx + 16 * j;\n");
-    put(b, "        if (row >= N || col >= M) continue;\n");
-    put(b, "        const kh_i64 g = bt * N * M + row * M + col;\n");
-    put(b, "        const %s dot = acc[i][j];\n", acc);
+    cstyle_put(b, "        for (int i = 0; i < 4; i++)\n");
+    cstyle_put(b, "          for (int j = 0; j < 4; j++) acc[i][j] = kh_fma(av[i], bv[j], acc[i][j]);\n");
+    cstyle_put(b, "      }\n      __syncthreads();\n    }\n");
+    cstyle_put(b, "    for (int i = 0; i < 4; i++)\n      for (int j = 0; j < 4; j++) {\n");
+    cstyle_put(b, "        const kh_i64 row = i0 + ty + 16 * i, col = j0 + tx + 16 * j;\n");
+    cstyle_put(b, "        if (row >= N || col >= M) continue;\n");
+    cstyle_put(b, "        const kh_i64 g = bt * N * M + row * M + col;\n");
+    cstyle_put(b, "        const %s dot = acc[i][j];\n", acc);
     for (int i = 0; i < plan->nblocks; i++)
         block_stmts(b, k, &plan->blocks[i], "        ");
     store_stmts(b, k, "        ");
-    put(b, "      }\n  }\n}\n\n");
+    cstyle_put(b, "      }\n  }\n}\n\n");
 }
 
 static void render_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     params(b, k, plan);
+    b->narrow = plan->narrow;
     /* Nothing to compute (the kernel is never launched); a body would only
      * divide by the empty sizes. */
     if (k->numel <= 0)
-        put(b, "}\n\n");
+        cstyle_put(b, "}\n\n");
     else if (k->kind == LOWER_MATMUL)
         render_matmul(b, k, plan);
     else if (k->kind == LOWER_ELEMENTWISE)
@@ -531,18 +349,9 @@ kiln_status jit_cuda_render(const lower_program *p, const lower_plan *plans, cha
     sbuf b = {0};
     b.err = msg;
     b.errcap = cap;
-    put(&b, "%s\n", prelude);
+    cstyle_put(&b, "%s\n", prelude);
     for (int i = 0; i < p->nkernels; i++)
         if (p->kernels[i].kind != LOWER_ALIAS)
             render_kernel(&b, &p->kernels[i], &plans[i]);
-    *out = NULL;
-    if (b.failed) {
-        free(b.s);
-        if (b.refused)
-            return KILN_ERR_COMPILE;
-        snprintf(msg, cap, "kiln: out of memory while generating CUDA code");
-        return KILN_ERR_OOM;
-    }
-    *out = b.s;
-    return KILN_OK;
+    return cstyle_finish(&b, "CUDA code", out);
 }
