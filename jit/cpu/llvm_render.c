@@ -327,13 +327,13 @@ static LLVMValueRef refuse(gen *g, const lower_ins *x) {
         if (x->op == UOP_PRIM)
             snprintf(g->why, sizeof g->why,
                      "kiln: the LLVM renderer has no form of primitive %s on %s (operand %s)",
-                     lower_prim_name(x->prim), kiln_dtype_name(x->dt),
-                     x->a >= 0 ? kiln_dtype_name(ins[x->a].dt) : "none");
+                     lower_prim_name(x->prim), graph_dtype_name(x->dt),
+                     x->a >= 0 ? graph_dtype_name(ins[x->a].dt) : "none");
         else
             snprintf(g->why, sizeof g->why, "kiln: the LLVM renderer cannot emit %s %s of %s",
                      lower_uop_name(x->op),
                      x->op == UOP_ALU || x->op == UOP_RAND ? graph_op_name(x->gop) : "",
-                     kiln_dtype_name(x->dt));
+                     graph_dtype_name(x->dt));
     }
     g->failed = true;
     return L_->LLVMGetUndef(cty(g, x->dt));
