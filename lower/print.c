@@ -17,7 +17,7 @@ static const char *const prim_names[] = {
     [PRIM_NEG] = "neg",     [PRIM_ADD] = "add",   [PRIM_SUB] = "sub",     [PRIM_MUL] = "mul",
     [PRIM_DIV] = "div",     [PRIM_MOD] = "mod",   [PRIM_FMA] = "fma",     [PRIM_MAX] = "max",
     [PRIM_MIN] = "min",     [PRIM_ABS] = "abs",   [PRIM_SQRT] = "sqrt",   [PRIM_EXP2] = "exp2",
-    [PRIM_LOG2] = "log2",   [PRIM_LOG] = "log",   [PRIM_SIN] = "sin",     [PRIM_COS] = "cos",
+    [PRIM_LOG2] = "log2",   [PRIM_LOG] = "log", [PRIM_EXP] = "exp",   [PRIM_SIN] = "sin",     [PRIM_COS] = "cos",
     [PRIM_FLOOR] = "floor", [PRIM_TRUNC] = "trunc", [PRIM_LT] = "lt",     [PRIM_LE] = "le",
     [PRIM_EQ] = "eq",       [PRIM_NE] = "ne",     [PRIM_AND] = "and",     [PRIM_OR] = "or",
     [PRIM_XOR] = "xor",     [PRIM_SHL] = "shl",   [PRIM_SHR] = "shr",     [PRIM_CAST] = "cast",

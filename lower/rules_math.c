@@ -6,7 +6,6 @@
  * measures them. */
 #include "lower/rules.h"
 
-#define LOG2E 1.44269504088896340736
 #define LN2 0.69314718055994530942
 
 static int sign_of(ir_builder *b, kiln_dtype dt, int x) {
@@ -21,41 +20,8 @@ static int with_sign(ir_builder *b, kiln_dtype dt, int v, int s) {
     return rules_p1(b, PRIM_BITCAST, dt, rules_p2(b, PRIM_OR, it, rules_p1(b, PRIM_BITCAST, it, v), s));
 }
 
-/* exp(x) = 2^k * 2^(r log2 e), k = round(x log2 e) and r = x - k ln 2 in
- * Cody-Waite form: ln2 hi has trailing zeros so that k * hi is exact and the
- * subtraction exact (Sterbenz), the lo part applied by one fma. The exp2 of
- * |t| <= 0.73 carries the whole error; 2^k is added to the exponent bits,
- * through a second factor 2^-128 where the result is subnormal (one rounding
- * there). Out-of-range x is clamped first (NaN stays NaN), so the int cast
- * never sees an out-of-range value. Bound: e2 + 0.5 ulp (measured: f32 0.81,
- * f64 0.81 ulp on glibc). */
-static int exp_rule(ir_builder *b, kiln_dtype dt, int x) {
-    bool d = dt == KILN_F64;
-    kiln_dtype it = rules_bits_type(dt);
-    double hi = d ? 0x1.62e42fefa39efp+9 : 0x1.62e42ep+6;  /* the last finite result */
-    double lo = d ? -746.0 : -104.0;                       /* below: the result is 0 */
-    double ln2hi = d ? 6.93147180369123816490e-01 : 6.9314575195e-01;
-    double ln2lo = d ? 1.90821492927058770002e-10 : 1.4286067653e-06;
-    int mant = d ? 52 : 23;
-    int xc = rules_sel(b, dt, rules_test(b, PRIM_LT, x, rules_f(b, dt, lo)), rules_f(b, dt, lo), x);
-    xc = rules_sel(b, dt, rules_test(b, PRIM_LT, rules_f(b, dt, hi), xc), rules_f(b, dt, hi), xc);
-    int nan = rules_test(b, PRIM_NE, x, x);
-    xc = rules_sel(b, dt, nan, rules_f(b, dt, 0.0), xc);
-    int kf = rules_p1(b, PRIM_FLOOR, dt,
-                      ir_prim(b, PRIM_FMA, dt, xc, rules_f(b, dt, LOG2E), rules_f(b, dt, 0.5)));
-    int r = ir_prim(b, PRIM_FMA, dt, kf, rules_f(b, dt, -ln2hi), xc);
-    r = ir_prim(b, PRIM_FMA, dt, kf, rules_f(b, dt, -ln2lo), r);
-    int e = rules_p1(b, PRIM_EXP2, dt, rules_p2(b, PRIM_MUL, dt, r, rules_f(b, dt, LOG2E)));
-    int k = rules_p1(b, PRIM_CAST, it, kf);
-    int small = rules_test(b, PRIM_LT, k, rules_i(b, it, d ? -1000 : -120));
-    int k2 = rules_sel(b, it, small, rules_p2(b, PRIM_ADD, it, k, rules_i(b, it, 128)), k);
-    int bits = rules_p2(b, PRIM_ADD, it, rules_p1(b, PRIM_BITCAST, it, e),
-                        rules_p2(b, PRIM_SHL, it, k2, rules_i(b, it, mant)));
-    int y = rules_p1(b, PRIM_BITCAST, dt, bits);
-    y = rules_sel(b, dt, small, rules_p2(b, PRIM_MUL, dt, y, rules_f(b, dt, 0x1p-128)), y);
-    y = rules_sel(b, dt, rules_test(b, PRIM_LT, rules_f(b, dt, hi), x), rules_f(b, dt, __builtin_inf()), y);
-    return rules_sel(b, dt, nan, x, y);
-}
+/* exp is a primitive (lower.h says why): bound e (libm's, below 1 ulp). */
+static int exp_rule(ir_builder *b, kiln_dtype dt, int x) { return rules_p1(b, PRIM_EXP, dt, x); }
 
 /* log(x) = log2(x) * ln 2: unlike exp, no reduction is needed, as a relative
  * error of log2's result stays relative through one multiplication, near 1

@@ -351,6 +351,8 @@ static const char *float_intrinsic(lower_prim p) {
         return "llvm.log2";
     case PRIM_LOG:
         return "llvm.log";
+    case PRIM_EXP:
+        return "llvm.exp";
     case PRIM_SIN:
         return "llvm.sin";
     case PRIM_COS:

@@ -111,6 +111,8 @@ static const char *float_fn(lower_prim p) {
         return "log2";
     case PRIM_LOG:
         return "log";
+    case PRIM_EXP:
+        return "exp";
     case PRIM_SIN:
         return "sin";
     case PRIM_COS:
