@@ -425,8 +425,14 @@ static double float_unary(graph_op op, double x)
     case GRAPH_RELU:
         return x > 0.0 || isnan(x) ? x : 0.0;
     case GRAPH_GELU: {
-        /* erfc(-z) is 1 + erf(z) without the cancellation for negative z */
-        double c = erfc(-x * SQRT1_2);
+        /* erfc(-z) is 1 + erf(z) without the cancellation for negative z.
+         * In the tail erfc falls like exp(-z^2), so z's rounding would cost
+         * 2 z^2 half-ulps: z is carried as hi + lo and erfc(hi) corrected by
+         * its derivative (lower/rules_math.c does the same). */
+        double hi = -x * SQRT1_2;
+        double lo = fma(-x, SQRT1_2, -hi) + -x * -4.833646656726457e-17;
+        lo = lo != lo ? 0.0 : lo; /* x = ±inf */
+        double c = erfc(hi) - lo * 1.1283791670955126 * exp(-hi * hi);
         return c == 0.0 ? -0.0 : 0.5 * x * c; /* -inf * 0 would be NaN */
     }
     case GRAPH_SILU: {

@@ -77,6 +77,14 @@ typedef enum lower_prim {
                     kiln_randn's Box-Muller uses it: graph/philox.c (the oracle) calls
                     libm's log, and its numbers must match bit for bit on every CPU
                     executor, which log2 times ln 2 cannot promise */
+    PRIM_ERFC,   /* floats: the complementary error function, as libm computes it (glibc:
+                    below 1 ulp in f32, 5 in f64). A primitive for now: an f64 erfc as
+                    a rule needs piecewise minimax fits to keep a few-ulp bound in the
+                    tail, where GELU's value is x times it; gelu's rule uses it */
+    PRIM_POW,    /* floats: a^b, as libm computes it (below 1 ulp, every IEEE special
+                    case). exp2(b log2 a) loses up to |b log2 a| ulp in the product
+                    unless log2 is carried in double-double, and integer powers of a
+                    negative base need the parity of b: rules_int.c covers integers */
     PRIM_SIN,    /* floats */
     PRIM_COS,    /* floats */
     PRIM_FLOOR,  /* floats */

@@ -26,6 +26,11 @@ static long double ref_silu(long double x) {
     long double s = ref_sigmoid(x);
     return s == 0 ? -0.0L : x * s;
 }
+/* gelu's erf form, -0 where erfc underflows (graph/dtype.c's) */
+static long double ref_gelu(long double x) {
+    long double c = erfcl(-x * 0.707106781186547524400844362104849039L);
+    return c == 0 ? -0.0L : 0.5L * x * c;
+}
 static long double ref_rsqrt(long double x) { return 1.0L / sqrtl(x); }
 static long double ref_recip(long double x) { return 1.0L / x; }
 
@@ -40,7 +45,7 @@ static const rule_case cases[] = {
     {"exp", kiln_exp, expl, 2, 2},          {"log", kiln_log, logl, 2, 2},
     {"tanh", kiln_tanh, tanhl, 4, 4},       {"sigmoid", kiln_sigmoid, ref_sigmoid, 3, 3},
     {"silu", kiln_silu, ref_silu, 4, 4},    {"rsqrt", kiln_rsqrt, ref_rsqrt, 1.5, 1.5},
-    {"recip", kiln_recip, ref_recip, 0.5, 0.5},
+    {"recip", kiln_recip, ref_recip, 0.5, 0.5}, {"gelu", kiln_gelu, ref_gelu, 1, 7},
 };
 
 /* The inputs: special values, then magnitudes spread evenly over the

@@ -372,6 +372,12 @@ static LLVMValueRef float_prim(gen *g, const lower_ins *x, LLVMValueRef a, LLVMV
     if (f)
         return intrinsic1(g, f, a);
     switch (x->prim) {
+    case PRIM_ERFC: /* no intrinsic: libm's, as the C path calls it */
+        return libm1(g, "erfc", a);
+    case PRIM_POW: {
+        LLVMValueRef args[2] = {a, b};
+        return libm(g, "pow", args, 2);
+    }
     case PRIM_NEG:
         return L_->LLVMBuildFNeg(B, a, "");
     case PRIM_ADD:
@@ -514,25 +520,6 @@ static LLVMValueRef prim(gen *g, const lower_ins *x) {
     return int_prim(g, x, a, b);
 }
 
-/* The two graph ops with no rule yet, gelu and pow on floats, through the
- * libm functions the C path calls; NULL for anything else. */
-static LLVMValueRef alu(gen *g, const lower_ins *x) {
-    LLVMValueRef a = g->val[x->a];
-    if (x->dt != KILN_F32 && x->dt != KILN_F64)
-        return NULL;
-    LLVMTypeRef t = cty(g, x->dt);
-    if (x->gop == GRAPH_POW) {
-        LLVMValueRef args[2] = {a, g->val[x->b]};
-        return libm(g, "pow", args, 2);
-    }
-    if (x->gop != GRAPH_GELU)
-        return NULL;
-    LLVMValueRef z = L_->LLVMBuildFMul(B, L_->LLVMBuildFNeg(B, a, ""), cf(g, t, 0.70710678118654752440), "");
-    LLVMValueRef ec = libm1(g, "erfc", z);
-    LLVMValueRef v = L_->LLVMBuildFMul(B, L_->LLVMBuildFMul(B, cf(g, t, 0.5), a, ""), ec, "");
-    return sel(g, fcmp(g, LLVMRealOEQ, ec, cf(g, t, 0.0)), cf(g, t, -0.0), v);
-}
-
 /* ---- memory ---- */
 
 static LLVMValueRef elem_ptr(gen *g, int buf, kiln_dtype dt, LLVMValueRef idx) {
@@ -606,11 +593,6 @@ static void ins_value(gen *g, int i) {
         } else {
             r = load(g, x->buf, v[x->a]);
         }
-        break;
-    case UOP_ALU:
-        r = alu(g, x);
-        if (!r)
-            r = refuse(g, x);
         break;
     case UOP_PRIM:
         r = prim(g, x);

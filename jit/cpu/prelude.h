@@ -5,8 +5,7 @@
  * - the half types' storage conversions (a load widens f16/bf16 bits to f32
  *   exactly; a store narrows an f32 that the rules have already rounded, so
  *   it is exact too) and kh_rh/kh_rb, which round a reduction's f32 result
- *   and a matmul's dot product to the half type, outside the IR;
- * - gelu, whose erfc has no rule yet (with pow, printed as libm's powf/pow).
+ *   and a matmul's dot product to the half type, outside the IR.
  * It is a string, included by one file of jit/cpu only. */
 #ifndef KILN_JIT_CPU_PRELUDE_H
 #define KILN_JIT_CPU_PRELUDE_H
@@ -47,10 +46,6 @@ static const char jit_cpu_prelude[] =
     "  if ((u & 0x7fffffff) > 0x7f800000) return (uint16_t)((u >> 16) | 0x40);\n"
     "  u += 0x7fff + ((u >> 16) & 1); return (uint16_t)(u >> 16); }\n"
     "static inline float kh_rh(float x) { return kh_h2f(kh_f2h(x)); }\n"
-    "static inline float kh_rb(float x) { return kh_b2f(kh_f2b(x)); }\n"
-    "static inline double kh_gelu(double x) { double c = erfc(-x * 0.70710678118654752440);\n"
-    "  return c == 0.0 ? -0.0 : 0.5 * x * c; }\n"
-    "static inline float kh_geluf(float x) { float c = erfcf(-x * 0.70710678118654752440f);\n"
-    "  return c == 0.0f ? -0.0f : 0.5f * x * c; }\n";
+    "static inline float kh_rb(float x) { return kh_b2f(kh_f2b(x)); }\n";
 
 #endif /* KILN_JIT_CPU_PRELUDE_H */

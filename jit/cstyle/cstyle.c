@@ -113,6 +113,8 @@ static const char *float_fn(lower_prim p) {
         return "log";
     case PRIM_EXP:
         return "exp";
+    case PRIM_ERFC:
+        return "erfc";
     case PRIM_SIN:
         return "sin";
     case PRIM_COS:
@@ -171,6 +173,8 @@ static bool float_prim(const cstyle_target *t, const lower_ins *x, char *out, si
         w = snprintf(out, cap, "(v%d %s v%d)", a, op, b);
     else if (x->prim == PRIM_FMA)
         w = snprintf(out, cap, "fma%s(v%d, v%d, v%d)", sfx, a, b, c);
+    else if (x->prim == PRIM_POW)
+        w = snprintf(out, cap, "pow%s(v%d, v%d)", sfx, a, b);
     else if (x->prim == PRIM_MAX || x->prim == PRIM_MIN)
         w = snprintf(out, cap, "(v%d != v%d ? v%d : v%d != v%d ? v%d : v%d %s v%d ? v%d : v%d)", a,
                      a, a, b, b, b, a, x->prim == PRIM_MAX ? ">=" : "<=", b, a, b);
@@ -294,21 +298,6 @@ void cstyle_load(const cstyle_target *t, kiln_dtype dt, int buf, const char *idx
         snprintf(out, cap, "%s[%s]", name, idx);
 }
 
-/* The natively printed graph ops that no rule rewrites yet: the erf form of
- * GELU (kh_gelu in the preludes) and float pow. */
-static bool native_alu(const lower_ins *x, char *out, size_t cap) {
-    bool f = x->dt == KILN_F32;
-    if (x->dt != KILN_F32 && x->dt != KILN_F64)
-        return false;
-    if (x->gop == GRAPH_GELU)
-        snprintf(out, cap, "%s(v%d)", f ? "kh_geluf" : "kh_gelu", x->a);
-    else if (x->gop == GRAPH_POW)
-        snprintf(out, cap, "%s(v%d, v%d)", f ? "powf" : "pow", x->a, x->b);
-    else
-        return false;
-    return true;
-}
-
 bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow, char *out,
                 size_t cap, char *msg, size_t mcap) {
     const lower_ins *x = &ins[i];
@@ -356,10 +345,9 @@ bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow
             snprintf(e, sizeof e, "%s", ld);
         break;
     }
-    case UOP_ALU:
-        ok = native_alu(x, e, sizeof e);
-        if (!ok)
-            cstyle_refuse(x, t->name, msg, mcap);
+    case UOP_ALU: /* lower_rules() left an op it has no rule for */
+        ok = false;
+        cstyle_refuse(x, t->name, msg, mcap);
         break;
     case UOP_PRIM:
         ok = cstyle_prim(t, ins, i, e, sizeof e, msg, mcap);

@@ -8,7 +8,7 @@
  * thread keeps a 4x4 block of the output in registers, then applies the
  * epilogue per element. Element semantics come from lower/'s rules, printed
  * through jit/cstyle; the prelude holds only the half types' storage
- * conversions, gelu (no rule yet) and the block-wide combines. */
+ * conversions and the block-wide combines. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,10 +35,6 @@ static const char prelude[] =
     "#define KH_INF __longlong_as_double(0x7ff0000000000000LL)\n"
     "KH_D float kh_rh(float x) { return kh_h2f(kh_f2h(x)); }\n"
     "KH_D float kh_rb(float x) { return kh_b2f(kh_f2b(x)); }\n"
-    "KH_D double kh_gelu(double x) { double c = erfc(-x * 0.70710678118654752440);\n"
-    "  return c == 0.0 ? -0.0 : 0.5 * x * c; }\n"
-    "KH_D float kh_geluf(float x) { float c = erfcf(-x * 0.70710678118654752440f);\n"
-    "  return c == 0.0f ? -0.0f : 0.5f * x * c; }\n"
     /* Matmul's inner product: fused where the target contracts nothing else
        (--fmad=false keeps elementwise code rounding like the CPU's). */
     "KH_D float kh_fma(float a, float b, float c) { return fmaf(a, b, c); }\n"
