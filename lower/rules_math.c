@@ -4,6 +4,8 @@
  * except exp2/log2/sin/cos, whose error (e2, l2: at most 1 ulp with glibc and
  * LLVM's libm calls, 2 ulp for CUDA's exp2f) adds as stated; tests/rules_test.c
  * measures them. */
+#include <math.h>
+
 #include "lower/rules.h"
 
 #define LN2 0.69314718055994530942
@@ -20,8 +22,61 @@ static int with_sign(ir_builder *b, kiln_dtype dt, int v, int s) {
     return rules_p1(b, PRIM_BITCAST, dt, rules_p2(b, PRIM_OR, it, rules_p1(b, PRIM_BITCAST, it, v), s));
 }
 
-/* exp is a primitive (lower.h says why): bound e (libm's, below 1 ulp). */
-static int exp_rule(ir_builder *b, kiln_dtype dt, int x) { return rules_p1(b, PRIM_EXP, dt, x); }
+static int f(ir_builder *b, double v) { return rules_f(b, KILN_F32, v); }
+static int add(ir_builder *b, int x, int y) { return rules_p2(b, PRIM_ADD, KILN_F32, x, y); }
+static int mul(ir_builder *b, int x, int y) { return rules_p2(b, PRIM_MUL, KILN_F32, x, y); }
+static int fma3(ir_builder *b, int x, int y, int z) { return ir_prim(b, PRIM_FMA, KILN_F32, x, y, z); }
+
+/* c[0] + x (c[1] + x (c[2] + ...)) in f32, by fma. */
+static int horner(ir_builder *b, int x, const double *c, int n) {
+    int p = f(b, c[n - 1]);
+    for (int i = n - 2; i >= 0; i--)
+        p = fma3(b, p, x, f(b, c[i]));
+    return p;
+}
+
+/* 2^n for an integral f32 n in [-126, 127], from its exponent bits. */
+static int pow2(ir_builder *b, int n) {
+    int e = rules_p1(b, PRIM_CAST, KILN_I32, add(b, n, f(b, 127.0)));
+    return rules_p1(b, PRIM_BITCAST, KILN_F32, rules_p2(b, PRIM_SHL, KILN_I32, e, rules_i(b, KILN_I32, 23)));
+}
+
+/* e^x 2^k in f32 from primitives that every target vectorises (no libm
+ * call): n = round(x / ln 2), r = x - n ln 2 by fma against ln 2 in two
+ * parts (|r| <= ln 2 / 2), e^r by its degree-7 Taylor polynomial
+ * (truncation below 6e-9 there), scaled by 2^(n+k) as two factors so that
+ * subnormal results round once. Outside the range where the result is
+ * finite and nonzero the argument is clamped and the result set by selects;
+ * NaN passes through. k > 0 keeps a tiny e^x normal for a caller that
+ * scales back after more products (gelu's tail). Bound: 2 ulp (measured in
+ * tests/rules_test.c through exp, tanh, sigmoid, silu and gelu). */
+static int exp_f32k(ir_builder *b, int x, int k) {
+    static const double taylor[] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040};
+    double lo = -103.972084045410156 - k * LN2, hi = 88.72283935546875 - k * LN2;
+    int nan = rules_test(b, PRIM_NE, x, x);
+    int xc = rules_p2(b, PRIM_MIN, KILN_F32, rules_p2(b, PRIM_MAX, KILN_F32, x, f(b, lo - 1)), f(b, hi + 1));
+    xc = rules_sel(b, KILN_F32, nan, f(b, 0.0), xc);
+    int n = rules_p1(b, PRIM_FLOOR, KILN_F32, fma3(b, xc, f(b, 1.44269504088896341), f(b, 0.5)));
+    int r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 0.693145751953125), xc);
+    r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 1.428606765330187e-06), r);
+    int p = horner(b, r, taylor, 8);
+    if (k)
+        n = add(b, n, f(b, k));
+    int n1 = rules_p1(b, PRIM_FLOOR, KILN_F32, mul(b, n, f(b, 0.5)));
+    int n2 = rules_p2(b, PRIM_SUB, KILN_F32, n, n1);
+    int v = mul(b, mul(b, p, pow2(b, n1)), pow2(b, n2));
+    v = rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, f(b, hi), x), f(b, INFINITY), v);
+    v = rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, x, f(b, lo)), f(b, 0.0), v);
+    return rules_sel(b, KILN_F32, nan, x, v);
+}
+
+static int exp_f32(ir_builder *b, int x) { return exp_f32k(b, x, 0); }
+
+/* exp: the rule above in f32; in f64 the primitive (libm's, below 1 ulp),
+ * until an f64 polynomial has been measured against it. */
+static int exp_rule(ir_builder *b, kiln_dtype dt, int x) {
+    return dt == KILN_F32 ? exp_f32(b, x) : rules_p1(b, PRIM_EXP, dt, x);
+}
 
 /* log(x) = log2(x) * ln 2: unlike exp, no reduction is needed, as a relative
  * error of log2's result stays relative through one multiplication, near 1
@@ -36,7 +91,34 @@ static int log_rule(ir_builder *b, kiln_dtype dt, int x) {
  * that it stays accurate near 0; 1 beyond 20 (where 1 - tanh < 2^-57); the
  * sign of x put back on the bits (tanh(-0) = -0). Bound: 4 ulp (measured:
  * f32 2.56, f64 2.49 ulp). */
+/* tanh in f32 without log (so that it vectorises): below |x| = 0.55 its odd
+ * Taylor series to x^19 (each term about 0.12 of the last there, so the
+ * truncation is below 2e-9), above 1 - 2 / (e^2|x| + 1), which cancels
+ * nothing where tanh >= 0.5; the sign put back on the bits. Bound: 3 ulp
+ * (measured in tests/rules_test.c). */
+static int tanh_f32(ir_builder *b, int x) {
+    static const double odd[] = {1.0,
+                                 -1.0 / 3,
+                                 2.0 / 15,
+                                 -17.0 / 315,
+                                 62.0 / 2835,
+                                 -1382.0 / 155925,
+                                 21844.0 / 6081075,
+                                 -929569.0 / 638512875,
+                                 6404582.0 / 10854718875,
+                                 -443861162.0 / 1856156927625};
+    int y = rules_p1(b, PRIM_ABS, KILN_F32, x);
+    int small = mul(b, y, horner(b, mul(b, y, y), odd, 10));
+    int e = exp_f32(b, add(b, y, y));
+    int big = rules_p2(b, PRIM_SUB, KILN_F32, f(b, 1.0),
+                       rules_p2(b, PRIM_DIV, KILN_F32, f(b, 2.0), add(b, e, f(b, 1.0))));
+    int t = rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, y, f(b, 0.55)), small, big);
+    return with_sign(b, KILN_F32, t, sign_of(b, KILN_F32, x));
+}
+
 static int tanh_rule(ir_builder *b, kiln_dtype dt, int x) {
+    if (dt == KILN_F32)
+        return tanh_f32(b, x);
     int y = rules_p1(b, PRIM_ABS, dt, x);
     int y2 = rules_p2(b, PRIM_ADD, dt, y, y);
     int u = exp_rule(b, dt, y2);
@@ -75,17 +157,78 @@ static int silu_rule(ir_builder *b, kiln_dtype dt, int x) {
     return rules_sel(b, dt, first, rules_p2(b, PRIM_DIV, dt, x, d), neg);
 }
 
+/* erfc(a + al) for a >= 0 in f32, al a's low part: the Chebyshev fit of
+ * Numerical Recipes' erfcc, t exp(-a^2 + P(t)) with t = 1 / (1 + a/2)
+ * (relative error below 1.2e-7 for every a >= 0). a^2 is carried exactly as
+ * h + l (fma), -h + P by its rounding error (two-sum), and both corrections
+ * applied to the product once, so that the exponent's size (up to 110
+ * before the result underflows) costs no accuracy. The result is scaled by
+ * 2^32, normal wherever gelu's is. */
+static int erfc_f32(ir_builder *b, int a, int al) {
+    static const double nr[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                                0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    int t = rules_p2(b, PRIM_DIV, KILN_F32, f(b, 1.0), fma3(b, a, f(b, 0.5), f(b, 1.0)));
+    int p = horner(b, t, nr, 10);
+    int h = mul(b, a, a);
+    int l = fma3(b, a, a, rules_p1(b, PRIM_NEG, KILN_F32, h));
+    l = fma3(b, add(b, a, a), al, l);
+    int nh = rules_p1(b, PRIM_NEG, KILN_F32, h);
+    int sum = add(b, p, nh), bb = rules_p2(b, PRIM_SUB, KILN_F32, sum, p);
+    int err = add(b, rules_p2(b, PRIM_SUB, KILN_F32, p, rules_p2(b, PRIM_SUB, KILN_F32, sum, bb)),
+                  rules_p2(b, PRIM_SUB, KILN_F32, nh, bb));
+    int te = mul(b, t, exp_f32k(b, sum, 32));
+    int c = fma3(b, te, rules_p2(b, PRIM_SUB, KILN_F32, err, l), te);
+    /* where te underflows the corrections may be inf * 0 */
+    return rules_sel(b, KILN_F32, rules_test(b, PRIM_EQ, te, f(b, 0.0)), f(b, 0.0), c);
+}
+
+/* gelu in f32 through erfc_f32: z = -x/sqrt 2 as zh + zl, erfc(z) =
+ * 2 - erfc(-z) for z < 0 (x > 0, where the result is 1 to 2 and nothing
+ * cancels). Bound: 6 ulp, 2 of them the fit's (measured: 4.99 ulp, in the
+ * tail near x = -11). */
+static int gelu_f32(ir_builder *b, int x) {
+    int nx = rules_p1(b, PRIM_NEG, KILN_F32, x), chi = f(b, 0.70710678118654752440);
+    int zh = mul(b, nx, chi);
+    int zl = fma3(b, nx, chi, rules_p1(b, PRIM_NEG, KILN_F32, zh));
+    zl = fma3(b, nx, f(b, 1.2101617152815436e-08), zl);
+    zl = rules_sel(b, KILN_F32, rules_test(b, PRIM_NE, zl, zl), f(b, 0.0), zl); /* x = +-inf */
+    int neg = rules_test(b, PRIM_LT, zh, f(b, 0.0));
+    int a = rules_p1(b, PRIM_ABS, KILN_F32, zh);
+    int al = rules_sel(b, KILN_F32, neg, rules_p1(b, PRIM_NEG, KILN_F32, zl), zl);
+    int cs = erfc_f32(b, a, al), down = f(b, 0x1p-32);
+    int c = rules_p2(b, PRIM_SUB, KILN_F32, f(b, 2.0), mul(b, cs, down));
+    int hx = mul(b, f(b, 0.5), x);
+    int v = rules_sel(b, KILN_F32, neg, mul(b, hx, c), mul(b, mul(b, hx, cs), down));
+    v = rules_sel(b, KILN_F32, rules_test(b, PRIM_EQ, rules_sel(b, KILN_F32, neg, c, cs), f(b, 0.0)),
+                  f(b, -0.0), v);
+    /* |x| < 1: x (1/2 + x Q(x^2)) with Q erf(x / sqrt 2)'s Taylor series
+     * over 2x, to x^19 (truncation below 3e-10), where the fit's 1.2e-7
+     * would be most of an ulp of a result near x/2 */
+    static const double q[] = {0.3989422804014327,
+                                -0.06649038006690546,
+                                0.009973557010035817,
+                                -0.0011873282154804545,
+                                0.00011543468761615529,
+                                -9.444656259503615e-06,
+                                6.659693516316651e-07,
+                                -4.122667414862689e-08,
+                                2.2735298243728065e-09,
+                                -1.1301171641619214e-10};
+    int inner = add(b, mul(b, x, horner(b, mul(b, x, x), q, 10)), f(b, 0.5));
+    int small = rules_test(b, PRIM_LT, rules_p1(b, PRIM_ABS, KILN_F32, x), f(b, 1.0));
+    return rules_sel(b, KILN_F32, small, mul(b, x, inner), v);
+}
+
 /* gelu(x) = x/2 erfc(-x/sqrt 2), the erf form, with -0 where erfc underflows
  * (as graph/'s definition has it, so that -inf gives -0, not -inf * 0). In
  * the tail erfc(z) falls like exp(-z^2), so z's own rounding would cost
- * 2 z^2 half-ulps (about 700 ulp at z = 26): f32 computes in f64, where that
- * is far below an f32 ulp, and f64 carries z as hi + lo (1/sqrt 2 split in
- * two, the product's error by fma) and corrects erfc(hi) by its derivative,
- * -lo 2/sqrt(pi) exp(-hi^2). Bound: erfc's (glibc: 5 ulp in f64) plus 2 ulp
- * in f64, 1 ulp in f32 (measured: f64 2.67, f32 0.5 ulp). */
+ * 2 z^2 half-ulps (about 700 ulp at z = 26): f64 carries z as hi + lo
+ * (1/sqrt 2 split in two, the product's error by fma) and corrects erfc(hi)
+ * by its derivative, -lo 2/sqrt(pi) exp(-hi^2). Bound: erfc's (glibc: 5 ulp in f64) plus 2 ulp
+ * in f64 (measured 2.67 ulp). f32 and the half types use gelu_f32. */
 static int gelu_rule(ir_builder *b, kiln_dtype dt, int x) {
     if (dt != KILN_F64)
-        return rules_cast(b, KILN_F64, dt, gelu_rule(b, KILN_F64, rules_cast(b, dt, KILN_F64, x)));
+        return gelu_f32(b, x);
     int nx = rules_p1(b, PRIM_NEG, dt, x), chi = rules_f(b, dt, 0.7071067811865476);
     int hi = rules_p2(b, PRIM_MUL, dt, nx, chi);
     int lo = ir_prim(b, PRIM_FMA, dt, nx, chi, rules_p1(b, PRIM_NEG, dt, hi));

@@ -18,8 +18,14 @@
 
 extern char **environ;
 
-static const char *const cflags[] = {"-O3", "-march=native", "-fopenmp", "-fPIC", "-shared",
-                                     "-std=c11", "-w", NULL};
+/* -fno-math-errno and -fno-trapping-math change no value, only errno and
+ * the floating-point exception flags, which kiln never reads; without them
+ * gcc keeps floorf and sqrtf scalar, and a loop holding one does not
+ * vectorise at all (the exp rule's floor kept gelu(a*b+c) scalar). */
+static const char *const cflags[] = {"-O3",         "-march=native",      "-fopenmp",
+                                     "-fno-math-errno", "-fno-trapping-math", "-fPIC",
+                                     "-shared",     "-std=c11",           "-w",
+                                     NULL};
 #define NFLAGS (sizeof cflags / sizeof cflags[0] - 1)
 
 const char *const *jit_cpu_flags(void) { return cflags; }

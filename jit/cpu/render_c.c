@@ -116,16 +116,22 @@ static void block_stmts(sbuf *b, const lower_kernel *k, const lower_block *blk) 
         ins_stmt(b, k->ins, blk->ins[i]);
 }
 
+/* Loop counters as wide as the plan's indices: an int32 index taken from
+ * an int64 counter is not provably linear, so every load and store of a
+ * vectorised loop became a gather or scatter. */
+static const char *counter(const sbuf *b) { return b->narrow ? "int32_t" : "int64_t"; }
+
 /* Elementwise: a tile of output elements per program instance, its loop
  * vectorised. */
 static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    cstyle_put(b, "  const int64_t N = %lldLL, T = %lldLL;\n", (long long)k->numel, (long long)k->tile);
+    const char *ix = counter(b);
+    cstyle_put(b, "  const %s N = %lldLL, T = %lldLL;\n", ix, (long long)k->numel, (long long)k->tile);
     if (plan->parallel)
         cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
-    cstyle_put(b, "  for (int64_t t = 0; t < %lldLL; t++) {\n", (long long)plan->grid);
-    cstyle_put(b, "    const int64_t lo = t * T, hi = lo + T < N ? lo + T : N;\n");
+    cstyle_put(b, "  for (%s t = 0; t < %lldLL; t++) {\n", ix, (long long)plan->grid);
+    cstyle_put(b, "    const %s lo = t * T, hi = lo + T < N ? lo + T : N;\n", ix);
     cstyle_put(b, "    #pragma omp simd\n");
-    cstyle_put(b, "    for (int64_t g = lo; g < hi; g++) {\n");
+    cstyle_put(b, "    for (%s g = lo; g < hi; g++) {\n", ix);
     for (int i = 0; i < plan->nblocks; i++)
         block_stmts(b, k, &plan->blocks[i]);
     store_stmt(b, k, "      ");
@@ -178,7 +184,7 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
             cstyle_put(b, split ? "      #pragma omp parallel for simd reduction(+:acc) "
                            "schedule(static) num_threads(nthreads)\n"
                          : "      #pragma omp simd reduction(+:acc)\n");
-        cstyle_put(b, "      for (int64_t r = 0; r < R; r++) {\n");
+        cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
         block_stmts(b, k, blk);
         reduce_step(b, x, in);
         cstyle_put(b, "      }\n");
@@ -191,10 +197,11 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
  * the plan's blocks: outer values, passes that finish reductions, and in a
  * row kernel a last pass that stores. */
 static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    cstyle_put(b, "  const int64_t N = %lldLL, R = %lldLL;\n", (long long)k->numel, (long long)k->rnumel);
+    const char *ix = counter(b);
+    cstyle_put(b, "  const %s N = %lldLL, R = %lldLL;\n", ix, (long long)k->numel, (long long)k->rnumel);
     if (plan->parallel)
         cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
-    cstyle_put(b, "  for (int64_t g = 0; g < N; g++) {\n");
+    cstyle_put(b, "  for (%s g = 0; g < N; g++) {\n", ix);
     bool stored = false;
     for (int i = 0; i < plan->nblocks; i++) {
         const lower_block *blk = &plan->blocks[i];
@@ -209,7 +216,7 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
             cstyle_put(b, plan->split
                        ? "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n"
                        : "    #pragma omp simd\n");
-            cstyle_put(b, "    for (int64_t r = 0; r < R; r++) {\n");
+            cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
             block_stmts(b, k, blk);
             store_stmt(b, k, "      ");
             cstyle_put(b, "    }\n");
