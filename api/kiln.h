@@ -767,6 +767,10 @@ typedef struct kiln_stats {
                             no code generation: buffers are bound and run) */
     int64_t memory_hits; /* programs found already compiled in this process */
     int64_t disk_hits;   /* programs loaded from the disk cache (KILN_CACHE_DIR) */
+    int64_t buffer_reuses; /* buffers of 64 KiB or more served by memory a released
+                              tensor gave back (no fresh pages, no page faults) */
+    int64_t buffer_allocations; /* ... and those that took fresh memory */
+    int64_t pooled_bytes;  /* bytes kept for reuse now (KILN_POOL_MAX_BYTES bounds it) */
 } kiln_stats;
 /* The counters of ctx (all zero for KILN_REF, which compiles nothing). */
 KILN_API kiln_stats kiln_ctx_stats(const kiln_ctx *ctx);

@@ -98,8 +98,10 @@ struct graph_buffer {
     int64_t refs;
     size_t nbytes;
     void *data;
-    void *owner;
+    void *owner;                  /* the device whose memory data is (NULL: plain host memory) */
     graph_buffer_release release; /* frees data when the last reference goes; NULL: free() */
+    void *release_arg; /* what release is called with: owner, unless the memory's allocator
+                          outlives its device (a device's pool, jit/pool.h) */
 };
 
 typedef struct graph_ctx graph_ctx;

@@ -62,6 +62,7 @@ graph_buffer *graph_buffer_adopt(void *data, size_t nbytes, void *owner,
     b->data = data;
     b->owner = owner;
     b->release = release;
+    b->release_arg = owner;
     return b;
 }
 
@@ -86,7 +87,7 @@ graph_buffer *graph_buffer_ref(graph_buffer *b) {
 void graph_buffer_unref(graph_buffer *b) {
     if (b && --b->refs == 0) {
         if (b->release)
-            b->release(b->owner, b);
+            b->release(b->release_arg, b);
         else
             free(b->data);
         free(b);

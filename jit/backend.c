@@ -5,8 +5,8 @@
  * and the result is kept under the signature, so a later capture of the same
  * structure (the next training step) only binds buffers and launches. Kernel
  * outputs that nobody asked for live from their kernel to their last reader
- * and their memory goes back to a pool, per device, that later kernels (and
- * later syncs) draw from. */
+ * and their memory goes back to the device's pool (jit/pool.h), which later
+ * kernels, later syncs and the next step's outputs draw from. */
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,18 +20,6 @@
 #include "jit/jit.h"
 #include "jit/profile.h"
 
-/* Freed intermediates, kept for reuse by size. Training steps allocate the
- * same sizes over and over; reusing them skips the allocator and the page
- * faults of fresh memory. */
-#define POOL_MAX_BUFFERS 64
-#define POOL_MAX_BYTES ((size_t)1 << 30)
-
-typedef struct pool {
-    int n;
-    size_t bytes;
-    graph_buffer *bufs[POOL_MAX_BUFFERS]; /* oldest first */
-} pool;
-
 struct jit_backend {
     jit_device *dev;
     cache *cache;    /* kernel cache: compiled programs by device and text */
@@ -40,7 +28,6 @@ struct jit_backend {
     jit_watch watch; /* debug output, profile, KILN_DUMP, the machine's limits */
     bool check_cuda; /* KILN_CHECK_CUDA=1: every program must also compile for CUDA */
     kiln_stats stats;
-    pool pool;
 };
 
 static void compiled_free(void *v);
@@ -94,8 +81,6 @@ jit_backend *jit_backend_new(kiln_device kind, kiln_status *st, char *msg, size_
 void jit_backend_free(jit_backend *j) {
     if (!j)
         return;
-    for (int i = 0; i < j->pool.n; i++)
-        graph_buffer_unref(j->pool.bufs[i]);
     jit_watch_fini(&j->watch);
     jit_graph_cache_free(j->graphs);
     cache_close(j->cache);
@@ -139,42 +124,24 @@ kiln_status jit_buffer_read(const graph_buffer *b, size_t offset, void *dst, siz
     return d->ops->copy_out(d, dst, b, offset, n, msg, cap);
 }
 
-static graph_buffer *pool_take(jit_backend *j, size_t nbytes) {
-    pool *p = &j->pool;
-    for (int i = p->n - 1; i >= 0; i--) {
-        graph_buffer *b = p->bufs[i];
-        if (b->nbytes != nbytes)
-            continue;
-        memmove(&p->bufs[i], &p->bufs[i + 1], sizeof *p->bufs * (size_t)(p->n - i - 1));
-        p->n--;
-        p->bytes -= nbytes;
-        return b;
-    }
+/* A buffer for a kernel output, from the device (whose pool hands back the
+ * memory of released intermediates and outputs of the same size class). */
+static graph_buffer *buffer_new(jit_backend *j, size_t nbytes) {
     graph_buffer *b = NULL;
     char msg[256];
     return j->dev->ops->alloc(j->dev, nbytes, &b, msg, sizeof msg) == KILN_OK ? b : NULL;
 }
 
-/* Drops the backend's reference to an intermediate's buffer; when it was the
- * last one, the memory goes to the pool, evicting the oldest beyond its bounds. */
-static void pool_give(jit_backend *j, graph_buffer *b) {
-    pool *p = &j->pool;
-    if (!b)
-        return;
-    if (b->refs != 1 || b->nbytes > POOL_MAX_BYTES) {
-        graph_buffer_unref(b);
-        return;
+kiln_stats jit_stats(const jit_backend *j) {
+    kiln_stats s = j->stats;
+    if (j->dev && j->dev->pool) {
+        jit_pool_stats p = jit_pool_get_stats(j->dev->pool);
+        s.buffer_reuses = p.reuses;
+        s.buffer_allocations = p.allocations;
+        s.pooled_bytes = p.held_bytes;
     }
-    while (p->n > 0 && (p->n == POOL_MAX_BUFFERS || p->bytes + b->nbytes > POOL_MAX_BYTES)) {
-        p->bytes -= p->bufs[0]->nbytes;
-        graph_buffer_unref(p->bufs[0]);
-        memmove(&p->bufs[0], &p->bufs[1], sizeof *p->bufs * (size_t)--p->n);
-    }
-    p->bufs[p->n++] = b;
-    p->bytes += b->nbytes;
+    return s;
 }
-
-kiln_stats jit_stats(const jit_backend *j) { return j->stats; }
 
 jit_watch *jit_backend_watch(jit_backend *j) { return &j->watch; }
 
@@ -436,7 +403,7 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
                 graph_node *x = kn[o] = nodes[bk->outs[o]];
                 size_t bytes = (size_t)graph_numel(x) * graph_dtype_size(x->dtype);
-                if (!(x->buf = pool_take(j, bytes)))
+                if (!(x->buf = buffer_new(j, bytes)))
                     st = oom(msg, mcap, x, bytes);
             }
             if (st != KILN_OK)
@@ -454,7 +421,7 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
         }
         for (int r = 0; r < bk->nrelease; r++) {
             graph_node *x = nodes[bk->release[r]];
-            pool_give(j, x->buf);
+            graph_buffer_unref(x->buf);
             x->buf = NULL;
         }
     }
@@ -466,7 +433,7 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
     for (int i = 0; st != KILN_OK && i < p->nkernels; i++)
         for (int o = 0; o < p->kernels[i].nouts; o++) {
             graph_node *x = nodes[c->bound[i].outs[o]];
-            pool_give(j, x->buf);
+            graph_buffer_unref(x->buf);
             x->buf = NULL;
         }
     return st;

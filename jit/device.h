@@ -16,6 +16,7 @@
 
 #include "api/kiln.h"
 #include "cache/cache.h"
+#include "jit/pool.h"
 #include "graph/graph.h"
 #include "lower/lower.h"
 
@@ -84,6 +85,7 @@ struct jit_device {
     lower_target target; /* what the planner plans for */
     cache_key key;       /* target, compiler identity and flags, kiln's version: every
                             kernel-cache key of this device includes it */
+    jit_pool *pool;      /* its caching allocator (jit/pool.h), or NULL */
 };
 
 /* The device serving kind (for KILN_CPU, the one KILN_CPU_COMPILER names,
@@ -98,6 +100,11 @@ const jit_device_ops *jit_device_at(int i);
 
 /* ---- host memory, for devices whose buffers are host memory (device_host.c) ---- */
 
+/* d->pool over host memory (2 MiB-aligned and madvise'd for huge pages from
+ * 4 MiB on, which makes even a fresh large buffer 512 times fewer faults);
+ * alloc takes from it, free (called with the pool, the buffer's release_arg)
+ * gives back. */
+kiln_status jit_host_pool_open(jit_device *d, char *msg, size_t cap);
 kiln_status jit_host_alloc(jit_device *d, size_t nbytes, graph_buffer **out, char *msg,
                            size_t cap);
 void jit_host_free(void *owner, graph_buffer *b);

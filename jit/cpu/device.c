@@ -45,11 +45,20 @@ static kiln_status open_cpu(const jit_device_ops *ops, const char *compiler_id,
     d->base.key = jit_device_key(&d->base.target, compiler_id, flags);
     d->cache = cfg->cache;
     d->nthreads = cfg->nthreads;
+    kiln_status st = jit_host_pool_open(&d->base, msg, cap);
+    if (st != KILN_OK) {
+        free(d);
+        return st;
+    }
     *out = &d->base;
     return KILN_OK;
 }
 
-static void cpu_close(jit_device *d) { free(d); }
+/* Buffers still out return to the pool and are freed there. */
+static void cpu_close(jit_device *d) {
+    jit_pool_close(d->pool);
+    free(d);
+}
 
 static kiln_status cpu_render(jit_device *d, const lower_program *p, const lower_plan *plans,
                               char **out, char *msg, size_t cap) {

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "jit/device.h"
 
@@ -17,7 +18,11 @@ struct jit_code {
 static kiln_status ref_open(const jit_device_config *cfg, jit_device **out, char *msg,
                             size_t cap);
 
-static void ref_close(jit_device *d) { free(d); }
+/* Buffers still out return to the pool and are freed there. */
+static void ref_close(jit_device *d) {
+    jit_pool_close(d->pool);
+    free(d);
+}
 
 /* The kernels' IR: what the evaluator runs, for KILN_DUMP and the cache key. */
 static kiln_status ref_render(jit_device *d, const lower_program *p, const lower_plan *plans,
@@ -62,8 +67,9 @@ static kiln_status ref_compile(jit_device *d, const lower_program *p, const lowe
 static void ref_code_free(void *code) { free(code); }
 
 /* graph_eval gives each requested node a buffer of its own: the runtime's
- * buffers are set aside while it runs, then take over its memory (both are
- * graph_buffer_new's host memory of the same size). */
+ * buffers are set aside while it runs, then get its values copied in (not
+ * its memory swapped in: theirs belongs to the device's pool, whose size
+ * classes are larger than graph_eval's exact sizes). */
 static kiln_status ref_launch(jit_device *d, const jit_code *c, int i, const lower_kernel *k,
                               graph_node *const *nodes, char *msg, size_t cap) {
     (void)d;
@@ -83,9 +89,7 @@ static kiln_status ref_launch(jit_device *d, const jit_code *c, int i, const low
     for (int o = 0; o < k->nouts; o++) {
         graph_buffer *mine = nodes[o]->buf;
         if (mine) {
-            void *data = held[o]->data;
-            held[o]->data = mine->data;
-            mine->data = data;
+            memcpy(held[o]->data, mine->data, held[o]->nbytes);
             graph_buffer_unref(mine);
         }
         nodes[o]->buf = held[o];
@@ -128,6 +132,11 @@ static kiln_status ref_open(const jit_device_config *cfg, jit_device **out, char
     d->ops = &jit_ref_device;
     d->target = (lower_target){.name = "ref"};
     d->key = jit_device_key(&d->target, "graph_eval float64", NULL);
+    kiln_status st = jit_host_pool_open(d, msg, cap);
+    if (st != KILN_OK) {
+        free(d);
+        return st;
+    }
     *out = d;
     return KILN_OK;
 }
