@@ -168,6 +168,31 @@ static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_block
     cstyle_put(b, "      }\n");
 }
 
+/* A max/min pass in SIMD lanes: the value of a max or min does not depend on
+ * the order it is taken in, except through NaN, which is tracked on its own
+ * (any NaN makes the result NaN, as in graph/) and through the sign of a zero
+ * tie (-0 and +0 compare equal; either may come out). The ordered scan with
+ * its index, which argmax/argmin need, was a scalar loop in double: the row
+ * max was most of a softmax's time. */
+static void vector_extreme_pass(sbuf *b, const lower_kernel *k, const lower_block *blk) {
+    const lower_ins *x = &k->ins[blk->reduce];
+    kiln_dtype in = k->ins[x->a].dt;
+    bool max = x->gop == GRAPH_RMAX, f = is_float(in);
+    const char *ty = f ? ctype(in) : "int64_t";
+    const char *init = f ? (max ? "-INFINITY" : "INFINITY") : (max ? "INT64_MIN" : "INT64_MAX");
+    cstyle_put(b, "      %s best = %s; int nan = 0;\n", ty, init);
+    cstyle_put(b, "      #pragma omp simd reduction(%s:best) reduction(|:nan)\n", max ? "max" : "min");
+    cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
+    block_stmts(b, k, blk);
+    if (f)
+        cstyle_put(b, "        nan |= v%d != v%d;\n", x->a, x->a);
+    cstyle_put(b, "        best = (%s)v%d %s best ? (%s)v%d : best;\n", ty, x->a, max ? ">" : "<", ty, x->a);
+    cstyle_put(b, "      }\n");
+    cstyle_put(b, "      if (R == 0) best = 0;\n");
+    if (f)
+        cstyle_put(b, "      if (nan) best = NAN;\n");
+}
+
 /* A pass over the reduced elements that finishes one reduction. A sum may
  * run in SIMD lanes (a different order of additions, in double, well inside
  * every float tolerance); max/min and the arg reductions keep their order,
@@ -176,9 +201,13 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
     const lower_ins *x = &k->ins[blk->reduce];
     kiln_dtype in = k->ins[x->a].dt;
     cstyle_put(b, "    %s v%d;\n    {\n", ctype(x->dt), blk->reduce);
-    reduce_init(b, x, in);
+    bool extreme = x->gop == GRAPH_RMAX || x->gop == GRAPH_RMIN;
+    if (!extreme || split)
+        reduce_init(b, x, in);
     if (x->gop != GRAPH_SUM && split) {
         split_ordered_pass(b, k, blk);
+    } else if (extreme) {
+        vector_extreme_pass(b, k, blk);
     } else {
         if (x->gop == GRAPH_SUM)
             cstyle_put(b, split ? "      #pragma omp parallel for simd reduction(+:acc) "
