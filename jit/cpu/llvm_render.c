@@ -9,6 +9,8 @@
  * values computed outside the IR (reduction results, dot products).
  * Matmuls are register tiles of explicit vectors accumulated over k, then the
  * kernel's instruction list as the epilogue of each element. */
+#include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -714,8 +716,62 @@ static void racc_pass(gen *g, racc *a, const lower_block *blk, LLVMValueRef lo, 
     loop_close(g, &l, a->sum && a->fl);
 }
 
+/* A float's bits as a signed integer that orders as the float does (the
+ * magnitude bits of a negative value flipped); its own inverse. NaN has
+ * its own flag in extreme(), so where it lands does not matter. */
+static LLVMValueRef order_key(gen *g, LLVMValueRef bits, LLVMTypeRef it, int64_t mag) {
+    LLVMValueRef m = sel(g, icmp(g, LLVMIntSLT, bits, ci(g, it, 0)), ci(g, it, mag), ci(g, it, 0));
+    return L_->LLVMBuildXor(B, bits, m, "");
+}
+
+/* Max or min as an integer max or min over order keys, which the loop
+ * vectoriser widens without fast-math flags (a float compare-and-select it
+ * may not reorder), with NaN tracked by a flag of its own, as the C path
+ * does. The ordered scan that argmax needs left softmax's row max scalar. */
+static void extreme(gen *g, const lower_block *blk) {
+    const lower_ins *x = &g->k->ins[blk->reduce];
+    kiln_dtype in = g->k->ins[x->a].dt, dt = x->dt;
+    bool mx = x->gop == GRAPH_RMAX, fl = is_float(in), d64 = in == KILN_F64;
+    LLVMTypeRef kt = fl && !d64 ? g->i32 : g->i64;
+    int64_t lo = kt == g->i32 ? INT32_MIN : INT64_MIN, hi = kt == g->i32 ? INT32_MAX : INT64_MAX;
+    int64_t mag = kt == g->i32 ? INT32_MAX : INT64_MAX;
+    LLVMValueRef acc = var(g, kt, ci(g, kt, mx ? lo : hi)), nan = var(g, g->i8, ci(g, g->i8, 0));
+    loop l;
+    g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, g->k->rnumel));
+    block_values(g, blk);
+    LLVMValueRef v = g->val[x->a], key;
+    if (fl) {
+        key = order_key(g, L_->LLVMBuildBitCast(B, v, kt, ""), kt, mag);
+        LLVMValueRef isnan = L_->LLVMBuildZExt(B, fcmp(g, LLVMRealUNO, v, v), g->i8, "");
+        set(g, nan, L_->LLVMBuildOr(B, get(g, g->i8, nan), isnan, ""));
+    } else {
+        key = wide(g, v, in);
+    }
+    LLVMValueRef cur = get(g, kt, acc);
+    set(g, acc, sel(g, icmp(g, mx ? LLVMIntSGT : LLVMIntSLT, key, cur), key, cur));
+    loop_close(g, &l, true);
+    LLVMValueRef r = get(g, kt, acc);
+    if (g->k->rnumel == 0)
+        r = ci(g, kt, 0);
+    if (fl) {
+        LLVMTypeRef ft = d64 ? g->f64 : g->f32;
+        r = L_->LLVMBuildBitCast(B, order_key(g, r, kt, mag), ft, "");
+        r = sel(g, icmp(g, LLVMIntNE, get(g, g->i8, nan), ci(g, g->i8, 0)), cf(g, ft, NAN), r);
+        if (g->k->rnumel == 0)
+            r = cf(g, ft, 0.0);
+    } else if (dt != KILN_I64) {
+        r = L_->LLVMBuildTrunc(B, r, cty(g, dt), "");
+    }
+    g->val[blk->reduce] = r;
+}
+
 /* A pass over the reduced elements that finishes reduction blk->reduce. */
 static void reduce(gen *g, const lower_block *blk) {
+    const lower_ins *x = &g->k->ins[blk->reduce];
+    if (x->gop == GRAPH_RMAX || x->gop == GRAPH_RMIN) {
+        extreme(g, blk);
+        return;
+    }
     racc a = racc_new(g, blk->reduce);
     racc_pass(g, &a, blk, i64c(g, 0), i64c(g, g->k->rnumel));
     g->val[blk->reduce] = racc_value(g, &a);
