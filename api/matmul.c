@@ -2,6 +2,30 @@
  * column, batch dimensions broadcast, and the added axes are removed again. */
 #include "api/api.h"
 
+/* [batch..., n, k] @ [k, m] as one [batch*n, k] @ [k, m] product (a linear
+ * layer over [B, T, C] activations): broadcast over the batch instead, the
+ * weight's gradient was B products with K = T, stored and then summed over
+ * B by a strided reduction; flattened, it is one product with K = B*T, and
+ * the forward one large matmul instead of B small ones. (GPT-2's step was
+ * 1.5x faster with the reshape written by hand.) */
+static graph_node *rows_times_matrix(graph_node *x, graph_node *y) {
+    int64_t rows = 1, k = x->shape[x->ndim - 1], shape[KILN_MAX_DIMS];
+    for (int d = 0; d < x->ndim - 1; d++) {
+        rows *= x->shape[d];
+        shape[d] = x->shape[d];
+    }
+    shape[x->ndim - 1] = y->shape[1];
+    kiln_dtype dt = graph_dtype_promote(x->dtype, y->dtype);
+    graph_node *x2 = graph_reshape(x, 2, (const int64_t[]){rows, k});
+    graph_node *xc = x2 ? graph_cast(x2, dt) : NULL, *yc = graph_cast(y, dt);
+    graph_node *m = xc && yc ? graph_matmul(xc, yc) : NULL;
+    graph_node *r = m ? graph_reshape(m, x->ndim, shape) : NULL;
+    graph_node *tmp[4] = {x2, xc, yc, m};
+    for (int i = 0; i < 4; i++)
+        graph_unref(tmp[i]);
+    return r;
+}
+
 kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b) {
     const char *op = "kiln_matmul";
     kiln_tensor *args[2] = {a, b};
@@ -23,6 +47,8 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b) {
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "kiln_matmul: %s @ %s: inner dimensions %lld and %lld differ",
                         api_shape_str(x), api_shape_str(y), (long long)k1, (long long)k2);
+    if (x->ndim > 2 && y->ndim == 2)
+        return api_wrap(ctx, rows_times_matrix(x, y), op);
     /* Matrix views: [batch..., n, k] and [batch..., k, m]. */
     int64_t xs[KILN_MAX_DIMS + 1], ys[KILN_MAX_DIMS + 1];
     int xn = x->ndim, yn = y->ndim;
