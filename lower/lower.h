@@ -232,6 +232,11 @@ typedef struct lower_plan {
     lower_block *blocks; /* in order; after the last, the stores (unless it is a STORE pass) */
     bool narrow;        /* every index value, masked lanes included, fits int32 */
     bool split;         /* few long rows: each pass over a row is split across threads */
+    int64_t columns;    /* a sum down columns (every load contiguous along the outputs,
+                           strided along the reduced elements: a bias gradient): the
+                           outputs in chunks of this many, each chunk's partial sums a
+                           row in cache that the input's rows are added into, rather
+                           than one strided walk per output; 0: per output */
     bool parallel;      /* enough work to spread over threads */
     int64_t grid;       /* program instances */
     int block_threads;  /* GPU: threads per program instance */

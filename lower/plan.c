@@ -259,6 +259,79 @@ static int64_t gpu_grid(int64_t units) {
     return units <= 0 ? 0 : units > GPU_GRID_CAP ? GPU_GRID_CAP : units;
 }
 
+/* Index instruction i at output element g and reduced element r (the index
+ * uops only); false if it is not index arithmetic of g and r. */
+static bool index_at(const lower_kernel *k, int i, int64_t g, int64_t r, int64_t *out) {
+    const lower_ins *x = &k->ins[i];
+    int64_t a, b;
+    switch (x->op) {
+    case UOP_GIDX:
+        *out = g;
+        return true;
+    case UOP_RIDX:
+        *out = r;
+        return true;
+    case UOP_IMM:
+        *out = x->imm.i;
+        return true;
+    case UOP_IADD:
+    case UOP_IMUL:
+    case UOP_IDIV:
+    case UOP_IMOD:
+        if (!index_at(k, x->a, g, r, &a) || !index_at(k, x->b, g, r, &b))
+            return false;
+        if ((x->op == UOP_IDIV || x->op == UOP_IMOD) && b == 0)
+            return false;
+        *out = x->op == UOP_IADD ? a + b : x->op == UOP_IMUL ? a * b : x->op == UOP_IDIV ? a / b : a % b;
+        return true;
+    default:
+        return false;
+    }
+}
+
+/* Whether every load of the reduce pass steps by 1 along the outputs and by
+ * more along the reduced elements, checked at a few points. */
+static bool loads_run_down_columns(const lower_kernel *k, const lower_block *blk) {
+    const int64_t pts[3][2] = {{0, 0}, {k->numel / 2, k->rnumel / 2}, {k->numel - 2, k->rnumel - 2}};
+    int loads = 0;
+    for (int i = 0; i < blk->n; i++) {
+        const lower_ins *x = &k->ins[blk->ins[i]];
+        if (x->op != UOP_LOAD)
+            continue;
+        loads++;
+        if (x->b >= 0)
+            return false; /* masked (padding): left to the general pass */
+        for (int p = 0; p < 3; p++) {
+            int64_t v, vg, vr, g = pts[p][0], r = pts[p][1];
+            if (!index_at(k, x->a, g, r, &v) || !index_at(k, x->a, g + 1, r, &vg) ||
+                !index_at(k, x->a, g, r + 1, &vr) || vg - v != 1 || vr - v <= 1)
+                return false;
+        }
+    }
+    return loads > 0;
+}
+
+enum { COLUMN_CHUNK = 256, COLUMN_MIN_OUTPUTS = 16 };
+
+/* A plain sum (one reduce pass, no store pass) down columns: see columns. */
+static int64_t plan_columns(const lower_plan *p, const lower_kernel *k) {
+    if (p->split || k->numel < COLUMN_MIN_OUTPUTS || k->rnumel < 2)
+        return 0;
+    const lower_block *red = NULL;
+    for (int b = 0; b < p->nblocks; b++) {
+        if (p->blocks[b].kind == LOWER_BLOCK_STORE)
+            return 0;
+        if (p->blocks[b].kind == LOWER_BLOCK_REDUCE) {
+            if (red)
+                return 0;
+            red = &p->blocks[b];
+        }
+    }
+    if (!red || k->ins[red->reduce].gop != GRAPH_SUM || !loads_run_down_columns(k, red))
+        return 0;
+    return COLUMN_CHUNK;
+}
+
 /* The loop nest: grid, threads, splits, and the matmul's blocking. */
 static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     int64_t tile = k->tile > 0 ? k->tile : 1;
@@ -301,6 +374,7 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
          * so each pass over a row is split across the threads instead. */
         p->split = k->numel <= SPLIT_MAX_ROWS && k->rnumel >= SPLIT_MIN;
         p->parallel = !p->split && k->numel * k->rnumel >= PAR_MIN_WORK;
+        p->columns = plan_columns(p, k);
         break;
     case LOWER_MATMUL:
         plan_cpu_matmul(p, k, t);
@@ -359,6 +433,8 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
     fprintf(f, "plan %s: grid %lld%s%s, %d-byte vectors, %s indices", k->name,
             (long long)p->grid, p->parallel ? ", parallel" : "", p->split ? ", rows split" : "",
             p->vector_bytes, p->narrow ? "int32" : "int64");
+    if (p->columns)
+        fprintf(f, ", down columns in chunks of %lld", (long long)p->columns);
     if (p->block_threads)
         fprintf(f, ", %d threads per block", p->block_threads);
     fprintf(f, "\n");

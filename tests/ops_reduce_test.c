@@ -153,6 +153,28 @@ TU_TEST(reduce, axes_and_keepdim_every_op) {
     }
 }
 
+/* Sums and means down columns, large enough for chunks of partial sums
+ * (lower/plan.c's columns: 256 outputs a chunk, here with a partial last
+ * chunk and with two reduced axes), every dtype against loops in long double. */
+TU_TEST(reduce, column_sums_in_chunks) {
+    TU_RNG(r);
+    const int64_t flat[2] = {301, 600}, cube[3] = {3, 170, 37};
+    int n;
+    const kiln_dtype *all = tu_all_dtypes(&n);
+    double *in = malloc(sizeof(double) * 301 * 600);
+    cr_assert(in);
+    for (int k = 0; k < n; k++) {
+        if (all[k] == KILN_BOOL)
+            continue;
+        kiln_tensor *x = tu_rand_tensor(ctx, &r, all[k], 2, flat, -4, 4, in);
+        check_reduce(ctx, R_SUM, x, in, all[k], 2, flat, 1, (int[]){0}, false);
+        check_reduce(ctx, R_MEAN, x, in, all[k], 2, flat, 1, (int[]){0}, true);
+        kiln_tensor *c = tu_rand_tensor(ctx, &r, all[k], 3, cube, -4, 4, in);
+        check_reduce(ctx, R_SUM, c, in, all[k], 3, cube, 2, (int[]){0, 1}, false);
+    }
+    free(in);
+}
+
 TU_TEST(reduce, null_axes) {
     /* naxes 0 with NULL axes means all axes */
     double in[6];

@@ -150,6 +150,44 @@ Test(plan, long_rows_split_on_cpu_only) {
     graph_ctx_free(g);
 }
 
+/* Sums down columns (the reduced axis outermost, as in a bias gradient) are
+ * planned as rows added into chunks of partial sums; sums along rows, a
+ * max down columns, and GPU targets are not. */
+Test(plan, column_sums_accumulate_rows) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t shape[2] = {300, 40}, cube[3] = {3, 500, 37};
+    graph_node *x = input(g, KILN_F32, 2, shape), *c = input(g, KILN_F32, 3, cube);
+    struct {
+        graph_node *target;
+        bool columns;
+        const char *what;
+    } cases[] = {
+        {graph_reduce(GRAPH_SUM, x, 1u, KILN_F32), true, "sum over axis 0"},
+        {graph_binary(GRAPH_MUL, graph_reduce(GRAPH_SUM, x, 1u, KILN_F32), graph_reduce(GRAPH_SUM, x, 1u, KILN_F32)),
+         true, "a sum over axis 0 with work after it"},
+        {graph_reduce(GRAPH_SUM, c, 3u, KILN_F32), true, "sum over axes 0 and 1"},
+        {graph_reduce(GRAPH_SUM, x, 2u, KILN_F32), false, "sum along rows"},
+        {graph_reduce(GRAPH_RMAX, x, 1u, KILN_F32), false, "max down columns"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lower_program *p = schedule(cases[i].target);
+        const lower_kernel *k = &p->kernels[p->nkernels - 1];
+        lower_plan *plans = lower_plan_program(p, &cpu512);
+        cr_assert(plans);
+        cr_assert_eq(plans[p->nkernels - 1].columns != 0, cases[i].columns, "%s: columns %lld",
+                     cases[i].what, (long long)plans[p->nkernels - 1].columns);
+        check_blocks(k, &plans[p->nkernels - 1]);
+        lower_plans_free(plans, p->nkernels);
+        plans = lower_plan_program(p, &gpu);
+        cr_assert_eq(plans[p->nkernels - 1].columns, 0, "%s: a GPU plan", cases[i].what);
+        lower_plans_free(plans, p->nkernels);
+        lower_program_free(p);
+    }
+    graph_unref(x);
+    graph_unref(c);
+    graph_ctx_free(g);
+}
+
 /* Index values past int32 keep 64-bit index arithmetic. */
 Test(plan, wide_indices_stay_64_bit) {
     graph_ctx *g = graph_ctx_new();

@@ -222,6 +222,49 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
     cstyle_put(b, "    }\n");
 }
 
+/* A sum down columns (plan->columns): per chunk of outputs, a row of
+ * partial sums in double (in L1) that each input row is added into, its
+ * loop over the chunk vectorised; then the chunk's results. The outer
+ * values the pass reads are recomputed per element (index arithmetic, as
+ * cheap as keeping them). Each output still adds its elements in order. */
+static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    const char *ix = counter(b);
+    int red = -1;
+    for (int i = 0; i < plan->nblocks; i++)
+        if (plan->blocks[i].kind == LOWER_BLOCK_REDUCE)
+            red = i;
+    const lower_ins *x = &k->ins[plan->blocks[red].reduce];
+    kiln_dtype in = k->ins[x->a].dt;
+    const char *acc = is_float(in) ? "double" : "uint64_t";
+    cstyle_put(b, "  const %s N = %lldLL, R = %lldLL, CW = %lldLL;\n", ix, (long long)k->numel,
+               (long long)k->rnumel, (long long)plan->columns);
+    if (plan->parallel)
+        cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
+    cstyle_put(b, "  for (%s c0 = 0; c0 < N; c0 += CW) {\n", ix);
+    cstyle_put(b, "    const %s c1 = c0 + CW < N ? c0 + CW : N;\n", ix);
+    cstyle_put(b, "    %s part[%lld];\n", acc, (long long)plan->columns);
+    cstyle_put(b, "    for (%s g = c0; g < c1; g++) part[g - c0] = 0;\n", ix);
+    cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
+    cstyle_put(b, "      #pragma omp simd\n");
+    cstyle_put(b, "      for (%s g = c0; g < c1; g++) {\n", ix);
+    for (int i = 0; i < red; i++)
+        block_stmts(b, k, &plan->blocks[i]);
+    block_stmts(b, k, &plan->blocks[red]);
+    cstyle_put(b, "        part[g - c0] += (%s)v%d;\n", acc, x->a);
+    cstyle_put(b, "      }\n    }\n");
+    cstyle_put(b, "    for (%s g = c0; g < c1; g++) {\n", ix);
+    for (int i = 0; i < red; i++)
+        block_stmts(b, k, &plan->blocks[i]);
+    cstyle_put(b, "      %s v%d;\n      {\n        const %s acc = part[g - c0];\n", ctype(x->dt),
+               plan->blocks[red].reduce, acc);
+    reduce_result(b, x, plan->blocks[red].reduce);
+    cstyle_put(b, "      }\n");
+    for (int i = red + 1; i < plan->nblocks; i++)
+        block_stmts(b, k, &plan->blocks[i]);
+    store_stmt(b, k, "      ");
+    cstyle_put(b, "    }\n  }\n}\n\n");
+}
+
 /* Reductions and row kernels: a program instance per output row, walking
  * the plan's blocks: outer values, passes that finish reductions, and in a
  * row kernel a last pass that stores. */
@@ -263,6 +306,8 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *p
     b->narrow = plan->narrow;
     if (k->kind == LOWER_ELEMENTWISE)
         render_elementwise(b, k, plan);
+    else if (plan->columns)
+        render_columns(b, k, plan);
     else
         render_phased(b, k, plan);
     b->narrow = false;
