@@ -31,6 +31,9 @@ while (($#)); do
     if [[ $a == --baseline ]]; then
         baseline=${1:?--baseline needs a revision}
         shift
+    elif [[ $a == --steps ]]; then
+        args+=(--steps "${1:?--steps needs a count}")
+        shift
     elif [[ $a =~ ^[0-9]+$ ]]; then args+=(--steps "$a"); else args+=("$a"); fi
 done
 quick=false
