@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "api/api.h"
@@ -249,8 +250,21 @@ static kiln_status write_file(kiln_ctx *ctx, const char *path, const char *heade
     char *tmp = malloc(plen + 32);
     if (!tmp)
         return fail(ctx, KILN_ERR_OOM, "kiln_save: out of memory");
-    snprintf(tmp, plen + 32, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0666);
+    /* A fresh name for every attempt, created exclusively and never through a
+     * link: with a predictable name and O_TRUNC, a symlink planted there by
+     * another user redirected the save onto any file the saver could write,
+     * and two threads saving to one path truncated each other's file. */
+    static _Atomic unsigned long serial;
+    int fd = -1;
+    for (int attempt = 0; attempt < 16 && fd < 0; attempt++) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        unsigned long n = serial++ * 0x9e3779b97f4a7c15ul ^ (unsigned long)ts.tv_nsec;
+        snprintf(tmp, plen + 32, "%s.tmp.%ld.%08lx", path, (long)getpid(), n & 0xfffffffful);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+        if (fd < 0 && errno != EEXIST)
+            break;
+    }
     if (fd < 0) {
         kiln_status st = fail(ctx, KILN_ERR_IO, "kiln_save: cannot create %s: %s", tmp,
                               strerror(errno));

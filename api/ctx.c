@@ -156,6 +156,14 @@ kiln_tensor *api_wrap(kiln_ctx *ctx, graph_node *node, const char *op) {
     }
     if (!node)
         return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory while recording the op", op);
+    /* Every op's result passes here: a shape whose element count overflows
+     * (a broadcast, a cat or a matmul of huge views) is refused, not
+     * recorded with a wrapped count. */
+    kiln_tensor *bad = api_check_shape(op, ctx, node->ndim, node->shape);
+    if (bad) {
+        graph_unref(node);
+        return bad;
+    }
     kiln_tensor *t = handle_new(ctx);
     if (!t) {
         graph_unref(node);

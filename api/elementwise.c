@@ -58,6 +58,9 @@ static kiln_tensor *combine(kiln_ctx *ctx, const char *op, graph_op gop, graph_n
     if (!api_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &nd, shp))
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: shapes %s and %s do not broadcast", op,
                         api_shape_str(a), api_shape_str(b));
+    kiln_tensor *big = api_check_shape(op, ctx, nd, shp); /* [2^32, 1] + [1, 2^32] */
+    if (big)
+        return big;
     if (dt == KILN_BOOL && (gop == GRAPH_SUB || gop == GRAPH_DIV || gop == GRAPH_POW))
         return api_fail(ctx, KILN_ERR_DTYPE, "%s: not defined for bool tensors (%s and %s)", op,
                         api_shape_str(a), api_shape_str(b));
@@ -199,6 +202,8 @@ kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor *b) {
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "kiln_where: shapes %s (condition), %s and %s do not broadcast",
                         api_shape_str(c), api_shape_str(x), api_shape_str(y));
+    if ((e = api_check_shape("kiln_where", ctx, nd, shp)) != NULL)
+        return e;
     kiln_dtype dt = graph_dtype_promote(x->dtype, y->dtype);
     graph_node *bc = api_broadcast_to(c, nd, shp), *bx = api_broadcast_to(x, nd, shp),
                *by = api_broadcast_to(y, nd, shp);

@@ -1,5 +1,7 @@
 /* matmul.c — kiln_matmul with NumPy's rules: 1-d operands become a row or a
  * column, batch dimensions broadcast, and the added axes are removed again. */
+#include <string.h>
+
 #include "api/api.h"
 
 /* [batch..., n, k] @ [k, m] as one [batch*n, k] @ [k, m] product (a linear
@@ -47,8 +49,13 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b) {
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "kiln_matmul: %s @ %s: inner dimensions %lld and %lld differ",
                         api_shape_str(x), api_shape_str(y), (long long)k1, (long long)k2);
-    if (x->ndim > 2 && y->ndim == 2)
-        return api_wrap(ctx, rows_times_matrix(x, y), op);
+    if (x->ndim > 2 && y->ndim == 2) {
+        int64_t shape[KILN_MAX_DIMS];
+        memcpy(shape, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+        shape[x->ndim - 1] = y->shape[1];
+        kiln_tensor *big = api_check_shape(op, ctx, x->ndim, shape);
+        return big ? big : api_wrap(ctx, rows_times_matrix(x, y), op);
+    }
     /* Matrix views: [batch..., n, k] and [batch..., k, m]. */
     int64_t xs[KILN_MAX_DIMS + 1], ys[KILN_MAX_DIMS + 1];
     int xn = x->ndim, yn = y->ndim;
@@ -81,6 +88,19 @@ kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b) {
     xf[nb + 1] = xs[xn - 1];
     yf[nb] = ys[yn - 2];
     yf[nb + 1] = ys[yn - 1];
+    /* The broadcast operands and the product, before any view multiplies
+     * their sizes (huge broadcast views once "succeeded"). */
+    for (int d = 0; d < nb; d++)
+        out[d] = batch[d];
+    out[nb] = xf[nb];
+    out[nb + 1] = yf[nb + 1];
+    kiln_tensor *big = api_check_shape(op, ctx, nb + 2, xf);
+    if (!big)
+        big = api_check_shape(op, ctx, nb + 2, yf);
+    if (!big)
+        big = api_check_shape(op, ctx, nb + 2, out);
+    if (big)
+        return big;
     graph_node *xr = graph_reshape(x, xn, xs), *yr = graph_reshape(y, yn, ys);
     graph_node *xb = xr ? api_broadcast_to(xr, nb + 2, xf) : NULL;
     graph_node *yb = yr ? api_broadcast_to(yr, nb + 2, yf) : NULL;

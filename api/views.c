@@ -22,6 +22,13 @@ kiln_tensor *kiln_reshape(kiln_tensor *t, int ndim, const int64_t *dims) {
                         api_shape_str(a));
     int64_t shp[KILN_MAX_DIMS], known = 1;
     int infer = -1;
+    /* Dimensions whose product overflows would wrap to some count, perhaps
+     * the input's: refused before anything multiplies them. */
+    for (int d = 0; d < ndim; d++)
+        shp[d] = dims[d] < 0 ? 1 : dims[d];
+    kiln_tensor *e = api_check_shape("kiln_reshape", ctx, ndim, shp);
+    if (e)
+        return e;
     for (int d = 0; d < ndim; d++) {
         shp[d] = dims[d];
         if (dims[d] == -1 && infer < 0)
@@ -100,6 +107,9 @@ kiln_tensor *kiln_expand(kiln_tensor *t, int ndim, const int64_t *dims) {
             goto bad;
         shp[d] = w;
     }
+    kiln_tensor *e = api_check_shape("kiln_expand", ctx, ndim, shp); /* [2^32, 2^32] */
+    if (e)
+        return e;
     return api_wrap(ctx, api_broadcast_to(a, ndim, shp), "kiln_expand");
 bad:
     return api_fail(ctx, KILN_ERR_SHAPE, "kiln_expand: cannot broadcast %s to %s",
@@ -261,6 +271,19 @@ kiln_tensor *kiln_cat(int n, kiln_tensor *const *ts, int axis) {
                             i, api_shape_str(x), api_shape_str(first), axis);
         dt = graph_dtype_promote(dt, x->dtype);
     }
+    /* The joined axis's length, checked as it is summed (two [2^62] views
+     * would wrap to a negative size). */
+    int64_t shp[KILN_MAX_DIMS];
+    memcpy(shp, first->shape, sizeof(int64_t) * (size_t)first->ndim);
+    bool over = false;
+    for (int i = 1; i < n && !over; i++)
+        over = __builtin_add_overflow(shp[ax], ts[i]->node->shape[ax], &shp[ax]);
+    if (over || (e = api_check_shape("kiln_cat", ctx, first->ndim, shp)) != NULL)
+        return e ? e
+                 : api_fail(ctx, KILN_ERR_SHAPE,
+                            "kiln_cat: %d tensors of shapes like %s joined along axis %d have "
+                            "too many elements",
+                            n, api_shape_str(first), axis);
     graph_node **srcs = calloc((size_t)n, sizeof *srcs);
     if (!srcs)
         return api_wrap(ctx, NULL, "kiln_cat");

@@ -52,10 +52,20 @@ jit_backend *jit_backend_new(kiln_device kind, kiln_status *st, char *msg, size_
         snprintf(msg, cap, "kiln: out of memory");
         return NULL;
     }
+    /* KILN_THREADS, at most 4 per online CPU: more never helps, and an
+     * absurd count (100000) made OpenMP fail to create its threads and
+     * crash. Anything that is not a positive number means the default. */
     const char *t = getenv("KILN_THREADS");
-    j->nthreads = t && atoi(t) > 0 ? atoi(t) : (int)sysconf(_SC_NPROCESSORS_ONLN);
-    if (j->nthreads < 1)
-        j->nthreads = 1;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN), want = cpus;
+    if (t && *t) {
+        char *end;
+        long v = strtol(t, &end, 10);
+        if (*end == '\0' && v > 0)
+            want = v;
+    }
+    if (cpus < 1)
+        cpus = 1;
+    j->nthreads = (int)(want < 1 ? 1 : want > 4 * cpus ? 4 * cpus : want);
     jit_device_config cfg = {.cache = j->cache, .nthreads = j->nthreads};
     if (!(j->dev = jit_device_open(kind, &cfg, st, msg, cap))) {
         jit_graph_cache_free(j->graphs);

@@ -5,6 +5,7 @@
  * give its status and a message that says what is wrong. */
 #define _POSIX_C_SOURCE 200809L
 #include <dirent.h>
+#include <pthread.h>
 #include <json-c/json.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -271,6 +272,75 @@ Test(checkpoint, load_into_mismatch) {
     cr_assert(strstr(m, "nope") && strstr(m, path), "%s", m);
     unlink(path);
     kiln_ctx_free(ctx);
+}
+
+/* ---- saving safely --------------------------------------------------------- */
+
+/* A symlink planted at the name the temporary file once had (path.tmp.PID)
+ * must not redirect the save: the victim keeps its bytes, the save lands. */
+Test(checkpoint, save_ignores_planted_symlinks) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_REF);
+    char path[512], victim[560], planted[600];
+    tmp_path(path, sizeof path, "planted");
+    snprintf(victim, sizeof victim, "%s.victim", path);
+    snprintf(planted, sizeof planted, "%s.tmp.%ld", path, (long)getpid());
+    write_bytes(victim, "precious", 8);
+    unlink(planted);
+    cr_assert_eq(symlink(victim, planted), 0);
+    const int64_t d[] = {4};
+    kiln_tensor *w = kiln_randn(ctx, KILN_F32, 1, d, 3);
+    cr_assert_eq(kiln_save(path, 1, (const char *[]){"w"}, &w), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    size_t n;
+    unsigned char *v = read_all(victim, &n);
+    cr_assert(n == 8 && memcmp(v, "precious", 8) == 0, "the save wrote through the symlink");
+    free(v);
+    kiln_tensor *back = kiln_zeros(ctx, KILN_F32, 1, d);
+    cr_assert_eq(kiln_load_into(path, 1, (const char *[]){"w"}, &back), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    unlink(planted);
+    unlink(victim);
+    unlink(path);
+    kiln_ctx_free(ctx);
+}
+
+/* Two threads saving to one path, each with its own context: every save
+ * succeeds (a shared temporary name once failed a quarter of them) and the
+ * file is always one whole checkpoint. */
+typedef struct saver {
+    const char *path;
+    int failures;
+} saver;
+
+static void *save_loop(void *arg) {
+    saver *s = arg;
+    kiln_ctx *ctx = kiln_ctx_new(KILN_REF);
+    const int64_t d[] = {256};
+    kiln_tensor *w = kiln_randn(ctx, KILN_F32, 1, d, 5);
+    for (int i = 0; i < 40; i++)
+        s->failures += kiln_save(s->path, 1, (const char *[]){"w"}, &w) != KILN_OK;
+    kiln_ctx_free(ctx);
+    return NULL;
+}
+
+Test(checkpoint, threads_saving_to_one_path) {
+    char path[512];
+    tmp_path(path, sizeof path, "threads");
+    saver s[2] = {{path, 0}, {path, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(pthread_create(&t[i], NULL, save_loop, &s[i]), 0);
+    for (int i = 0; i < 2; i++)
+        pthread_join(t[i], NULL);
+    cr_assert_eq(s[0].failures + s[1].failures, 0, "%d of 80 saves failed",
+                 s[0].failures + s[1].failures);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_REF);
+    const int64_t d[] = {256};
+    kiln_tensor *back = kiln_zeros(ctx, KILN_F32, 1, d);
+    cr_assert_eq(kiln_load_into(path, 1, (const char *[]){"w"}, &back), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    kiln_ctx_free(ctx);
+    unlink(path);
 }
 
 /* ---- bad arguments to kiln_save ------------------------------------------ */

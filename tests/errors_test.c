@@ -153,6 +153,57 @@ TU_TEST(errors, views) {
     TU_ASSERT_ERROR(kiln_cat(2, with_null, 0), KILN_ERR_ARG, "kiln_cat");
 }
 
+/* Views, broadcasts, cat and matmul whose element counts overflow are
+ * refused with the op and a shape named, never recorded with a wrapped count
+ * (reshape once crashed, expand reported 0 elements, cat a negative size). */
+TU_TEST(errors, element_count_overflow) {
+    const int64_t big = INT64_C(1) << 32, huge = INT64_MAX / 16; /* the most kiln takes */
+    kiln_tensor *x = kiln_ones(ctx, KILN_F32, TU_S(2, 3));
+    /* 2 * 3 * 2^63 / ... wraps to 6 in 64 bits */
+    TU_ASSERT_ERROR(kiln_reshape(x, TU_S(2, 3, INT64_C(1) << 62, 4)), KILN_ERR_SHAPE,
+                    "kiln_reshape", "too many elements");
+    TU_ASSERT_ERROR(kiln_reshape(x, TU_S(-1, INT64_C(1) << 62, 4)), KILN_ERR_SHAPE, "kiln_reshape");
+    kiln_tensor *one = kiln_ones(ctx, KILN_F32, TU_S(1, 1));
+    TU_ASSERT_ERROR(kiln_expand(one, TU_S(big, big)), KILN_ERR_SHAPE, "kiln_expand",
+                    "too many elements");
+    kiln_tensor *col = kiln_expand(kiln_ones(ctx, KILN_F32, TU_S(1)), TU_S(huge));
+    cr_assert_eq(kiln_error(col), KILN_OK, "[%s] a [2^59 - 1] view is fine: %s", tu_exec_name(),
+                 kiln_error_message(col));
+    kiln_tensor *parts[17];
+    for (int i = 0; i < 17; i++)
+        parts[i] = col;
+    TU_ASSERT_ERROR(kiln_cat(2, parts, 0), KILN_ERR_SHAPE, "kiln_cat", "too many elements");
+    TU_ASSERT_ERROR(kiln_cat(17, parts, 0), KILN_ERR_SHAPE, "kiln_cat", "too many elements");
+    kiln_tensor *tall = kiln_expand(one, TU_S(big, 1)), *wide = kiln_expand(one, TU_S(1, big));
+    TU_ASSERT_ERROR(kiln_add(tall, wide), KILN_ERR_SHAPE, "kiln_add", "too many elements");
+    TU_ASSERT_ERROR(kiln_where(kiln_gt(tall, tall), tall, wide), KILN_ERR_SHAPE, "kiln_where");
+    TU_ASSERT_ERROR(kiln_matmul(tall, wide), KILN_ERR_SHAPE, "kiln_matmul", "too many elements");
+    kiln_tensor *batch = kiln_expand(kiln_ones(ctx, KILN_F32, TU_S(1, 1, 1)), TU_S(big, big, 1));
+    TU_ASSERT_ERROR2(kiln_matmul(batch, one), KILN_ERR_SHAPE, KILN_ERR_SHAPE);
+    /* nothing computed before is lost */
+    float v[6];
+    cr_assert_eq(kiln_to_host(x, v, sizeof v), KILN_OK, "[%s] %s", tu_exec_name(), kiln_error_message(x));
+    cr_assert_eq(v[5], 1.0f);
+}
+
+/* KILN_THREADS past any sense is capped (it once crashed inside OpenMP), and
+ * a value that is not a positive number means the default. */
+Test(errors, absurd_thread_counts) {
+    const char *vals[] = {"100000", "-3", "lots", "0"};
+    for (size_t i = 0; i < sizeof vals / sizeof *vals; i++) {
+        setenv("KILN_THREADS", vals[i], 1);
+        kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+        cr_assert_not_null(ctx, "KILN_THREADS=%s: %s", vals[i], kiln_last_ctx_error());
+        kiln_tensor *a = kiln_randn(ctx, KILN_F32, TU_S(1 << 16), 7);
+        double s = 0;
+        cr_assert_eq(kiln_item(kiln_sum(kiln_mul(a, a), 0, NULL, false), &s), KILN_OK,
+                     "KILN_THREADS=%s: %s", vals[i], kiln_ctx_last_error(ctx));
+        cr_assert(s > 60000 && s < 71000, "KILN_THREADS=%s: sum of squares %g", vals[i], s);
+        kiln_ctx_free(ctx);
+    }
+    unsetenv("KILN_THREADS");
+}
+
 TU_TEST(errors, cast_and_matmul_dtypes) {
     kiln_tensor *b = kiln_ones(ctx, KILN_BOOL, TU_S(2, 2));
     TU_ASSERT_ERROR(kiln_matmul(b, b), KILN_ERR_DTYPE, "kiln_matmul");
