@@ -699,12 +699,21 @@ typedef struct kiln_machine {
     double gflops;       /* f32 peak: 2 flops per FMA lane */
     int64_t triad_elems; /* elements per triad array, well beyond the last-level cache */
     int vector_bits;     /* width of the vectors the FMA loop ran on */
+    double load;         /* the 1-minute load average when it was measured */
+    int64_t measured_at; /* when (seconds since the epoch) */
 } kiln_machine;
-/* Measures the first time on a machine, then reads the cache: the figures of
- * a CPU model and thread count never change once measured. KILN_ERR_DEVICE
- * for a KILN_REF context, KILN_ERR_COMPILE when the measuring code does not
+/* Measures the first time on a machine, then reads the cache (per CPU model
+ * and thread count). A stored figure is measured again when it is over 30
+ * days old, or when it was taken under load (a load average above half the
+ * threads) and the machine is quiet now; the store keeps the best figure
+ * seen, since a busy machine only ever measures low. KILN_ERR_DEVICE for a
+ * KILN_REF context, KILN_ERR_COMPILE when the measuring code does not
  * compile, KILN_ERR_OOM without memory for the triad. */
 KILN_API kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m);
+/* Measures now, whatever is stored, and returns this measurement (for a
+ * benchmark that rates its figures against the limits of the same run); the
+ * store keeps the better of it and what it held. */
+KILN_API kiln_status kiln_machine_measure(kiln_ctx *ctx, kiln_machine *m);
 /* The two figures of kiln_machine_info; either pointer may be NULL. */
 KILN_API kiln_status kiln_machine_limits(kiln_ctx *ctx, double *gbps, double *gflops);
 

@@ -31,6 +31,18 @@ kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m) {
     return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
 }
 
+kiln_status kiln_machine_measure(kiln_ctx *ctx, kiln_machine *m) {
+    if (!ctx || !m)
+        return ctx ? fail(ctx, KILN_ERR_ARG, "kiln_machine_measure: NULL result") : KILN_ERR_ARG;
+    memset(m, 0, sizeof *m);
+    if (!ctx->jit)
+        return fail(ctx, KILN_ERR_DEVICE,
+                    "kiln_machine_measure: a KILN_REF context runs no kernels to measure against");
+    char msg[512];
+    kiln_status st = jit_machine_remeasure(ctx->jit, m, msg, sizeof msg);
+    return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
+}
+
 kiln_status kiln_machine_limits(kiln_ctx *ctx, double *gbps, double *gflops) {
     kiln_machine m;
     kiln_status st = kiln_machine_info(ctx, &m);

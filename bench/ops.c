@@ -98,7 +98,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     kiln_machine m;
-    if (kiln_machine_info(ctx, &m) != KILN_OK) {
+    if (kiln_machine_measure(ctx, &m) != KILN_OK) { /* this run's limits */
         fprintf(stderr, "machine: %s\n", kiln_ctx_last_error(ctx));
         kiln_ctx_free(ctx);
         return 1;

@@ -183,10 +183,10 @@ def main():
         "the same inputs) and the largest absolute difference is kept with the time.", ""]
     if machine:
         lines += ["## The machine's limits", "",
-                  f"Measured by kiln (kiln_machine_info, jit/machine.c) on {machine['threads']} "
+                  f"Measured by kiln in the same run as the figures below (kiln_machine_measure, jit/machine.c) on {machine['threads']} "
                   "threads: memory bandwidth by a STREAM-like triad `a[i] = b[i] + s*c[i]` over "
                   f"three arrays of {machine['triad_elems'] // 2**20}M floats (12 bytes counted "
-                  "per element, best of several repetitions, once per CPU model and thread count and then cached), and arithmetic peak by an FMA loop "
+                  "per element, best of several repetitions), and arithmetic peak by an FMA loop "
                   f"of 12 independent chains in {machine['vector_bits']}-bit vectors.", ""]
         lines += table(["limit", "measured"], [
             ["memory bandwidth (triad)", f"{machine['triad_gbps']:.1f} GB/s"],

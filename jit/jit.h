@@ -50,6 +50,7 @@ void jit_set_debug(jit_backend *j, int level);
 int jit_debug(const jit_backend *j);
 /* The machine's measured limits, as kiln_machine_info reports them. */
 kiln_status jit_machine_limits(jit_backend *j, kiln_machine *m, char *msg, size_t msgcap);
+kiln_status jit_machine_remeasure(jit_backend *j, kiln_machine *m, char *msg, size_t msgcap);
 
 /* A profile records every launch and sync from begin to end; a new begin
  * starts a fresh one. The reports read the last one recorded (empty if none). */

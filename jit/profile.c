@@ -359,6 +359,10 @@ kiln_status jit_machine_limits(jit_backend *j, kiln_machine *m, char *msg, size_
     return jit_machine_get(jit_backend_watch(j), m, msg, cap);
 }
 
+kiln_status jit_machine_remeasure(jit_backend *j, kiln_machine *m, char *msg, size_t cap) {
+    return jit_machine_measure(jit_backend_watch(j), m, msg, cap);
+}
+
 kiln_status jit_profile_begin(jit_backend *j, char *msg, size_t cap) {
     jit_watch *w = jit_backend_watch(j);
     jit_prof *p = prof_new();

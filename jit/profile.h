@@ -81,5 +81,7 @@ double jit_now_ms(void);
 /* The machine's limits: remembered, else from the disk cache, else measured
  * (about a second) and stored there, keyed by CPU model and thread count. */
 kiln_status jit_machine_get(jit_watch *w, kiln_machine *m, char *msg, size_t cap);
+/* Measures now (kiln_machine_measure). */
+kiln_status jit_machine_measure(jit_watch *w, kiln_machine *m, char *msg, size_t cap);
 
 #endif /* KILN_JIT_PROFILE_H */
