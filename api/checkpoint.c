@@ -115,12 +115,38 @@ static int cmp_str_ptr(const void *a, const void *b) {
     return strcmp(*(const char *const *)a, *(const char *const *)b);
 }
 
-/* Names must be present, non-empty, not the metadata key, and distinct. */
+/* Whether s is well-formed UTF-8 (no overlong forms, no surrogates, nothing
+ * past U+10FFFF): the header is JSON, whose readers refuse anything else. */
+static bool utf8_valid(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    while (*p) {
+        unsigned c = *p++;
+        int more = c < 0x80 ? 0 : (c & 0xe0) == 0xc0 ? 1 : (c & 0xf0) == 0xe0 ? 2 : (c & 0xf8) == 0xf0 ? 3 : -1;
+        if (more < 0 || (more == 1 && c < 0xc2) || (more == 3 && c > 0xf4))
+            return false;
+        unsigned v = c & (0x3fu >> more);
+        for (int i = 0; i < more; i++, p++) {
+            if ((*p & 0xc0) != 0x80)
+                return false;
+            v = v << 6 | (*p & 0x3fu);
+        }
+        if ((more == 2 && (v < 0x800 || (v >= 0xd800 && v <= 0xdfff))) ||
+            (more == 3 && (v < 0x10000 || v > 0x10ffff)))
+            return false;
+    }
+    return true;
+}
+
+/* Names must be present, non-empty, UTF-8, not the metadata key, and
+ * distinct. */
 static kiln_status check_names(kiln_ctx *ctx, const char *op, int n, const char *const *names) {
     for (int i = 0; i < n; i++) {
         if (!names[i] || !names[i][0])
             return fail(ctx, KILN_ERR_ARG, "%s: name %d is %s", op, i,
                         names[i] ? "empty" : "NULL");
+        if (!utf8_valid(names[i]))
+            return fail(ctx, KILN_ERR_ARG,
+                        "%s: name %d is not UTF-8, which the format's JSON header needs", op, i);
         if (!strcmp(names[i], "__metadata__"))
             return fail(ctx, KILN_ERR_ARG, "%s: name %d is \"__metadata__\", which the format "
                         "reserves", op, i);
@@ -511,7 +537,9 @@ static void close_file(ckpt_file *f) {
 static kiln_status open_file(kiln_ctx *ctx, const char *op, const char *path, ckpt_file *f) {
     memset(f, 0, sizeof *f);
     f->path = path;
-    f->fd = open(path, O_RDONLY);
+    /* O_NONBLOCK: a FIFO at path would block the open until some writer came
+     * (forever); it is refused below as not a regular file. */
+    f->fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (f->fd < 0)
         return fail(ctx, KILN_ERR_IO, "%s: cannot open %s: %s", op, path, strerror(errno));
     struct stat sb;

@@ -84,7 +84,8 @@ void jit_watch_init(jit_watch *w, cache *c, int nthreads) {
     w->cache = c;
     w->nthreads = nthreads;
     const char *dbg = getenv("KILN_DEBUG");
-    w->debug = dbg ? atoi(dbg) : 0;
+    w->debug = dbg ? atoi(dbg) : 0; /* 0 to 4, as kiln_ctx_set_debug clamps it */
+    w->debug = w->debug < 0 ? 0 : w->debug > 4 ? 4 : w->debug;
     w->trace_path = env_dup("KILN_PROFILE");
     w->dump_dir = env_dup("KILN_DUMP");
     if (w->trace_path && (w->prof = prof_new()))

@@ -343,6 +343,23 @@ Test(checkpoint, threads_saving_to_one_path) {
     unlink(path);
 }
 
+/* A FIFO given to kiln_load once blocked in open() until a writer came. */
+Test(checkpoint, load_refuses_a_fifo, .timeout = 20) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_REF);
+    char path[512];
+    tmp_path(path, sizeof path, "fifo");
+    unlink(path);
+    cr_assert_eq(mkfifo(path, 0600), 0);
+    int n = 0;
+    char **names = NULL;
+    kiln_tensor **ts = NULL;
+    cr_assert_eq(kiln_load(ctx, path, &n, &names, &ts), KILN_ERR_IO);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "not a regular file"), "%s",
+              kiln_ctx_last_error(ctx));
+    unlink(path);
+    kiln_ctx_free(ctx);
+}
+
 /* ---- bad arguments to kiln_save ------------------------------------------ */
 
 Test(checkpoint, save_errors) {
@@ -357,7 +374,26 @@ Test(checkpoint, save_errors) {
               kiln_ctx_last_error(ctx));
     cr_assert_eq(kiln_save(path, 2, (const char *[]){"x", "__metadata__"}, ts), KILN_ERR_ARG);
     cr_assert_eq(kiln_save(path, 2, (const char *[]){"x", ""}, ts), KILN_ERR_ARG);
+    /* names that are not UTF-8 were saved, and the file could not be loaded */
+    const char *not_utf8[] = {"w\xff", "\xc0\xaf", "\xed\xa0\x80", "\xe2\x82", "\xf5\x80\x80\x80"};
+    for (size_t i = 0; i < sizeof not_utf8 / sizeof *not_utf8; i++) {
+        cr_assert_eq(kiln_save(path, 2, (const char *[]){"x", not_utf8[i]}, ts), KILN_ERR_ARG,
+                     "name %zu was taken", i);
+        cr_assert(strstr(kiln_ctx_last_error(ctx), "UTF-8"), "%s", kiln_ctx_last_error(ctx));
+    }
     cr_assert_eq(access(path, F_OK), -1, "a failed save left a file");
+    /* well-formed UTF-8 of every length is fine */
+    cr_assert_eq(kiln_save(path, 2, (const char *[]){"w\xc3\xa9", "\xe2\x82\xac\xf0\x9f\x98\x80"}, ts),
+                 KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    int nback = 0;
+    char **back_names = NULL;
+    kiln_tensor **back = NULL;
+    cr_assert_eq(kiln_load(ctx, path, &nback, &back_names, &back), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    cr_assert_eq(nback, 2);
+    kiln_free_names(nback, back_names);
+    free(back);
+    unlink(path);
 
     kiln_tensor *bad = kiln_add(a, kiln_ones(ctx, KILN_F32, 1, (const int64_t[]){4}));
     cr_assert_eq(kiln_save(path, 1, (const char *[]){"bad"}, &bad), KILN_ERR_SHAPE);

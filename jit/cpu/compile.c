@@ -5,9 +5,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -35,21 +37,75 @@ const char *jit_cpu_compiler(void) {
     return cc && *cc ? cc : "cc";
 }
 
-/* Runs argv with stdout and stderr into log_path; returns the exit status. */
-static int run(char *const argv[], const char *log_path) {
+/* KILN_COMPILE_TIMEOUT: seconds one compiler run may take (default 600; 0
+ * for no limit). A compiler that never returned hung the sync point. */
+static double compile_timeout(void) {
+    const char *e = getenv("KILN_COMPILE_TIMEOUT");
+    if (e && *e) {
+        char *end;
+        double v = strtod(e, &end);
+        if (*end == '\0' && v >= 0)
+            return v;
+    }
+    return 600;
+}
+
+static double mono_now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Runs argv with stdout and stderr into log_path, in a process group of its
+ * own (so that a timeout kills the compiler's own children too); returns
+ * its exit status, or -1 with the reason in why: it could not be started,
+ * it was killed by a signal, or it ran past KILN_COMPILE_TIMEOUT. */
+static int run(char *const argv[], const char *log_path, char *why, size_t cap) {
     posix_spawn_file_actions_t fa;
+    posix_spawnattr_t at;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, log_path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
     posix_spawn_file_actions_adddup2(&fa, 1, 2);
+    posix_spawnattr_init(&at);
+    posix_spawnattr_setflags(&at, POSIX_SPAWN_SETPGROUP);
+    posix_spawnattr_setpgroup(&at, 0);
     pid_t pid;
-    int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+    int rc = posix_spawnp(&pid, argv[0], &fa, &at, argv, environ);
     posix_spawn_file_actions_destroy(&fa);
-    if (rc != 0)
+    posix_spawnattr_destroy(&at);
+    if (rc != 0) {
+        snprintf(why, cap, "could not be started (%s)", strerror(rc));
         return -1;
+    }
+    double limit = compile_timeout(), start = mono_now();
+    long nap_ns = 200000;
     int status;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
+    for (;;) {
+        pid_t got = waitpid(pid, &status, limit > 0 ? WNOHANG : 0);
+        if (got == pid)
+            break;
+        if (got < 0 && errno != EINTR) {
+            snprintf(why, cap, "could not be waited for (%s)", strerror(errno));
             return -1;
+        }
+        if (limit > 0 && mono_now() - start > limit) {
+            kill(-pid, SIGKILL);
+            while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
+                ;
+            snprintf(why, cap, "did not finish within %g s (KILN_COMPILE_TIMEOUT) and was killed",
+                     limit);
+            return -1;
+        }
+        struct timespec nap = {0, nap_ns};
+        nanosleep(&nap, NULL);
+        if (nap_ns < 20000000)
+            nap_ns *= 2;
+    }
+    if (WIFSIGNALED(status)) {
+        snprintf(why, cap, "was killed by signal %d (%s)", WTERMSIG(status),
+                 strsignal(WTERMSIG(status)));
+        return -1;
+    }
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
@@ -65,8 +121,8 @@ const char *jit_cpu_compiler_id(void) {
         return id;
     char log[sizeof dir + 8];
     snprintf(log, sizeof log, "%s/v", dir);
-    char *argv[] = {(char *)jit_cpu_compiler(), "--version", NULL};
-    if (run(argv, log) == 0) {
+    char *argv[] = {(char *)jit_cpu_compiler(), "--version", NULL}, why[128];
+    if (run(argv, log, why, sizeof why) == 0) {
         FILE *f = fopen(log, "r");
         if (f) {
             if (fgets(id, sizeof id, f))
@@ -142,21 +198,28 @@ void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, cha
     argv[a++] = cpath;
     argv[a++] = "-lm";
     argv[a] = NULL;
-    int rc = run(argv, logpath);
+    char why[256] = "";
+    int rc = run(argv, logpath, why, sizeof why);
     if (rc != 0) {
         char log[1024];
         read_log(logpath, log, sizeof log);
-        snprintf(msg, cap, "kiln: the C compiler (%s) failed with status %d: %s",
-                 jit_cpu_compiler(), rc, log);
+        if (rc < 0)
+            snprintf(msg, cap, "kiln: the C compiler (%s) %s%s%s", jit_cpu_compiler(), why,
+                     log[0] ? ": " : "", log);
+        else
+            snprintf(msg, cap, "kiln: the C compiler (%s) failed with status %d: %s",
+                     jit_cpu_compiler(), rc, log);
         goto done;
     }
     *compiled = true;
-    /* The cache copy is for later processes; this one loads the object it
-     * just built, from its own private directory, without checking it again. */
-    cache_disk_put_file(c, key, "so", sopath);
+    /* Loaded first, from its own private directory: an object that does
+     * not load (a compiler that exits 0 and writes garbage) never reaches the
+     * cache, where later processes would find it. */
     h = dlopen(sopath, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!h)
         snprintf(msg, cap, "kiln: cannot load the compiled kernels: %s", dlerror());
+    else
+        cache_disk_put_file(c, key, "so", sopath);
 done:
     unlink(cpath);
     unlink(sopath);

@@ -1,0 +1,119 @@
+/* compiler_test.c — the C compiler as a process that can misbehave: one that
+ * never returns is killed after KILN_COMPILE_TIMEOUT, one that is missing or
+ * killed is reported as such (not as "status -1" with an empty log), and one
+ * that exits 0 but writes garbage has nothing stored in the cache. Each case
+ * runs in its own process (Criterion's), with its own cache directory and a
+ * KILN_CC script written here; the sync point fails with KILN_ERR_COMPILE and
+ * a message, and the process carries on. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <ftw.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "api/kiln.h"
+
+static char dir[256];
+
+static void fresh_dir(void) {
+    const char *t = getenv("TEST_TMPDIR");
+    snprintf(dir, sizeof dir, "%s/kiln-cc-XXXXXX", t && *t ? t : "/tmp");
+    cr_assert(mkdtemp(dir));
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    setenv("KILN_CACHE_DIR", cache, 1);
+}
+
+/* A KILN_CC script: answers --version, then runs body. */
+static void fake_cc(const char *body) {
+    char path[300];
+    snprintf(path, sizeof path, "%s/cc.sh", dir);
+    FILE *f = fopen(path, "w");
+    cr_assert(f);
+    fprintf(f, "#!/bin/sh\ncase \"$1\" in --version) echo fake-cc 1.0; exit 0;; esac\n%s\n", body);
+    cr_assert_eq(fclose(f), 0);
+    cr_assert_eq(chmod(path, 0700), 0);
+    setenv("KILN_CC", path, 1);
+}
+
+static int count_so(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
+    (void)st;
+    (void)ftw;
+    static int n;
+    if (!path) {
+        int r = n;
+        n = 0;
+        return r;
+    }
+    size_t len = strlen(path);
+    if (flag == FTW_F && len > 3 && strcmp(path + len - 3, ".so") == 0)
+        n++;
+    return 0;
+}
+
+static int objects_in_cache(void) {
+    char cache[300];
+    snprintf(cache, sizeof cache, "%s/cache", dir);
+    count_so(NULL, NULL, 0, NULL);
+    nftw(cache, count_so, 16, FTW_PHYS);
+    return count_so(NULL, NULL, 0, NULL);
+}
+
+/* A fresh program (its own constant) on a new context: fails to compile with
+ * a message holding every one of want. */
+static void expect_compile_failure(const char *const *want) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    cr_assert(ctx, "%s", kiln_last_ctx_error());
+    kiln_tensor *a = kiln_randn(ctx, KILN_F32, 1, (const int64_t[]){1000}, 11);
+    float v[1000];
+    kiln_status st = kiln_to_host(kiln_exp(a), v, sizeof v);
+    cr_assert_eq(st, KILN_ERR_COMPILE, "status %d: %s", (int)st, kiln_ctx_last_error(ctx));
+    const char *m = kiln_ctx_last_error(ctx);
+    for (int i = 0; want[i]; i++)
+        cr_assert(strstr(m, want[i]), "\"%s\" not in: %s", want[i], m);
+    kiln_ctx_free(ctx);
+}
+
+Test(compiler, hanging_compiler_is_killed_after_the_timeout, .timeout = 60) {
+    fresh_dir();
+    fake_cc("sleep 1000");
+    setenv("KILN_COMPILE_TIMEOUT", "1", 1);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    expect_compile_failure((const char *[]){"did not finish within 1 s", "KILN_COMPILE_TIMEOUT", NULL});
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    cr_assert(s < 20, "the sync took %.1f s", s);
+}
+
+Test(compiler, missing_compiler_is_named) {
+    fresh_dir();
+    setenv("KILN_CC", "/nonexistent/kiln-cc", 1);
+    expect_compile_failure((const char *[]){"/nonexistent/kiln-cc", "could not be started", NULL});
+}
+
+Test(compiler, killed_compiler_is_reported) {
+    fresh_dir();
+    fake_cc("echo dying >&2; kill -9 $$");
+    expect_compile_failure((const char *[]){"killed by signal 9", "dying", NULL});
+}
+
+Test(compiler, garbage_output_never_reaches_the_cache) {
+    fresh_dir();
+    fake_cc("while [ $# -gt 0 ]; do if [ \"$1\" = -o ]; then echo garbage > \"$2\"; fi; shift; done; exit 0");
+    expect_compile_failure((const char *[]){"cannot load", NULL});
+    cr_assert_eq(objects_in_cache(), 0, "an object that does not load was cached");
+    /* the real compiler afterwards: the program compiles, runs and is cached */
+    unsetenv("KILN_CC");
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    kiln_tensor *a = kiln_randn(ctx, KILN_F32, 1, (const int64_t[]){1000}, 11);
+    float v[1000];
+    cr_assert_eq(kiln_to_host(kiln_exp(a), v, sizeof v), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    cr_assert(v[0] > 0 && v[999] > 0);
+    kiln_ctx_free(ctx);
+    cr_assert(objects_in_cache() >= 1, "the good object was not cached");
+}
