@@ -28,10 +28,10 @@ static void fresh_dir(void) {
     setenv("KILN_CACHE_DIR", cache, 1);
 }
 
-/* A KILN_CC script: answers --version, then runs body. */
-static void fake_cc(const char *body) {
+/* A KILN_CC script named name: answers --version, then runs body. */
+static void fake_cc_named(const char *name, const char *body) {
     char path[300];
-    snprintf(path, sizeof path, "%s/cc.sh", dir);
+    snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
     cr_assert(f);
     fprintf(f, "#!/bin/sh\ncase \"$1\" in --version) echo fake-cc 1.0; exit 0;; esac\n%s\n", body);
@@ -39,6 +39,8 @@ static void fake_cc(const char *body) {
     cr_assert_eq(chmod(path, 0700), 0);
     setenv("KILN_CC", path, 1);
 }
+
+static void fake_cc(const char *body) { fake_cc_named("cc.sh", body); }
 
 static int count_so(const char *path, const struct stat *st, int flag, struct FTW *ftw) {
     (void)st;
@@ -116,4 +118,32 @@ Test(compiler, garbage_output_never_reaches_the_cache) {
     cr_assert(v[0] > 0 && v[999] > 0);
     kiln_ctx_free(ctx);
     cr_assert(objects_in_cache() >= 1, "the good object was not cached");
+}
+
+/* Two compilers that print the same --version, one adding -ffast-math: the
+ * cache keys differ (they once shared entries, and the fast-math objects
+ * poisoned NaN semantics for every later process). */
+static kiln_stats run_program(void) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    kiln_tensor *a = kiln_randn(ctx, KILN_F32, 1, (const int64_t[]){1000}, 11);
+    float v[1000];
+    cr_assert_eq(kiln_to_host(kiln_sqrt(kiln_exp(a)), v, sizeof v), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    kiln_stats s = kiln_ctx_stats(ctx);
+    kiln_ctx_free(ctx);
+    return s;
+}
+
+Test(compiler, wrappers_with_other_flags_get_other_keys) {
+    fresh_dir();
+    fake_cc_named("plain.sh", "exec cc \"$@\"");
+    kiln_stats first = run_program();
+    cr_assert(first.compiles >= 1);
+    kiln_stats again = run_program();
+    cr_assert(again.compiles == 0 && again.disk_hits >= 1, "the same compiler: %lld compiles, %lld disk hits",
+              (long long)again.compiles, (long long)again.disk_hits);
+    fake_cc_named("fast.sh", "exec cc -ffast-math \"$@\"");
+    kiln_stats fast = run_program();
+    cr_assert(fast.disk_hits == 0 && fast.compiles >= 1,
+              "a -ffast-math wrapper reused %lld cached objects", (long long)fast.disk_hits);
 }

@@ -5,14 +5,17 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <spawn.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/cache.h"
@@ -109,29 +112,101 @@ static int run(char *const argv[], const char *log_path, char *why, size_t cap) 
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
-/* The first line the compiler prints for --version: part of every key, so a
- * compiler upgrade never loads objects an older one built. */
-const char *jit_cpu_compiler_id(void) {
-    static char id[256];
-    if (id[0])
-        return id;
-    char dir[] = "/tmp/kiln-ccid-XXXXXX";
-    snprintf(id, sizeof id, "%s", jit_cpu_compiler());
-    if (!mkdtemp(dir))
-        return id;
-    char log[sizeof dir + 8];
-    snprintf(log, sizeof log, "%s/v", dir);
-    char *argv[] = {(char *)jit_cpu_compiler(), "--version", NULL}, why[128];
-    if (run(argv, log, why, sizeof why) == 0) {
-        FILE *f = fopen(log, "r");
-        if (f) {
-            if (fgets(id, sizeof id, f))
-                id[strcspn(id, "\n")] = 0;
-            fclose(f);
+/* The compiler found as a program would run it: argv0 itself when it holds
+ * a '/', else the first executable of that name on PATH; resolved through
+ * links. Empty when there is none. */
+static void resolve_program(const char *argv0, char *out, size_t cap) {
+    out[0] = 0;
+    char cand[4096];
+    if (strchr(argv0, '/')) {
+        if (realpath(argv0, cand))
+            snprintf(out, cap, "%s", cand);
+        return;
+    }
+    const char *path = getenv("PATH");
+    for (const char *p = path ? path : "/usr/bin:/bin"; *p;) {
+        size_t n = strcspn(p, ":");
+        snprintf(cand, sizeof cand, "%.*s/%s", (int)n, n ? p : ".", argv0);
+        char real[4096];
+        if (access(cand, X_OK) == 0 && realpath(cand, real)) {
+            snprintf(out, cap, "%s", real);
+            return;
+        }
+        p += n + (p[n] == ':');
+    }
+}
+
+/* "model name" and a hash of "flags" from /proc/cpuinfo: -march=native makes
+ * the code depend on both. */
+static void cpu_identity(char *out, size_t cap) {
+    char model[256] = "", line[8192];
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the flags line */
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    bool flags = false;
+    while (f && fgets(line, sizeof line, f)) {
+        if (!model[0] && strncmp(line, "model name", 10) == 0 && strchr(line, ':'))
+            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
+        else if (!flags && strncmp(line, "flags", 5) == 0) {
+            for (const char *c = line; *c; c++)
+                h = (h ^ (unsigned char)*c) * 1099511628211ull;
+            flags = true;
         }
     }
-    unlink(log);
-    rmdir(dir);
+    if (f)
+        fclose(f);
+    model[strcspn(model, "\n")] = 0;
+    snprintf(out, cap, "%s flags %016llx", model, (unsigned long long)h);
+}
+
+/* What decides the code a compiler makes, for every key of its objects: the
+ * resolved binary (path, size, modification time: a wrapper script that adds
+ * -ffast-math is another binary, and an upgrade changes the time), the first
+ * line of its --version, and the CPU that -march=native targets. Computed
+ * once per KILN_CC value, under a lock (two threads once raced on it). The
+ * strings are never freed, so the pointers stay valid. */
+const char *jit_cpu_compiler_id(void) {
+    static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    static struct {
+        char cc[512];
+        char id[1400];
+    } known[8];
+    static int nknown;
+    const char *cc = jit_cpu_compiler();
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < nknown; i++)
+        if (strcmp(known[i].cc, cc) == 0) {
+            pthread_mutex_unlock(&lock);
+            return known[i].id;
+        }
+    int slot = nknown < 8 ? nknown++ : 7;
+    snprintf(known[slot].cc, sizeof known[slot].cc, "%s", cc);
+    char bin[4096], version[256] = "", cpu[320];
+    resolve_program(cc, bin, sizeof bin);
+    struct stat st = {0};
+    if (bin[0])
+        stat(bin, &st);
+    char dir[] = "/tmp/kiln-ccid-XXXXXX";
+    if (mkdtemp(dir)) {
+        char log[sizeof dir + 8], why[128];
+        snprintf(log, sizeof log, "%s/v", dir);
+        char *argv[] = {(char *)cc, "--version", NULL};
+        if (run(argv, log, why, sizeof why) == 0) {
+            FILE *f = fopen(log, "r");
+            if (f) {
+                if (fgets(version, sizeof version, f))
+                    version[strcspn(version, "\n")] = 0;
+                fclose(f);
+            }
+        }
+        unlink(log);
+        rmdir(dir);
+    }
+    cpu_identity(cpu, sizeof cpu);
+    snprintf(known[slot].id, sizeof known[slot].id, "%s (%s, %lld bytes, mtime %lld.%09ld) %s; %s",
+             cc, bin[0] ? bin : "not found", (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             (long)st.st_mtim.tv_nsec, version, cpu);
+    const char *id = known[slot].id;
+    pthread_mutex_unlock(&lock);
     return id;
 }
 
