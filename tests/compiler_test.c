@@ -7,6 +7,7 @@
  * a message, and the process carries on. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -146,4 +147,25 @@ Test(compiler, wrappers_with_other_flags_get_other_keys) {
     kiln_stats fast = run_program();
     cr_assert(fast.disk_hits == 0 && fast.compiles >= 1,
               "a -ffast-math wrapper reused %lld cached objects", (long long)fast.disk_hits);
+}
+
+/* A cache directory too deep for a build directory inside it (its path 11
+ * characters short of PATH_MAX) once failed every new graph with KILN_ERR_COMPILE: the code is
+ * now built under $TMPDIR or /tmp, and the program runs. */
+Test(compiler, unusable_cache_directory_falls_back) {
+    fresh_dir();
+    char deep[4200];
+    int n = snprintf(deep, sizeof deep, "%s", dir);
+    char part[201];
+    memset(part, 'd', 200);
+    part[200] = 0;
+    /* 4085 characters: a valid directory, but no room for kiln-build-XXXXXX */
+    while (n < 4085) {
+        int len = 4085 - n - 1 < 200 ? 4085 - n - 1 : 200;
+        n += snprintf(deep + n, sizeof deep - (size_t)n, "/%.*s", len, part);
+        cr_assert(mkdir(deep, 0700) == 0 || errno == EEXIST, "mkdir %d chars: %s", n, strerror(errno));
+    }
+    setenv("KILN_CACHE_DIR", deep, 1);
+    kiln_stats s = run_program();
+    cr_assert(s.compiles >= 1);
 }

@@ -232,6 +232,30 @@ static void read_log(const char *path, char *msg, size_t cap) {
     msg[n] = 0;
 }
 
+/* A private build directory: under the cache directory (so that the object
+ * can be renamed into it), else under $TMPDIR or /tmp. A read-only, full or
+ * too deep cache directory once failed every new graph; now the code is
+ * built elsewhere (and cached as far as the cache can), and KILN_DEBUG >= 1
+ * says so once. */
+static bool build_dir(const char *base, char *dir, size_t cap) {
+    const char *tmp = getenv("TMPDIR");
+    const char *bases[3] = {base, tmp && *tmp ? tmp : NULL, "/tmp"};
+    for (int i = 0; i < 3; i++) {
+        if (!bases[i])
+            continue;
+        int n = snprintf(dir, cap, "%s/kiln-build-XXXXXX", bases[i]);
+        if (n > 0 && (size_t)n < cap && mkdtemp(dir)) {
+            static _Atomic int said;
+            const char *dbg = getenv("KILN_DEBUG");
+            if (i > 0 && base && dbg && atoi(dbg) >= 1 && !said++)
+                fprintf(stderr, "kiln: cannot build under the cache directory %s; building in %s\n",
+                        base, bases[i]);
+            return true;
+        }
+    }
+    return false;
+}
+
 /* Objects are loaded RTLD_NODELETE: they link OpenMP's runtime, whose worker
  * threads outlive any one program, and unloading it under them would crash. */
 void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
@@ -243,11 +267,9 @@ void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, cha
         if (h)
             return h;
     }
-    const char *base = cache_dir(c);
     char dir[4096];
-    snprintf(dir, sizeof dir, "%s/kiln-build-XXXXXX", base ? base : "/tmp");
-    if (!mkdtemp(dir)) {
-        snprintf(msg, cap, "kiln: cannot create a build directory under %s", base ? base : "/tmp");
+    if (!build_dir(cache_dir(c), dir, sizeof dir)) {
+        snprintf(msg, cap, "kiln: cannot create a build directory under the cache, $TMPDIR or /tmp");
         return NULL;
     }
     char cpath[4200], sopath[4200], logpath[4200];
