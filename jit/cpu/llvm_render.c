@@ -992,6 +992,62 @@ static LLVMValueRef gep(gen *g, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i) {
     return L_->LLVMBuildInBoundsGEP2(B, t, p, &i, 1, "");
 }
 
+/* A sum down columns (plan->columns), as render_c.c renders it: outputs
+ * [lo, hi) in chunks of partial sums (double, or uint64 for integers) that
+ * each input row is added into, the loop over a chunk contiguous so that it
+ * widens; then each output's value from its partial sum. Each output still
+ * adds its elements in order. */
+static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
+    const jit_llvm_api *L = g->L;
+    const lower_kernel *k = g->k;
+    int red = -1;
+    for (int i = 0; i < plan->nblocks; i++)
+        if (plan->blocks[i].kind == LOWER_BLOCK_REDUCE)
+            red = i;
+    const lower_block *rb = &plan->blocks[red];
+    racc proto = racc_new(g, rb->reduce); /* its accumulator type and the value's finish */
+    LLVMValueRef parta = var(g, L->LLVMArrayType(proto.t, (unsigned)plan->columns), NULL);
+    LLVMValueRef part = L->LLVMBuildBitCast(B, parta, L->LLVMPointerType(proto.t, 0), "");
+    LLVMValueRef zero = proto.fl ? cf(g, g->f64, 0.0) : i64c(g, 0);
+    LLVMValueRef cw = i64c(g, plan->columns);
+    loop ch;
+    /* chunk index q over ceil((hi - lo) / cw) */
+    LLVMValueRef nch = L->LLVMBuildSDiv(B, add(g, L->LLVMBuildSub(B, hi, lo, ""), i64c(g, plan->columns - 1)), cw, "");
+    LLVMValueRef q = loop_open(g, &ch, i64c(g, 0), nch);
+    LLVMValueRef start = add(g, lo, mul(g, q, cw));
+    LLVMValueRef end = imin(g, add(g, start, cw), hi);
+    loop z;
+    LLVMValueRef zi = loop_open(g, &z, start, end);
+    set(g, gep(g, proto.t, part, L->LLVMBuildSub(B, zi, start, "")), zero);
+    loop_close(g, &z, true);
+    loop rows;
+    g->ridx = loop_open(g, &rows, i64c(g, 0), i64c(g, k->rnumel));
+    loop cols;
+    g->gidx = loop_open(g, &cols, start, end);
+    for (int i = 0; i < red; i++)
+        block_values(g, &plan->blocks[i]);
+    block_values(g, rb);
+    LLVMValueRef v = g->val[k->ins[rb->reduce].a];
+    v = proto.fl ? to_f64(g, v, proto.in) : wide(g, v, proto.in);
+    LLVMValueRef slot = gep(g, proto.t, part, L->LLVMBuildSub(B, g->gidx, start, ""));
+    LLVMValueRef cur = get(g, proto.t, slot);
+    set(g, slot, proto.fl ? L->LLVMBuildFAdd(B, cur, v, "") : L->LLVMBuildAdd(B, cur, v, ""));
+    loop_close(g, &cols, true);
+    loop_close(g, &rows, false);
+    loop outs;
+    g->gidx = loop_open(g, &outs, start, end);
+    for (int i = 0; i < red; i++)
+        block_values(g, &plan->blocks[i]);
+    set(g, proto.acc, get(g, proto.t, gep(g, proto.t, part, L->LLVMBuildSub(B, g->gidx, start, ""))));
+    g->val[rb->reduce] = racc_value(g, &proto);
+    for (int i = red + 1; i < plan->nblocks; i++)
+        block_values(g, &plan->blocks[i]);
+    store_results(g);
+    loop_close(g, &outs, false);
+    loop_close(g, &ch, false);
+}
+
+
 /* The micro-kernel ukr(kc, a, rs, cs, b, c, add): an MR x NR tile of C
  * (NR = NV vectors) accumulated in registers over kc steps of A (MR values
  * per step, rows rs apart, steps cs apart: packed, or the operand in place)
@@ -1307,6 +1363,8 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
         elementwise(g, lo, hi, plan);
     else if (k->kind == LOWER_MATMUL)
         matmul(g, lo, hi, plan, &p);
+    else if (plan->columns)
+        columns(g, lo, hi, plan);
     else
         phased(g, lo, hi, plan);
     fn_end(g);
