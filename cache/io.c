@@ -134,8 +134,28 @@ bool cache_tmp_write(cache_tmp *t, const void *data, size_t n) {
 
 /* No fsync: after a crash an entry may hold garbage, which its checksum turns
  * into a miss; syncing every kernel would slow every compile. */
+/* A directory where an entry belongs (left by anything but kiln) once made
+ * every put of that entry fail, for good: an empty one is removed, another
+ * moved aside (its contents are not kiln's to delete). */
+static void clear_directory_at(const char *dest) {
+    struct stat st;
+    if (lstat(dest, &st) != 0 || !S_ISDIR(st.st_mode) || rmdir(dest) == 0)
+        return;
+    char aside[PATH_MAX];
+    int n = snprintf(aside, sizeof aside, "%s.not-an-entry.%ld", dest, (long)getpid());
+    if (n > 0 && (size_t)n < sizeof aside)
+        rename(dest, aside);
+}
+
 bool cache_tmp_commit(cache_tmp *t, const char *dest) {
-    bool ok = close(t->fd) == 0 && rename(t->path, dest) == 0;
+    bool ok = close(t->fd) == 0;
+    if (ok && rename(t->path, dest) != 0) {
+        ok = false;
+        if (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST) {
+            clear_directory_at(dest);
+            ok = rename(t->path, dest) == 0;
+        }
+    }
     if (!ok)
         unlink(t->path);
     return ok;

@@ -429,6 +429,23 @@ Test(cache_disk, blob_round_trip) {
     cache_close(c);
 }
 
+/* A directory at an entry's name (empty, or holding files) no longer makes
+ * every put of that entry fail: the put lands and is found. */
+Test(cache_disk, directory_at_an_entry_is_replaced) {
+    cache *c = open_cache(0);
+    const char *empty = entry(key_of(7), "bin", ""), *full = entry(key_of(8), "bin", "");
+    cr_assert_eq(mkdir(empty, 0700), 0);
+    cr_assert_eq(mkdir(full, 0700), 0);
+    char inside[PATH_MAX + 8];
+    snprintf(inside, sizeof inside, "%s/x", full);
+    write_file(inside, "x", 1);
+    put_blob(c, key_of(7), "bin", 100, 7);
+    put_blob(c, key_of(8), "bin", 100, 8);
+    cr_assert(blob_is(c, key_of(7), "bin", 100, 7));
+    cr_assert(blob_is(c, key_of(8), "bin", 100, 8));
+    cache_close(c);
+}
+
 Test(cache_disk, blob_header) {
     cache *c = open_cache(0);
     put_blob(c, key_of(1), "bin", 10, 1);
