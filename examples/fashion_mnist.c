@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "idx.h"
 
@@ -331,10 +332,25 @@ static double evaluate(kiln_ctx *ctx, const model *m, const dataset *test, int64
     return (double)right / (double)n;
 }
 
-/* The progress bar: carriage-return updated, on stderr. */
+/* The progress bar: carriage-return updated, on stderr, when stderr is a
+ * terminal; into a file or a pipe (a CI log) a plain line at most every 10
+ * seconds instead, so that logs stay short. */
 static void progress(int epoch, int epochs, int64_t done, int64_t total, double loss,
                      double rate) {
     enum { WIDTH = 30 };
+    static int tty = -1;
+    static double last_line;
+    if (tty < 0)
+        tty = isatty(fileno(stderr));
+    if (!tty) {
+        double t = now();
+        if (t - last_line >= 10.0 && done < total) {
+            fprintf(stderr, "epoch %d/%d: %lld/%lld images, loss %.4f, %.0f img/s\n", epoch, epochs,
+                    (long long)done, (long long)total, loss, rate);
+            last_line = t;
+        }
+        return;
+    }
     int fill = (int)(WIDTH * done / total);
     char bar[WIDTH + 1];
     for (int i = 0; i < WIDTH; i++)
@@ -345,7 +361,10 @@ static void progress(int epoch, int epochs, int64_t done, int64_t total, double 
     fflush(stderr);
 }
 
-static void progress_clear(void) { fprintf(stderr, "\r%90s\r", ""); }
+static void progress_clear(void) {
+    if (isatty(fileno(stderr)))
+        fprintf(stderr, "\r%90s\r", "");
+}
 
 int main(int argc, char **argv) {
     options opt = parse_args(argc, argv);

@@ -35,6 +35,12 @@ train_check() {
         return
     fi
     ok "$model trains on 2048 images"
+    # Into a pipe the progress bar is plain lines, never carriage returns.
+    if [[ $out == *$'\r'* ]]; then
+        bad "$model: no carriage returns in a log" "$out"
+    else
+        ok "$model: no carriage returns in a log"
+    fi
     if grep -q "after step 1: 0 programs built" <<<"$out"; then
         ok "$model: every step after the first replays its program"
     else
