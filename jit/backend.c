@@ -40,9 +40,18 @@ static int64_t graph_cache_max(void) {
 jit_backend *jit_backend_new(kiln_device kind, kiln_status *st, char *msg, size_t cap) {
     *st = KILN_ERR_OOM;
     jit_backend *j = calloc(1, sizeof *j);
-    char why[256];
-    if (j && !(j->cache = cache_open(NULL, 0, why, sizeof why)))
+    char why[256] = "";
+    if (j && !(j->cache = cache_open(NULL, 0, why, sizeof why))) {
+        /* Said once per process at KILN_DEBUG >= 1: a disk cache that is off
+         * (a bad KILN_CACHE_MAX_BYTES, an untrusted directory) used to make
+         * every process compile everything again, silently. */
+        static _Atomic int said;
+        const char *dbg = getenv("KILN_DEBUG");
+        if (dbg && atoi(dbg) >= 1 && !said++)
+            fprintf(stderr, "kiln: the disk cache is off (%s); compiled code is kept in memory only\n",
+                    why[0] ? why : "no reason given");
         j->cache = cache_open_memory_only();
+    }
     if (j && j->cache)
         j->graphs = jit_graph_cache_new(graph_cache_max(), compiled_free);
     if (!j || !j->graphs) {

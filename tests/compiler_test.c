@@ -8,6 +8,7 @@
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -168,4 +169,33 @@ Test(compiler, unusable_cache_directory_falls_back) {
     setenv("KILN_CACHE_DIR", deep, 1);
     kiln_stats s = run_program();
     cr_assert(s.compiles >= 1);
+}
+
+/* A disk cache that is off is said, once, at KILN_DEBUG=1, with the reason. */
+Test(compiler, disk_cache_off_is_said_once) {
+    fresh_dir();
+    setenv("KILN_CACHE_MAX_BYTES", "lots", 1);
+    setenv("KILN_DEBUG", "1", 1);
+    char log[300];
+    snprintf(log, sizeof log, "%s/stderr", dir);
+    fflush(stderr);
+    int saved = dup(2), fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    cr_assert(saved >= 0 && fd >= 0);
+    dup2(fd, 2);
+    kiln_stats s1 = run_program(), s2 = run_program();
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    cr_assert(s1.compiles >= 1 && s2.compiles >= 0);
+    FILE *f = fopen(log, "r");
+    cr_assert(f);
+    char text[8192];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n] = 0;
+    const char *first = strstr(text, "the disk cache is off");
+    cr_assert(first, "nothing said: %s", text);
+    cr_assert(strstr(first, "KILN_CACHE_MAX_BYTES"), "no reason: %s", text);
+    cr_assert_null(strstr(first + 1, "the disk cache is off"), "said twice: %s", text);
 }
