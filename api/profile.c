@@ -19,28 +19,30 @@ void kiln_ctx_set_debug(kiln_ctx *ctx, int level) {
 
 int kiln_ctx_debug(const kiln_ctx *ctx) { return ctx && ctx->jit ? jit_debug(ctx->jit) : 0; }
 
-kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m) {
-    if (!ctx || !m)
-        return ctx ? fail(ctx, KILN_ERR_ARG, "kiln_machine_info: NULL result") : KILN_ERR_ARG;
-    memset(m, 0, sizeof *m);
-    if (!ctx->jit)
-        return fail(ctx, KILN_ERR_DEVICE,
-                    "kiln_machine_info: a KILN_REF context runs no kernels to measure against");
+/* kiln_machine_info and kiln_machine_measure: the same checks, then the
+ * stored figure or a fresh measurement. */
+static kiln_status machine(kiln_ctx *ctx, kiln_machine *m, const char *op, bool fresh) {
     char msg[512];
-    kiln_status st = jit_machine_limits(ctx->jit, m, msg, sizeof msg);
+    if (!ctx || !m) {
+        snprintf(msg, sizeof msg, "%s: NULL result", op);
+        return ctx ? fail(ctx, KILN_ERR_ARG, msg) : KILN_ERR_ARG;
+    }
+    memset(m, 0, sizeof *m);
+    if (!ctx->jit) {
+        snprintf(msg, sizeof msg, "%s: a KILN_REF context runs no kernels to measure against", op);
+        return fail(ctx, KILN_ERR_DEVICE, msg);
+    }
+    kiln_status st = fresh ? jit_machine_remeasure(ctx->jit, m, msg, sizeof msg)
+                           : jit_machine_limits(ctx->jit, m, msg, sizeof msg);
     return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
 }
 
+kiln_status kiln_machine_info(kiln_ctx *ctx, kiln_machine *m) {
+    return machine(ctx, m, "kiln_machine_info", false);
+}
+
 kiln_status kiln_machine_measure(kiln_ctx *ctx, kiln_machine *m) {
-    if (!ctx || !m)
-        return ctx ? fail(ctx, KILN_ERR_ARG, "kiln_machine_measure: NULL result") : KILN_ERR_ARG;
-    memset(m, 0, sizeof *m);
-    if (!ctx->jit)
-        return fail(ctx, KILN_ERR_DEVICE,
-                    "kiln_machine_measure: a KILN_REF context runs no kernels to measure against");
-    char msg[512];
-    kiln_status st = jit_machine_remeasure(ctx->jit, m, msg, sizeof msg);
-    return st == KILN_OK ? KILN_OK : fail(ctx, st, msg);
+    return machine(ctx, m, "kiln_machine_measure", true);
 }
 
 kiln_status kiln_machine_limits(kiln_ctx *ctx, double *gbps, double *gflops) {

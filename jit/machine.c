@@ -138,24 +138,6 @@ static const char measure_src[] =
 
 typedef int (*measure_fn)(int nthreads, int64_t n, int reps, double *out);
 
-static void cpu_model(char *dst, size_t cap) {
-    snprintf(dst, cap, "unknown");
-    FILE *f = fopen("/proc/cpuinfo", "r");
-    if (!f)
-        return;
-    char line[512];
-    while (fgets(line, sizeof line, f)) {
-        char *colon = strchr(line, ':');
-        if (strncmp(line, "model name", 10) != 0 || !colon)
-            continue;
-        colon += 1 + (colon[1] == ' ');
-        colon[strcspn(colon, "\n")] = '\0';
-        snprintf(dst, cap, "%s", colon);
-        break;
-    }
-    fclose(f);
-}
-
 /* Elements per triad array: the three together at least 1.5 times the
  * last-level cache, so that the triad streams from memory. */
 static int64_t triad_elems(void) {
@@ -262,7 +244,7 @@ static kiln_status measure_now(jit_watch *w, cache_key key, kiln_machine *m,
 
 kiln_status jit_machine_measure(jit_watch *w, kiln_machine *out, char *msg, size_t cap) {
     kiln_machine m = {.threads = w->nthreads, .triad_elems = triad_elems()}, old = m;
-    cpu_model(m.cpu, sizeof m.cpu);
+    jit_cpu_model(m.cpu, sizeof m.cpu);
     old = m;
     cache_key key = limits_key(&m);
     bool have = stored(w->cache, key, &old);
@@ -278,7 +260,7 @@ kiln_status jit_machine_get(jit_watch *w, kiln_machine *out, char *msg, size_t c
         return KILN_OK;
     }
     kiln_machine m = {.threads = w->nthreads, .triad_elems = triad_elems()};
-    cpu_model(m.cpu, sizeof m.cpu);
+    jit_cpu_model(m.cpu, sizeof m.cpu);
     cache_key key = limits_key(&m);
     kiln_machine old = m;
     bool have = stored(w->cache, key, &old);

@@ -388,18 +388,26 @@ static void remove_tree(const char *dir) {
     rmdir(dir);
 }
 
-Test(profile, machine_limits_cached) {
-    char dir[] = "/tmp/kiln-machine-test-XXXXXX";
-    cr_assert(mkdtemp(dir));
+/* Two CPU contexts whose disk cache is dir (as two processes would share
+ * it); KILN_CACHE_DIR is put back afterwards. */
+static void two_ctxs_on(const char *dir, kiln_ctx **a, kiln_ctx **b) {
     const char *old = getenv("KILN_CACHE_DIR");
     char *saved = old ? strdup(old) : NULL;
     setenv("KILN_CACHE_DIR", dir, 1);
-    kiln_ctx *a = cpu_ctx(), *b = cpu_ctx();
+    *a = cpu_ctx();
+    *b = cpu_ctx();
     if (saved)
         setenv("KILN_CACHE_DIR", saved, 1);
     else
         unsetenv("KILN_CACHE_DIR");
     free(saved);
+}
+
+Test(profile, machine_limits_cached) {
+    char dir[] = "/tmp/kiln-machine-test-XXXXXX";
+    cr_assert(mkdtemp(dir));
+    kiln_ctx *a, *b;
+    two_ctxs_on(dir, &a, &b);
     kiln_machine m1, m2;
     double t0 = now_s();
     kiln_status st = kiln_machine_info(a, &m1);
@@ -442,15 +450,8 @@ Test(profile, machine_limits_cached) {
 Test(profile, machine_measured_on_demand) {
     char dir[] = "/tmp/kiln-machine-test-XXXXXX";
     cr_assert(mkdtemp(dir));
-    const char *old = getenv("KILN_CACHE_DIR");
-    char *saved = old ? strdup(old) : NULL;
-    setenv("KILN_CACHE_DIR", dir, 1);
-    kiln_ctx *a = cpu_ctx(), *b = cpu_ctx();
-    if (saved)
-        setenv("KILN_CACHE_DIR", saved, 1);
-    else
-        unsetenv("KILN_CACHE_DIR");
-    free(saved);
+    kiln_ctx *a, *b;
+    two_ctxs_on(dir, &a, &b);
     kiln_machine m1, m2, best;
     cr_assert_eq(kiln_machine_measure(a, &m1), KILN_OK, "%s", kiln_ctx_last_error(a));
     cr_assert_eq(kiln_machine_measure(a, &m2), KILN_OK, "%s", kiln_ctx_last_error(a));

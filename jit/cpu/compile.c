@@ -136,25 +136,39 @@ static void resolve_program(const char *argv0, char *out, size_t cap) {
     }
 }
 
-/* "model name" and a hash of "flags" from /proc/cpuinfo: -march=native makes
- * the code depend on both. */
-static void cpu_identity(char *out, size_t cap) {
-    char model[256] = "", line[8192];
-    uint64_t h = 1469598103934665603ull; /* FNV-1a of the flags line */
+void jit_cpu_model(char *dst, size_t cap) {
+    snprintf(dst, cap, "unknown");
     FILE *f = fopen("/proc/cpuinfo", "r");
-    bool flags = false;
+    char line[8192];
     while (f && fgets(line, sizeof line, f)) {
-        if (!model[0] && strncmp(line, "model name", 10) == 0 && strchr(line, ':'))
-            snprintf(model, sizeof model, "%s", strchr(line, ':') + 2);
-        else if (!flags && strncmp(line, "flags", 5) == 0) {
-            for (const char *c = line; *c; c++)
-                h = (h ^ (unsigned char)*c) * 1099511628211ull;
-            flags = true;
-        }
+        char *colon = strchr(line, ':');
+        if (strncmp(line, "model name", 10) != 0 || !colon)
+            continue;
+        colon += 1 + (colon[1] == ' ');
+        colon[strcspn(colon, "\n")] = '\0';
+        snprintf(dst, cap, "%s", colon);
+        break;
     }
     if (f)
         fclose(f);
-    model[strcspn(model, "\n")] = 0;
+}
+
+/* The CPU's model and a hash of its "flags" line: -march=native makes the
+ * code depend on both. */
+static void cpu_identity(char *out, size_t cap) {
+    char model[256], line[8192];
+    uint64_t h = 1469598103934665603ull; /* FNV-1a of the flags line */
+    jit_cpu_model(model, sizeof model);
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        if (strncmp(line, "flags", 5) != 0)
+            continue;
+        for (const char *c = line; *c; c++)
+            h = (h ^ (unsigned char)*c) * 1099511628211ull;
+        break;
+    }
+    if (f)
+        fclose(f);
     snprintf(out, cap, "%s flags %016llx", model, (unsigned long long)h);
 }
 

@@ -24,6 +24,8 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
 /* The command that compiles generated C ($KILN_CC, else cc). */
 const char *jit_cpu_compiler(void);
 const char *jit_cpu_compiler_id(void);
+/* The CPU's "model name" from /proc/cpuinfo ("unknown" without one). */
+void jit_cpu_model(char *dst, size_t cap);
 /* The flags it compiles with (NULL-terminated). */
 const char *const *jit_cpu_flags(void);
 
