@@ -424,9 +424,13 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
 
 /* ---- softmax and losses ---- */
 
-/* softmax or log-softmax of x along axis ax (already normalised). */
+/* softmax or log-softmax of x along axis ax (already normalised). The row
+ * max is subtracted only to keep exp in range: softmax does not change with
+ * it, so it is detached. Differentiated through, its exactly-zero gradient
+ * came back as the rounding error of a whole row's sum routed to the max
+ * element: 1.1e-7 in d sum(softmax(x))/dx over 45x65 rows, 2e-9 without. */
 static kiln_tensor *softmax_of(kiln_tensor *x, int ax, bool log) {
-    kiln_tensor *z = kiln_sub(x, kiln_max(x, 1, &ax, true));
+    kiln_tensor *z = kiln_sub(x, kiln_detach(kiln_max(x, 1, &ax, true)));
     kiln_tensor *ez = kiln_exp(z);
     kiln_tensor *s = kiln_sum(ez, 1, &ax, true);
     return log ? kiln_sub(z, kiln_log(s)) : kiln_div(ez, s);
@@ -506,7 +510,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
      * materialised. where, not a product with the mask: a -inf logit in a
      * column that is not the target must not turn the row into NaN. */
     int one = 1;
-    kiln_tensor *m = kiln_max(logits, 1, &one, true);
+    kiln_tensor *m = kiln_detach(kiln_max(logits, 1, &one, true)); /* as in softmax_of */
     kiln_tensor *lse =
         kiln_add(kiln_log(kiln_sum(kiln_exp(kiln_sub(logits, m)), 1, &one, true)), m);
     kiln_tensor *hit = one_hot(targets, L->shape[1]);

@@ -137,11 +137,16 @@ static graph_node *binary_vjp(graph_node *n, graph_node *g, int j) {
     case GRAPH_DIV:
         return j == 0 ? DIV(R(g), R(b)) : UN(GRAPH_NEG, DIV(MUL(R(g), R(n)), R(b)));
     case GRAPH_POW:
-        if (j == 0) /* b a^(b-1) */
-            return MUL(R(g), MUL(R(b), autograd_take_binary(GRAPH_POW, R(a),
-                                                            SUB(R(b), K(b, 1)))));
-        /* y log(a); 0 where a is 0 (as 0^b does not move with b > 0) */
-        return WHERE(CMP(GRAPH_EQ, R(a), K(a, 0)), K(g, 0),
+        if (j == 0) /* b a^(b-1), and 0 where b is 0 (a^0 is 1 for every a, 0 included,
+                       where b a^(b-1) would be 0 * inf) */
+            return WHERE(CMP(GRAPH_EQ, R(b), K(b, 0)), K(g, 0),
+                         MUL(R(g), MUL(R(b), autograd_take_binary(GRAPH_POW, R(a),
+                                                                  SUB(R(b), K(b, 1))))));
+        /* y log(a); 0 where a is 0 and b >= 0 (0^b does not move with b there), and
+         * y log(a) = inf * -inf = -inf where a is 0 and b < 0, as PyTorch has it */
+        return WHERE(CMP(GRAPH_EQ, R(a), K(a, 0)),
+                     WHERE(CMP(GRAPH_GE, R(b), K(b, 0)), K(g, 0),
+                           MUL(R(g), MUL(R(n), UN(GRAPH_LOG, R(a))))),
                      MUL(R(g), MUL(R(n), UN(GRAPH_LOG, R(a)))));
     case GRAPH_MAXIMUM:
         return extreme_vjp(GRAPH_GT, j == 0 ? a : b, j == 0 ? b : a, g);

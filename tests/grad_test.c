@@ -590,3 +590,18 @@ GRAD_TEST(gradients_at_kinks) {
                  KILN_OK);
     TU_EXPECT_VALS(kiln_grad(x3), KILN_F64, 0, 1, 1.5, 4, 2.5);
 }
+
+/* pow at base 0, where finite differences cannot go, as PyTorch has it:
+ * d(x^y)/dx is 0 where y = 0 (x^0 is 1 everywhere) and y x^(y-1) elsewhere
+ * (-inf at 0^-1, inf at 0^0.5); d(x^y)/dy is 0 where x = 0 and y >= 0, and
+ * x^y log x = -inf where x = 0 and y < 0. */
+GRAD_TEST(pow_at_base_zero) {
+    const int64_t n = 5;
+    kiln_tensor *x = make(ctx, 1, &n, (const double[]){0, 0, 0, 2, 0});
+    kiln_tensor *y = make(ctx, 1, &n, (const double[]){0, -1, 2, 0, 0.5});
+    kiln_requires_grad(x, true);
+    kiln_requires_grad(y, true);
+    cr_assert_eq(kiln_backward(kiln_sum(kiln_pow(x, y), 0, NULL, false)), KILN_OK);
+    TU_EXPECT_VALS(kiln_grad(x), KILN_F64, 0, -INFINITY, 0, 0, INFINITY);
+    TU_EXPECT_NEAR_VALS(kiln_grad(y), KILN_F64, 0, -INFINITY, 0, log(2.0), 0);
+}

@@ -4,6 +4,8 @@
 #include <stdio.h>
 
 #include "graph/graph.h"
+#include <float.h>
+
 #include "test_util.h"
 
 #define NN_MAXN 8192
@@ -345,6 +347,30 @@ TU_TEST(nn, softmax) {
     TU_EXPECT(kiln_log_softmax(tx, 2), KILN_F32, y, 84);
     /* an empty axis gives an empty result */
     TU_ASSERT_SHAPE(kiln_softmax(kiln_zeros(ctx, KILN_F32, TU_S(2, 0)), 1), 2, 0);
+}
+
+/* sum(softmax(x)) is 1 for every x, so its gradient is 0: what is left is
+ * rounding error, y (1 - sum y) per element, a few eps times the element's
+ * own y, as in PyTorch (below 1e-8 over 45x65 rows). Differentiating through
+ * the subtracted row max routed a whole row's rounding error to its max
+ * element: 1.0e-7 there, about 10 eps times its y. */
+TU_TEST(nn, softmax_gradient_cancels) {
+    TU_RNG(r);
+    static double x[45 * 65], y[45 * 65];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(45, 65), -3, 3, x);
+    kiln_requires_grad(tx, true);
+    cr_assert_eq(kiln_backward(kiln_sum(kiln_softmax(tx, 1), 0, NULL, false)), KILN_OK);
+    ref_softmax(x, 45, 65, 1, false, y);
+    float g[45 * 65];
+    cr_assert_eq(kiln_to_host(kiln_grad(tx), g, sizeof g), KILN_OK);
+    double worst = 0, worst_abs = 0;
+    for (int i = 0; i < 45 * 65; i++) {
+        worst = fmax(worst, fabs(g[i]) / (y[i] * FLT_EPSILON));
+        worst_abs = fmax(worst_abs, fabs(g[i]));
+    }
+    cr_assert(worst <= 4 && worst_abs < 1e-8,
+              "[%s] d sum(softmax(x))/dx reaches %g (%g eps times the element's softmax)",
+              tu_exec_name(), worst_abs, worst);
 }
 
 /* ---- losses ---- */
