@@ -96,4 +96,15 @@ kiln_status api_read(const graph_node *n, size_t offset, void *dst, size_t nbyte
  * the status and message on the handle `who` (if any). */
 kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_tensor *who);
 
+/* The dtypes an elementwise op accepts (api/elementwise.c). API_FLOAT takes
+ * integers too and computes them in f32, as kiln_exp does. */
+typedef enum api_dtypes { API_ANY, API_FLOAT, API_BITS, API_INTEGER, API_NUMBER } api_dtypes;
+
+/* An elementwise op of one tensor (keeping its dtype, or API_FLOAT's) or of
+ * two (promoted and broadcast), with the checks and messages of kiln_exp
+ * and kiln_add; a dtype outside c is a KILN_ERR_DTYPE naming op. */
+kiln_tensor *api_unary(const char *op, graph_op gop, kiln_tensor *t, api_dtypes c);
+kiln_tensor *api_binary(const char *op, graph_op gop, kiln_tensor *a, kiln_tensor *b,
+                        api_dtypes c);
+
 #endif /* KILN_API_INTERNAL_H */

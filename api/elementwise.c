@@ -74,13 +74,58 @@ static kiln_tensor *combine(kiln_ctx *ctx, const char *op, graph_op gop, graph_n
     return api_wrap(ctx, r, op);
 }
 
-static kiln_tensor *binary(const char *op, graph_op gop, kiln_tensor *a, kiln_tensor *b) {
+static const char *const class_names[] = {
+    [API_ANY] = "any dtype",
+    [API_FLOAT] = "a floating-point dtype",
+    [API_BITS] = "an integer or bool dtype",
+    [API_INTEGER] = "an integer dtype",
+    [API_NUMBER] = "a number dtype (not bool)",
+};
+
+static bool in_class(kiln_dtype dt, api_dtypes c) {
+    switch (c) {
+    case API_BITS:
+        return !graph_dtype_is_float(dt);
+    case API_INTEGER:
+        return !graph_dtype_is_float(dt) && dt != KILN_BOOL;
+    case API_NUMBER:
+        return dt != KILN_BOOL;
+    default:
+        return true;
+    }
+}
+
+kiln_tensor *api_binary(const char *op, graph_op gop, kiln_tensor *a, kiln_tensor *b,
+                        api_dtypes c) {
     kiln_tensor *args[2] = {a, b};
     kiln_ctx *ctx;
     kiln_tensor *e = api_check(op, 2, args, &ctx);
     if (e || !a || !b)
         return e;
-    return combine(ctx, op, gop, a->node, b->node, graph_dtype_promote(a->node->dtype, b->node->dtype));
+    kiln_dtype dt = graph_dtype_promote(a->node->dtype, b->node->dtype);
+    if (c == API_FLOAT && !graph_dtype_is_float(dt))
+        dt = KILN_F32;
+    if (!in_class(dt, c))
+        return api_fail(ctx, KILN_ERR_DTYPE, "%s: %s and %s (%s and %s) need %s", op,
+                        api_shape_str(a->node), api_shape_str(b->node),
+                        kiln_dtype_name(a->node->dtype), kiln_dtype_name(b->node->dtype),
+                        class_names[c]);
+    return combine(ctx, op, gop, a->node, b->node, dt);
+}
+
+kiln_tensor *api_unary(const char *op, graph_op gop, kiln_tensor *t, api_dtypes c) {
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    if (c != API_FLOAT && !in_class(t->node->dtype, c))
+        return api_fail(ctx, KILN_ERR_DTYPE, "%s: %s of shape %s; it needs %s", op,
+                        kiln_dtype_name(t->node->dtype), api_shape_str(t->node), class_names[c]);
+    return unary(op, gop, t, c == API_FLOAT);
+}
+
+static kiln_tensor *binary(const char *op, graph_op gop, kiln_tensor *a, kiln_tensor *b) {
+    return api_binary(op, gop, a, b, API_ANY);
 }
 
 kiln_tensor *kiln_add(kiln_tensor *a, kiln_tensor *b) { return binary("kiln_add", GRAPH_ADD, a, b); }

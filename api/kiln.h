@@ -218,6 +218,75 @@ KILN_API kiln_tensor *kiln_ge_scalar(kiln_tensor *t, double s);
 KILN_API kiln_tensor *kiln_eq_scalar(kiln_tensor *t, double s);
 KILN_API kiln_tensor *kiln_ne_scalar(kiln_tensor *t, double s);
 
+/* ---- More elementwise math (api/math.c) -----------------------------------
+ * Rounding: kiln_floor, kiln_ceil, kiln_trunc and kiln_round (half to even,
+ * as NumPy's and PyTorch's round) keep the dtype and are the identity on
+ * integers and bool; NaN, infinities and -0 pass through; their gradient is
+ * 0. kiln_sign is -1, 0 or 1 in the input's dtype (NaN stays NaN, -0 stays
+ * -0; for bool and u8 it is 0 or 1).
+ * Transcendentals compute in floating point (integers and bool give f32),
+ * each as the platform's libm has it (below 1 ulp in f32 on glibc, within a
+ * few ulp in f64): NaN outside the domain (asin of 2, acosh of 0.5), ±inf at
+ * its poles (atanh of ±1). kiln_erfc is 1 - erf without the cancellation
+ * for large x; kiln_expm1 and kiln_log1p keep their digits near 0. */
+KILN_API kiln_tensor *kiln_floor(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_ceil(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_trunc(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_round(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_sign(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_tan(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_asin(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_acos(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_atan(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_sinh(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_cosh(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_asinh(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_acosh(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_atanh(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_erf(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_erfc(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_expm1(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_log1p(kiln_tensor *t);
+
+/* Binary, broadcasting and promoting as kiln_add. kiln_atan2(y, x) is the
+ * angle of the point (x, y) in [-pi, pi], in floating point (integers give
+ * f32). kiln_copysign is |a| with b's sign bit, in floating point.
+ * kiln_logaddexp is log(exp(a) + exp(b)) without overflow (max(a, b) +
+ * log1p(exp(-|a - b|)); -inf with -inf gives -inf).
+ * Remainders and divisions of every number dtype (KILN_ERR_DTYPE for two
+ * bools): kiln_fmod is C's fmod and %, a - trunc(a/b) b with a's sign
+ * (exact for floats); kiln_mod is Python's %, a - floor(a/b) b with b's sign
+ * (NumPy's and PyTorch's remainder; a zero result takes b's sign);
+ * kiln_floor_divide is floor(a/b) (for integers the same as kiln_div),
+ * kiln_trunc_divide is trunc(a/b) (C's integer /). For integers a zero
+ * divisor gives 0 from each of them (no trap), and INT_MIN by -1 wraps. */
+KILN_API kiln_tensor *kiln_atan2(kiln_tensor *y, kiln_tensor *x);
+KILN_API kiln_tensor *kiln_copysign(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_logaddexp(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_fmod(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_mod(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_floor_divide(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_trunc_divide(kiln_tensor *a, kiln_tensor *b);
+
+/* Bitwise ops of integers and bool (KILN_ERR_DTYPE for floats), on the two's
+ * complement bits of the promoted dtype; of bool they are logical not, and,
+ * or, xor. Shifts take integers only: a << b and a >> b (arithmetic for i32
+ * and i64, logical for u8); a count that is negative gives 0, one of the
+ * width or more gives 0, or -1 for a negative value shifted right. */
+KILN_API kiln_tensor *kiln_bitwise_not(kiln_tensor *t);
+KILN_API kiln_tensor *kiln_bitwise_and(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_bitwise_or(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_bitwise_xor(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_shift_left(kiln_tensor *a, kiln_tensor *b);
+KILN_API kiln_tensor *kiln_shift_right(kiln_tensor *a, kiln_tensor *b);
+
+/* Bool: |a - b| <= atol + rtol |b| elementwise, as NumPy's isclose (not
+ * symmetric in a and b); infinities are close only to themselves, NaN to
+ * nothing unless equal_nan. a and b broadcast and promote; negative or NaN
+ * tolerances are KILN_ERR_ARG. */
+KILN_API kiln_tensor *kiln_isclose(kiln_tensor *a, kiln_tensor *b, double rtol, double atol,
+                                   bool equal_nan);
+
 /* ---- Reductions ------------------------------------------------------------
  * Reduce over naxes axes (negative axes count from the end; NULL axes or
  * naxes 0 with NULL means all axes). keepdim keeps each reduced axis with size

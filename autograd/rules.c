@@ -111,6 +111,37 @@ static graph_node *unary_vjp(graph_node *n, graph_node *g) {
     }
     case GRAPH_RECIP:
         return UN(GRAPH_NEG, MUL(R(g), MUL(R(n), R(n))));
+    case GRAPH_FLOOR: /* piecewise constant: 0, as PyTorch has it (at the steps too) */
+    case GRAPH_CEIL:
+    case GRAPH_TRUNC:
+    case GRAPH_ROUND:
+        return K(g, 0);
+    case GRAPH_TAN: /* 1 + tan^2 */
+        return MUL(R(g), ADD(K(n, 1), MUL(R(n), R(n))));
+    case GRAPH_ASIN: /* 1 / sqrt(1 - x^2) */
+        return DIV(R(g), UN(GRAPH_SQRT, SUB(K(x, 1), MUL(R(x), R(x)))));
+    case GRAPH_ACOS:
+        return UN(GRAPH_NEG, DIV(R(g), UN(GRAPH_SQRT, SUB(K(x, 1), MUL(R(x), R(x))))));
+    case GRAPH_ATAN:
+        return DIV(R(g), ADD(K(x, 1), MUL(R(x), R(x))));
+    case GRAPH_SINH:
+        return MUL(R(g), UN(GRAPH_COSH, R(x)));
+    case GRAPH_COSH:
+        return MUL(R(g), UN(GRAPH_SINH, R(x)));
+    case GRAPH_ASINH: /* 1 / sqrt(x^2 + 1) */
+        return DIV(R(g), UN(GRAPH_SQRT, ADD(MUL(R(x), R(x)), K(x, 1))));
+    case GRAPH_ACOSH: /* 1 / sqrt((x - 1)(x + 1)), which keeps its digits near 1 */
+        return DIV(R(g), UN(GRAPH_SQRT, MUL(SUB(R(x), K(x, 1)), ADD(R(x), K(x, 1)))));
+    case GRAPH_ATANH: /* 1 / (1 - x^2) */
+        return DIV(R(g), SUB(K(x, 1), MUL(R(x), R(x))));
+    case GRAPH_ERF: /* 2/sqrt(pi) exp(-x^2) */
+    case GRAPH_ERFC:
+        return MUL(MUL(R(g), K(x, n->op == GRAPH_ERF ? 1.1283791670955126 : -1.1283791670955126)),
+                   UN(GRAPH_EXP, UN(GRAPH_NEG, MUL(R(x), R(x)))));
+    case GRAPH_EXPM1:
+        return MUL(R(g), ADD(R(n), K(n, 1)));
+    case GRAPH_LOG1P:
+        return DIV(R(g), ADD(R(x), K(x, 1)));
     case GRAPH_CAST:
         return graph_cast(g, x->dtype);
     default:
@@ -148,6 +179,20 @@ static graph_node *binary_vjp(graph_node *n, graph_node *g, int j) {
                      WHERE(CMP(GRAPH_GE, R(b), K(b, 0)), K(g, 0),
                            MUL(R(g), MUL(R(n), UN(GRAPH_LOG, R(a))))),
                      MUL(R(g), MUL(R(n), UN(GRAPH_LOG, R(a)))));
+    case GRAPH_ATAN2: { /* d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2) */
+        graph_node *r2 = ADD(MUL(R(a), R(a)), MUL(R(b), R(b)));
+        return j == 0 ? DIV(MUL(R(g), R(b)), r2) : UN(GRAPH_NEG, DIV(MUL(R(g), R(a)), r2));
+    }
+    case GRAPH_FMOD: /* a - trunc(a / b) b */
+    case GRAPH_MOD:  /* a - floor(a / b) b */
+        return j == 0 ? R(g)
+                      : UN(GRAPH_NEG, MUL(R(g), UN(n->op == GRAPH_FMOD ? GRAPH_TRUNC : GRAPH_FLOOR,
+                                                   DIV(R(a), R(b)))));
+    case GRAPH_COPYSIGN: /* a's side: the sign it was given (result / a), 0 at a = 0, as
+                            PyTorch has it; b's: 0 */
+        if (j == 1)
+            return K(g, 0);
+        return WHERE(CMP(GRAPH_EQ, R(a), K(a, 0)), K(g, 0), MUL(R(g), DIV(R(n), R(a))));
     case GRAPH_MAXIMUM:
         return extreme_vjp(GRAPH_GT, j == 0 ? a : b, j == 0 ? b : a, g);
     case GRAPH_MINIMUM:

@@ -443,6 +443,40 @@ static double float_unary(graph_op op, double x)
     }
     case GRAPH_RECIP:
         return 1.0 / x;
+    case GRAPH_FLOOR:
+        return floor(x);
+    case GRAPH_CEIL:
+        return ceil(x);
+    case GRAPH_TRUNC:
+        return trunc(x);
+    case GRAPH_ROUND:
+        return nearbyint(x); /* the default rounding mode: half to even */
+    case GRAPH_TAN:
+        return tan(x);
+    case GRAPH_ASIN:
+        return asin(x);
+    case GRAPH_ACOS:
+        return acos(x);
+    case GRAPH_ATAN:
+        return atan(x);
+    case GRAPH_SINH:
+        return sinh(x);
+    case GRAPH_COSH:
+        return cosh(x);
+    case GRAPH_ASINH:
+        return asinh(x);
+    case GRAPH_ACOSH:
+        return acosh(x);
+    case GRAPH_ATANH:
+        return atanh(x);
+    case GRAPH_ERF:
+        return erf(x);
+    case GRAPH_ERFC:
+        return erfc(x);
+    case GRAPH_EXPM1:
+        return expm1(x);
+    case GRAPH_LOG1P:
+        return log1p(x);
     default:
         return NAN; /* not a unary op */
     }
@@ -465,6 +499,15 @@ graph_scalar graph_scalar_unary(graph_op op, kiln_dtype in, kiln_dtype out, grap
         break;
     case GRAPH_RELU:
         r.i = a.i > 0 ? a.i : 0;
+        break;
+    case GRAPH_FLOOR:
+    case GRAPH_CEIL:
+    case GRAPH_TRUNC:
+    case GRAPH_ROUND:
+        r.i = a.i; /* an integer is its own rounding */
+        break;
+    case GRAPH_BITNOT:
+        r.i = out == KILN_BOOL ? !a.i : wrap_int(~u, out);
         break;
     default:
         /* a float op asked for an integer result: compute, then truncate */
@@ -529,6 +572,20 @@ static double float_binary(graph_op op, double a, double b)
         return isnan(a) ? a : isnan(b) ? b : a >= b ? a : b;
     case GRAPH_MINIMUM:
         return isnan(a) ? a : isnan(b) ? b : a <= b ? a : b;
+    case GRAPH_ATAN2:
+        return atan2(a, b);
+    case GRAPH_FMOD:
+        return fmod(a, b);
+    case GRAPH_MOD: {
+        /* fmod is exact; moving it by b into b's sign rounds once (NumPy's and
+         * PyTorch's remainder); a zero remainder takes b's sign */
+        double r = fmod(a, b);
+        if (r != 0 && (r < 0) != (b < 0))
+            r += b;
+        return r == 0 ? copysign(0.0, b) : r;
+    }
+    case GRAPH_COPYSIGN:
+        return copysign(a, b);
     default:
         return NAN; /* not an arithmetic binary op */
     }
@@ -568,9 +625,49 @@ static uint64_t int_pow(int64_t base, int64_t e)
     return r;
 }
 
-static uint64_t int_binary(graph_op op, int64_t a, int64_t b)
+/* C's remainder with a's sign; % 0 gives 0 and MIN % -1 gives 0, never a trap. */
+static int64_t int_fmod(int64_t a, int64_t b)
+{
+    return b == 0 || b == -1 ? 0 : a % b;
+}
+
+static int dtype_bits(kiln_dtype dt)
+{
+    return dt == KILN_I64 ? 64 : dt == KILN_I32 ? 32 : 8;
+}
+
+/* Shifts by a count outside [0, width) are defined: 0, or for a right shift
+ * of a negative signed value by width or more, -1 (all sign bits). */
+static uint64_t int_shift(graph_op op, int64_t a, int64_t b, kiln_dtype dt)
+{
+    int w = dtype_bits(dt);
+    if (b < 0)
+        return 0;
+    if (op == GRAPH_SHL)
+        return b >= w ? 0 : (uint64_t)a << b;
+    if (b >= w)
+        return a < 0 ? UINT64_MAX : 0;
+    return a < 0 ? ~(~(uint64_t)a >> b) : (uint64_t)a >> b;
+}
+
+static uint64_t int_binary(graph_op op, int64_t a, int64_t b, kiln_dtype dt)
 {
     switch (op) {
+    case GRAPH_FMOD:
+        return (uint64_t)int_fmod(a, b);
+    case GRAPH_MOD: {
+        int64_t r = int_fmod(a, b);
+        return (uint64_t)r + (r != 0 && (r < 0) != (b < 0) ? (uint64_t)b : 0);
+    }
+    case GRAPH_BITAND:
+        return (uint64_t)a & (uint64_t)b;
+    case GRAPH_BITOR:
+        return (uint64_t)a | (uint64_t)b;
+    case GRAPH_BITXOR:
+        return (uint64_t)a ^ (uint64_t)b;
+    case GRAPH_SHL:
+    case GRAPH_SHR:
+        return int_shift(op, a, b, dt);
     case GRAPH_ADD:
         return (uint64_t)a + (uint64_t)b;
     case GRAPH_SUB:
@@ -599,6 +696,6 @@ graph_scalar graph_scalar_binary(graph_op op, kiln_dtype dt, graph_scalar a, gra
     else if (fl)
         r.f = round_to_dtype(float_binary(op, a.f, b.f), dt);
     else
-        r.i = wrap_int(int_binary(op, a.i, b.i), dt);
+        r.i = wrap_int(int_binary(op, a.i, b.i, dt), dt);
     return r;
 }

@@ -38,6 +38,24 @@ typedef enum graph_op {
     GRAPH_GELU,
     GRAPH_SILU,
     GRAPH_RECIP,
+    GRAPH_FLOOR, /* rounding to an integer value: the identity on integers */
+    GRAPH_CEIL,
+    GRAPH_TRUNC,
+    GRAPH_ROUND, /* half to even */
+    GRAPH_TAN,
+    GRAPH_ASIN,
+    GRAPH_ACOS,
+    GRAPH_ATAN,
+    GRAPH_SINH,
+    GRAPH_COSH,
+    GRAPH_ASINH,
+    GRAPH_ACOSH,
+    GRAPH_ATANH,
+    GRAPH_ERF,
+    GRAPH_ERFC,
+    GRAPH_EXPM1,
+    GRAPH_LOG1P,
+    GRAPH_BITNOT, /* integers: ~a; bool: !a */
     GRAPH_CAST, /* to the node's dtype from the source's */
     /* elementwise binary: both sources have the node's shape and one dtype */
     GRAPH_ADD,
@@ -47,6 +65,16 @@ typedef enum graph_op {
     GRAPH_POW,
     GRAPH_MAXIMUM,
     GRAPH_MINIMUM,
+    GRAPH_ATAN2,    /* floats: atan2(a, b), the angle of the point (b, a) */
+    GRAPH_FMOD,     /* a - trunc(a / b) b, exactly: the sign of a (C's fmod and %) */
+    GRAPH_MOD,      /* a - floor(a / b) b: the sign of b (Python's %) */
+    GRAPH_COPYSIGN, /* floats: |a| with b's sign bit */
+    GRAPH_BITAND,   /* integers and bool */
+    GRAPH_BITOR,
+    GRAPH_BITXOR,
+    GRAPH_SHL,      /* integers: a << b, 0 when b is negative or not below the width */
+    GRAPH_SHR,      /* integers: a >> b, arithmetic for signed types (sign-filled when b
+                       is not below the width), 0 when b is negative */
     GRAPH_LT, /* comparisons: node dtype is bool */
     GRAPH_LE,
     GRAPH_GT,

@@ -321,6 +321,15 @@ static const char *const op_names[GRAPH_NUM_OPS] = {
     [GRAPH_WHERE] = "where",     [GRAPH_SUM] = "sum",         [GRAPH_RMAX] = "max",
     [GRAPH_RMIN] = "min",        [GRAPH_ARGMAX] = "argmax",   [GRAPH_ARGMIN] = "argmin",
     [GRAPH_VIEW] = "view",       [GRAPH_CAT] = "cat",         [GRAPH_MATMUL] = "matmul",
+    [GRAPH_FLOOR] = "floor",     [GRAPH_CEIL] = "ceil",       [GRAPH_TRUNC] = "trunc",
+    [GRAPH_ROUND] = "round",     [GRAPH_TAN] = "tan",         [GRAPH_ASIN] = "asin",
+    [GRAPH_ACOS] = "acos",       [GRAPH_ATAN] = "atan",       [GRAPH_SINH] = "sinh",
+    [GRAPH_COSH] = "cosh",       [GRAPH_ASINH] = "asinh",     [GRAPH_ACOSH] = "acosh",
+    [GRAPH_ATANH] = "atanh",     [GRAPH_ERF] = "erf",         [GRAPH_ERFC] = "erfc",
+    [GRAPH_EXPM1] = "expm1",     [GRAPH_LOG1P] = "log1p",     [GRAPH_BITNOT] = "bitnot",
+    [GRAPH_ATAN2] = "atan2",     [GRAPH_FMOD] = "fmod",       [GRAPH_MOD] = "mod",
+    [GRAPH_COPYSIGN] = "copysign", [GRAPH_BITAND] = "bitand", [GRAPH_BITOR] = "bitor",
+    [GRAPH_BITXOR] = "bitxor",   [GRAPH_SHL] = "shl",         [GRAPH_SHR] = "shr",
 };
 
 const char *graph_op_name(graph_op op) {

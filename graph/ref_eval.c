@@ -301,44 +301,6 @@ static bool compute(const graph_node *n, const ev_out *o)
             put(o, i, graph_scalar_from_double(
                           graph_rand_value(n->op, dt, n->p.seed, (uint64_t)i), dt));
         return true;
-    case GRAPH_NEG:
-    case GRAPH_ABS:
-    case GRAPH_EXP:
-    case GRAPH_LOG:
-    case GRAPH_SQRT:
-    case GRAPH_RSQRT:
-    case GRAPH_SIN:
-    case GRAPH_COS:
-    case GRAPH_TANH:
-    case GRAPH_SIGMOID:
-    case GRAPH_RELU:
-    case GRAPH_GELU:
-    case GRAPH_SILU:
-    case GRAPH_RECIP:
-    case GRAPH_CAST: {
-        const graph_node *a = n->src[0];
-        for (int64_t i = 0; i < numel; i++)
-            put(o, i, graph_scalar_unary(n->op, a->dtype, dt, get(a, i)));
-        return true;
-    }
-    case GRAPH_ADD:
-    case GRAPH_SUB:
-    case GRAPH_MUL:
-    case GRAPH_DIV:
-    case GRAPH_POW:
-    case GRAPH_MAXIMUM:
-    case GRAPH_MINIMUM:
-    case GRAPH_LT:
-    case GRAPH_LE:
-    case GRAPH_GT:
-    case GRAPH_GE:
-    case GRAPH_EQ:
-    case GRAPH_NE: {
-        const graph_node *a = n->src[0], *b = n->src[1];
-        for (int64_t i = 0; i < numel; i++)
-            put(o, i, graph_scalar_binary(n->op, a->dtype, get(a, i), get(b, i)));
-        return true;
-    }
     case GRAPH_WHERE: {
         const graph_node *c = n->src[0];
         bool cf = graph_dtype_is_float(c->dtype);
@@ -365,8 +327,21 @@ static bool compute(const graph_node *n, const ev_out *o)
         eval_matmul(n, o);
         return true;
     default:
-        return false;
+        break;
     }
+    if (graph_op_is_unary(n->op)) {
+        const graph_node *a = n->src[0];
+        for (int64_t i = 0; i < numel; i++)
+            put(o, i, graph_scalar_unary(n->op, a->dtype, dt, get(a, i)));
+        return true;
+    }
+    if (graph_op_is_binary(n->op)) {
+        const graph_node *a = n->src[0], *b = n->src[1];
+        for (int64_t i = 0; i < numel; i++)
+            put(o, i, graph_scalar_binary(n->op, a->dtype, get(a, i), get(b, i)));
+        return true;
+    }
+    return false;
 }
 
 static kiln_status eval_node(ev_pass *P, graph_node *n)

@@ -85,6 +85,26 @@ typedef enum lower_prim {
                     case). exp2(b log2 a) loses up to |b log2 a| ulp in the product
                     unless log2 is carried in double-double, and integer powers of a
                     negative base need the parity of b: rules_int.c covers integers */
+    /* The rest of libm, for the ops users reach for now and then: each as the
+     * platform's libm computes it (glibc: below 1 ulp in f32, a few in f64; CUDA's
+     * libdevice states its own bounds). Primitives, not rules: none is in a hot
+     * path of any workload kiln measures, and a rule per function with its own
+     * range reduction and minimax fit would cost more code than every renderer's
+     * one line each; a function that becomes hot gets a rule, as exp and tanh did */
+    PRIM_TAN,
+    PRIM_ASIN,
+    PRIM_ACOS,
+    PRIM_ATAN,
+    PRIM_ATAN2, /* atan2(a, b) */
+    PRIM_SINH,
+    PRIM_COSH,
+    PRIM_ASINH,
+    PRIM_ACOSH,
+    PRIM_ATANH,
+    PRIM_ERF,
+    PRIM_EXPM1,
+    PRIM_LOG1P,
+    PRIM_FMOD,  /* a - trunc(a / b) b, exact */
     PRIM_SIN,    /* floats */
     PRIM_COS,    /* floats */
     PRIM_FLOOR,  /* floats */
@@ -106,6 +126,11 @@ typedef enum lower_prim {
 } lower_prim;
 
 const char *lower_prim_name(lower_prim p);
+/* How many operands p takes (1 to 3). */
+int lower_prim_arity(lower_prim p);
+/* The libm function a float primitive is ("erfc", "atan2"; f32 adds the
+ * suffix f), NULL for one that a target renders its own way. */
+const char *lower_prim_libm(lower_prim p);
 const char *lower_uop_name(lower_uop op);
 
 typedef struct lower_ins {

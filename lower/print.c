@@ -22,7 +22,10 @@ static const char *const prim_names[] = {
     [PRIM_FLOOR] = "floor", [PRIM_TRUNC] = "trunc", [PRIM_LT] = "lt",     [PRIM_LE] = "le",
     [PRIM_EQ] = "eq",       [PRIM_NE] = "ne",     [PRIM_AND] = "and",     [PRIM_OR] = "or",
     [PRIM_XOR] = "xor",     [PRIM_SHL] = "shl",   [PRIM_SHR] = "shr",     [PRIM_CAST] = "cast",
-    [PRIM_BITCAST] = "bitcast",
+    [PRIM_BITCAST] = "bitcast", [PRIM_TAN] = "tan",   [PRIM_ASIN] = "asin",   [PRIM_ACOS] = "acos",
+    [PRIM_ATAN] = "atan",   [PRIM_ATAN2] = "atan2", [PRIM_SINH] = "sinh",  [PRIM_COSH] = "cosh",
+    [PRIM_ASINH] = "asinh", [PRIM_ACOSH] = "acosh", [PRIM_ATANH] = "atanh", [PRIM_ERF] = "erf",
+    [PRIM_EXPM1] = "expm1", [PRIM_LOG1P] = "log1p", [PRIM_FMOD] = "fmod",
 };
 _Static_assert(sizeof prim_names / sizeof *prim_names == PRIM_NUM, "a primitive without a name");
 
@@ -32,6 +35,66 @@ const char *lower_uop_name(lower_uop op) {
 
 const char *lower_prim_name(lower_prim p) {
     return p >= 0 && p < PRIM_NUM && prim_names[p] ? prim_names[p] : "?";
+}
+
+int lower_prim_arity(lower_prim p) {
+    switch (p) {
+    case PRIM_NEG:
+    case PRIM_ABS:
+    case PRIM_SQRT:
+    case PRIM_EXP2:
+    case PRIM_LOG2:
+    case PRIM_LOG:
+    case PRIM_EXP:
+    case PRIM_ERFC:
+    case PRIM_SIN:
+    case PRIM_COS:
+    case PRIM_FLOOR:
+    case PRIM_TRUNC:
+    case PRIM_CAST:
+    case PRIM_BITCAST:
+    case PRIM_TAN:
+    case PRIM_ASIN:
+    case PRIM_ACOS:
+    case PRIM_ATAN:
+    case PRIM_SINH:
+    case PRIM_COSH:
+    case PRIM_ASINH:
+    case PRIM_ACOSH:
+    case PRIM_ATANH:
+    case PRIM_ERF:
+    case PRIM_EXPM1:
+    case PRIM_LOG1P:
+        return 1;
+    case PRIM_FMA:
+        return 3;
+    default:
+        return 2;
+    }
+}
+
+const char *lower_prim_libm(lower_prim p) {
+    switch (p) {
+    case PRIM_ERFC:
+    case PRIM_POW:
+    case PRIM_TAN:
+    case PRIM_ASIN:
+    case PRIM_ACOS:
+    case PRIM_ATAN:
+    case PRIM_ATAN2:
+    case PRIM_SINH:
+    case PRIM_COSH:
+    case PRIM_ASINH:
+    case PRIM_ACOSH:
+    case PRIM_ATANH:
+    case PRIM_ERF:
+    case PRIM_EXPM1:
+    case PRIM_LOG1P:
+    case PRIM_FMOD:
+        return prim_names[p]; /* named after the function */
+    default:
+        return NULL;
+    }
 }
 
 void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes) {

@@ -13,7 +13,8 @@
  * or select the (already half) operand values. */
 static bool exact_in_half(graph_op op) {
     return op == GRAPH_NEG || op == GRAPH_ABS || op == GRAPH_RELU || op == GRAPH_MAXIMUM ||
-           op == GRAPH_MINIMUM;
+           op == GRAPH_MINIMUM || op == GRAPH_FLOOR || op == GRAPH_CEIL || op == GRAPH_TRUNC ||
+           op == GRAPH_ROUND || op == GRAPH_COPYSIGN || op == GRAPH_FMOD;
 }
 
 static int compare(ir_builder *b, graph_op op, int x, int y) {
@@ -36,6 +37,8 @@ static int compare(ir_builder *b, graph_op op, int x, int y) {
 /* Bool arithmetic is the int64 result tested against 0 (graph/dtype.c's
  * wrap to bool). */
 static int bool_op(ir_builder *b, graph_op op, int x, int y) {
+    if (op == GRAPH_BITNOT) /* not ~x, which is nonzero for both values */
+        return rules_test(b, PRIM_EQ, x, rules_i(b, KILN_BOOL, 0));
     x = rules_p1(b, PRIM_CAST, KILN_I64, x);
     if (y >= 0)
         y = rules_p1(b, PRIM_CAST, KILN_I64, y);

@@ -52,8 +52,55 @@ static int int_pow(ir_builder *b, kiln_dtype dt, int x, int e) {
     return rules_sel(b, dt, rules_test(b, PRIM_LT, e, zero), neg, r);
 }
 
+/* Shifts with graph/dtype.c's rules for counts outside [0, width): 0, or
+ * all sign bits for a negative value shifted right by width or more. A
+ * signed right shift is the logical one of ~x, inverted, for negative x. */
+static int shift(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
+    int zero = rules_i(b, dt, 0), w = rules_i(b, dt, width(dt));
+    int ok = rules_test(b, PRIM_AND, rules_test(b, PRIM_LE, zero, y), rules_test(b, PRIM_LT, y, w));
+    int s = rules_sel(b, dt, ok, y, zero);
+    if (op == GRAPH_SHL)
+        return rules_sel(b, dt, ok, rules_p2(b, PRIM_SHL, dt, x, s), zero);
+    if (!is_signed(dt))
+        return rules_sel(b, dt, ok, rules_p2(b, PRIM_SHR, dt, x, s), zero);
+    int ones = rules_i(b, dt, -1);
+    int neg = rules_test(b, PRIM_LT, x, zero);
+    int nx = rules_p2(b, PRIM_XOR, dt, x, ones);
+    int r = rules_sel(b, dt, neg, rules_p2(b, PRIM_XOR, dt, rules_p2(b, PRIM_SHR, dt, nx, s), ones),
+                      rules_p2(b, PRIM_SHR, dt, x, s));
+    int big = rules_sel(b, dt, neg, ones, zero);
+    return rules_sel(b, dt, ok, r, rules_sel(b, dt, rules_test(b, PRIM_LT, y, zero), zero, big));
+}
+
 int rules_int(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
     switch (op) {
+    case GRAPH_FLOOR:
+    case GRAPH_CEIL:
+    case GRAPH_TRUNC:
+    case GRAPH_ROUND:
+        return x;
+    case GRAPH_BITNOT:
+        return rules_p2(b, PRIM_XOR, dt, x, rules_i(b, dt, dt == KILN_U8 ? 0xFF : -1));
+    case GRAPH_BITAND:
+        return rules_p2(b, PRIM_AND, dt, x, y);
+    case GRAPH_BITOR:
+        return rules_p2(b, PRIM_OR, dt, x, y);
+    case GRAPH_BITXOR:
+        return rules_p2(b, PRIM_XOR, dt, x, y);
+    case GRAPH_SHL:
+    case GRAPH_SHR:
+        return shift(b, op, dt, x, y);
+    case GRAPH_FMOD:
+        return rules_p2(b, PRIM_MOD, dt, x, y);
+    case GRAPH_MOD: { /* the C remainder, plus y where it is nonzero and of the other sign */
+        int r = rules_p2(b, PRIM_MOD, dt, x, y);
+        if (!is_signed(dt))
+            return r;
+        int zero = rules_i(b, dt, 0);
+        int off = rules_test(b, PRIM_AND, rules_test(b, PRIM_NE, r, zero),
+                             rules_test(b, PRIM_LT, rules_p2(b, PRIM_XOR, dt, r, y), zero));
+        return rules_sel(b, dt, off, rules_p2(b, PRIM_ADD, dt, r, y), r);
+    }
     case GRAPH_NEG:
         return rules_p1(b, PRIM_NEG, dt, x);
     case GRAPH_ABS:

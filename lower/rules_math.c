@@ -241,8 +241,90 @@ static int gelu_rule(ir_builder *b, kiln_dtype dt, int x) {
     return rules_sel(b, dt, rules_test(b, PRIM_EQ, c, rules_f(b, dt, 0.0)), rules_f(b, dt, -0.0), v);
 }
 
+/* Round half to even, exact (0 ulp): t = trunc(x) and the fraction d = x - t
+ * (exact); t moves one away from zero where |d| > 1/2, or |d| = 1/2 and t
+ * is odd (t - 2 floor(t/2) != 0, each step exact). NaN and inf pass through
+ * (d is NaN there and every test false); -0.4 gives -0. */
+static int round_even(ir_builder *b, kiln_dtype dt, int x) {
+    int t = rules_p1(b, PRIM_TRUNC, dt, x);
+    int ad = rules_p1(b, PRIM_ABS, dt, rules_p2(b, PRIM_SUB, dt, x, t));
+    int half = rules_f(b, dt, 0.5);
+    int pair = rules_p2(b, PRIM_MUL, dt, rules_f(b, dt, 2.0),
+                        rules_p1(b, PRIM_FLOOR, dt, rules_p2(b, PRIM_MUL, dt, t, half)));
+    int odd = rules_test(b, PRIM_NE, rules_p2(b, PRIM_SUB, dt, t, pair), rules_f(b, dt, 0.0));
+    int up = rules_test(b, PRIM_OR, rules_test(b, PRIM_LT, half, ad),
+                        rules_test(b, PRIM_AND, rules_test(b, PRIM_EQ, ad, half), odd));
+    int step = rules_sel(b, dt, rules_test(b, PRIM_LT, x, rules_f(b, dt, 0.0)),
+                         rules_f(b, dt, -1.0), rules_f(b, dt, 1.0));
+    return rules_sel(b, dt, up, rules_p2(b, PRIM_ADD, dt, t, step), t);
+}
+
+/* |x| with y's sign bit, on the bit patterns: exact, NaN's sign included. */
+static int copysign_rule(ir_builder *b, kiln_dtype dt, int x, int y) {
+    kiln_dtype it = rules_bits_type(dt);
+    int64_t sign = dt == KILN_F64 ? INT64_MIN : INT32_MIN;
+    int mag = rules_p2(b, PRIM_AND, it, rules_p1(b, PRIM_BITCAST, it, x), rules_i(b, it, ~sign));
+    int s = rules_p2(b, PRIM_AND, it, rules_p1(b, PRIM_BITCAST, it, y), rules_i(b, it, sign));
+    return rules_p1(b, PRIM_BITCAST, dt, rules_p2(b, PRIM_OR, it, mag, s));
+}
+
+/* Python's remainder: fmod (exact) moved by y into y's sign where they
+ * differ (one rounding, as graph/dtype.c has it); a zero remainder takes
+ * y's sign. */
+static int mod_rule(ir_builder *b, kiln_dtype dt, int x, int y) {
+    int zero = rules_f(b, dt, 0.0);
+    int r = rules_p2(b, PRIM_FMOD, dt, x, y);
+    int differ = rules_test(b, PRIM_NE, rules_test(b, PRIM_LT, r, zero),
+                            rules_test(b, PRIM_LT, y, zero));
+    int move = rules_test(b, PRIM_AND, rules_test(b, PRIM_NE, r, zero), differ);
+    r = rules_sel(b, dt, move, rules_p2(b, PRIM_ADD, dt, r, y), r);
+    return rules_sel(b, dt, rules_test(b, PRIM_EQ, r, zero), copysign_rule(b, dt, zero, y), r);
+}
+
 int rules_float(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
     switch (op) {
+    case GRAPH_FLOOR:
+        return rules_p1(b, PRIM_FLOOR, dt, x);
+    case GRAPH_CEIL:
+        return rules_p1(b, PRIM_NEG, dt, rules_p1(b, PRIM_FLOOR, dt, rules_p1(b, PRIM_NEG, dt, x)));
+    case GRAPH_TRUNC:
+        return rules_p1(b, PRIM_TRUNC, dt, x);
+    case GRAPH_ROUND:
+        return round_even(b, dt, x);
+    case GRAPH_TAN:
+        return rules_p1(b, PRIM_TAN, dt, x);
+    case GRAPH_ASIN:
+        return rules_p1(b, PRIM_ASIN, dt, x);
+    case GRAPH_ACOS:
+        return rules_p1(b, PRIM_ACOS, dt, x);
+    case GRAPH_ATAN:
+        return rules_p1(b, PRIM_ATAN, dt, x);
+    case GRAPH_SINH:
+        return rules_p1(b, PRIM_SINH, dt, x);
+    case GRAPH_COSH:
+        return rules_p1(b, PRIM_COSH, dt, x);
+    case GRAPH_ASINH:
+        return rules_p1(b, PRIM_ASINH, dt, x);
+    case GRAPH_ACOSH:
+        return rules_p1(b, PRIM_ACOSH, dt, x);
+    case GRAPH_ATANH:
+        return rules_p1(b, PRIM_ATANH, dt, x);
+    case GRAPH_ERF:
+        return rules_p1(b, PRIM_ERF, dt, x);
+    case GRAPH_ERFC:
+        return rules_p1(b, PRIM_ERFC, dt, x);
+    case GRAPH_EXPM1:
+        return rules_p1(b, PRIM_EXPM1, dt, x);
+    case GRAPH_LOG1P:
+        return rules_p1(b, PRIM_LOG1P, dt, x);
+    case GRAPH_ATAN2:
+        return rules_p2(b, PRIM_ATAN2, dt, x, y);
+    case GRAPH_FMOD:
+        return rules_p2(b, PRIM_FMOD, dt, x, y);
+    case GRAPH_MOD:
+        return mod_rule(b, dt, x, y);
+    case GRAPH_COPYSIGN:
+        return copysign_rule(b, dt, x, y);
     case GRAPH_NEG:
         return rules_p1(b, PRIM_NEG, dt, x);
     case GRAPH_ABS:

@@ -167,6 +167,27 @@ static kiln_tensor *f_relu(kiln_tensor **x) { return kiln_relu(x[0]); }
 static kiln_tensor *f_gelu(kiln_tensor **x) { return kiln_gelu(x[0]); }
 static kiln_tensor *f_silu(kiln_tensor **x) { return kiln_silu(x[0]); }
 static kiln_tensor *f_recip(kiln_tensor **x) { return kiln_recip(x[0]); }
+static kiln_tensor *f_tan(kiln_tensor **x) { return kiln_tan(x[0]); }
+static kiln_tensor *f_asin(kiln_tensor **x) { return kiln_asin(x[0]); }
+static kiln_tensor *f_acos(kiln_tensor **x) { return kiln_acos(x[0]); }
+static kiln_tensor *f_atan(kiln_tensor **x) { return kiln_atan(x[0]); }
+static kiln_tensor *f_sinh(kiln_tensor **x) { return kiln_sinh(x[0]); }
+static kiln_tensor *f_cosh(kiln_tensor **x) { return kiln_cosh(x[0]); }
+static kiln_tensor *f_asinh(kiln_tensor **x) { return kiln_asinh(x[0]); }
+static kiln_tensor *f_acosh(kiln_tensor **x) { return kiln_acosh(x[0]); }
+static kiln_tensor *f_atanh(kiln_tensor **x) { return kiln_atanh(x[0]); }
+static kiln_tensor *f_erf(kiln_tensor **x) { return kiln_erf(x[0]); }
+static kiln_tensor *f_erfc(kiln_tensor **x) { return kiln_erfc(x[0]); }
+static kiln_tensor *f_expm1(kiln_tensor **x) { return kiln_expm1(x[0]); }
+static kiln_tensor *f_log1p(kiln_tensor **x) { return kiln_log1p(x[0]); }
+/* rounding is piecewise constant: a product keeps a nonzero gradient path
+ * beside the rounded one (which must contribute exactly 0), with inputs
+ * away from the steps */
+static kiln_tensor *f_rounding(kiln_tensor **x) {
+    kiln_tensor *r = kiln_add(kiln_add(kiln_floor(x[0]), kiln_ceil(x[0])),
+                              kiln_add(kiln_trunc(x[0]), kiln_round(x[0])));
+    return kiln_add(kiln_mul(r, x[0]), kiln_sign(x[0]));
+}
 
 #define UNARY(nm, fn, gen, lo, hi)                                                                 \
     {nm, 1, {2}, {{3, 4}}, gen, lo, hi, fn, 0, 0}
@@ -186,6 +207,20 @@ static const fd_case unary_cases[] = {
     UNARY("gelu", f_gelu, GEN_SIGNED, 0.05, 3),
     UNARY("silu", f_silu, GEN_UNIFORM, -3, 3),
     UNARY("recip", f_recip, GEN_SIGNED, 0.3, 2),
+    UNARY("tan", f_tan, GEN_UNIFORM, -1.2, 1.2),
+    UNARY("asin", f_asin, GEN_UNIFORM, -0.9, 0.9),
+    UNARY("acos", f_acos, GEN_UNIFORM, -0.9, 0.9),
+    UNARY("atan", f_atan, GEN_UNIFORM, -3, 3),
+    UNARY("sinh", f_sinh, GEN_UNIFORM, -2, 2),
+    UNARY("cosh", f_cosh, GEN_UNIFORM, -2, 2),
+    UNARY("asinh", f_asinh, GEN_UNIFORM, -3, 3),
+    UNARY("acosh", f_acosh, GEN_UNIFORM, 1.2, 4),
+    UNARY("atanh", f_atanh, GEN_UNIFORM, -0.9, 0.9),
+    UNARY("erf", f_erf, GEN_UNIFORM, -2, 2),
+    UNARY("erfc", f_erfc, GEN_UNIFORM, -2, 2),
+    UNARY("expm1", f_expm1, GEN_UNIFORM, -2, 2),
+    UNARY("log1p", f_log1p, GEN_UNIFORM, -0.7, 3),
+    UNARY("floor ceil trunc round sign", f_rounding, GEN_FRACTION, -3, 3),
 };
 
 GRAD_TEST(unary) { fd_run(ctx, unary_cases, sizeof unary_cases / sizeof unary_cases[0]); }
@@ -202,6 +237,17 @@ static kiln_tensor *f_pow_scalar(kiln_tensor **x) {
 }
 static kiln_tensor *f_maximum(kiln_tensor **x) { return kiln_maximum(x[0], x[1]); }
 static kiln_tensor *f_minimum(kiln_tensor **x) { return kiln_minimum(x[0], x[1]); }
+static kiln_tensor *f_atan2(kiln_tensor **x) { return kiln_atan2(x[0], x[1]); }
+/* divisors kept away from 0, and quotients away from integers, where the
+ * remainders jump */
+static kiln_tensor *f_fmod(kiln_tensor **x) {
+    return kiln_fmod(kiln_mul_scalar(x[0], 3), kiln_add_scalar(x[1], 2.5));
+}
+static kiln_tensor *f_mod(kiln_tensor **x) {
+    return kiln_mod(kiln_mul_scalar(x[0], 3), kiln_add_scalar(x[1], 2.5));
+}
+static kiln_tensor *f_copysign(kiln_tensor **x) { return kiln_copysign(x[0], x[1]); }
+static kiln_tensor *f_logaddexp(kiln_tensor **x) { return kiln_logaddexp(x[0], x[1]); }
 static kiln_tensor *f_where(kiln_tensor **x) {
     return kiln_where(kiln_gt_scalar(x[2], 0), x[0], x[1]);
 }
@@ -221,6 +267,11 @@ static const fd_case binary_cases[] = {
     BIN("pow", f_pow),
     BIN("maximum", f_maximum),
     BIN("minimum", f_minimum),
+    BIN("atan2", f_atan2),
+    BIN("fmod", f_fmod),
+    BIN("mod", f_mod),
+    BIN("copysign", f_copysign),
+    BIN("logaddexp", f_logaddexp),
     {"pow_scalar", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_pow_scalar, 0, 0},
     {"scalar ops", 1, {1}, {{5}}, GEN_UNIFORM, -2, 2, f_scalar_ops, 0, 0},
     {"where", 3, {2, 2, 2}, {{2, 3}, {1, 3}, {2, 1}}, GEN_UNIFORM, -2, 2, f_where, 0, 0},

@@ -139,6 +139,11 @@ static const symbol symbols[] = {
     FN(floorf), FN(floor), FN(fmodf), FN(fmod), FN(memset), FN(memcpy), FN(memmove),
     FN(aligned_alloc), FN(free),
     FN(log2f), FN(log2), FN(fmaf), FN(fma),
+    /* lower.h's libm-backed primitives (lower_prim_libm) */
+    FN(tanf), FN(tan), FN(asinf), FN(asin), FN(acosf), FN(acos), FN(atanf), FN(atan),
+    FN(atan2f), FN(atan2), FN(sinhf), FN(sinh), FN(coshf), FN(cosh), FN(asinhf), FN(asinh),
+    FN(acoshf), FN(acosh), FN(atanhf), FN(atanh), FN(erff), FN(erf), FN(expm1f), FN(expm1),
+    FN(log1pf), FN(log1p),
 };
 #undef FN
 

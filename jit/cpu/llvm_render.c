@@ -197,8 +197,6 @@ static LLVMValueRef libm(gen *g, const char *base, LLVMValueRef *args, unsigned 
     return L->LLVMBuildCall2(g->b, ft, f, args, n, "");
 }
 
-static LLVMValueRef libm1(gen *g, const char *base, LLVMValueRef x) { return libm(g, base, &x, 1); }
-
 /* ---- scalar helpers (prelude.h as IR) ---- */
 
 #define B (g->b)
@@ -373,13 +371,12 @@ static LLVMValueRef float_prim(gen *g, const lower_ins *x, LLVMValueRef a, LLVMV
     const char *f = float_intrinsic(x->prim);
     if (f)
         return intrinsic1(g, f, a);
-    switch (x->prim) {
-    case PRIM_ERFC: /* no intrinsic: libm's, as the C path calls it */
-        return libm1(g, "erfc", a);
-    case PRIM_POW: {
+    const char *lib = lower_prim_libm(x->prim);
+    if (lib) { /* no intrinsic: libm's, as the C path calls it */
         LLVMValueRef args[2] = {a, b};
-        return libm(g, "pow", args, 2);
+        return libm(g, lib, args, (unsigned)lower_prim_arity(x->prim));
     }
+    switch (x->prim) {
     case PRIM_NEG:
         return L_->LLVMBuildFNeg(B, a, "");
     case PRIM_ADD:
@@ -501,8 +498,7 @@ static LLVMValueRef prim(gen *g, const lower_ins *x) {
     LLVMValueRef a = x->a >= 0 ? v[x->a] : NULL, b = x->b >= 0 ? v[x->b] : NULL,
                  c = x->c >= 0 ? v[x->c] : NULL;
     kiln_dtype in = x->a >= 0 ? ins[x->a].dt : x->dt;
-    if (!a || (x->prim >= PRIM_ADD && x->prim != PRIM_ABS && x->prim < PRIM_CAST &&
-               !(x->prim >= PRIM_SQRT && x->prim <= PRIM_TRUNC) && !b))
+    if (!a || (lower_prim_arity(x->prim) >= 2 && !b))
         return refuse(g, x);
     if (x->prim == PRIM_CAST)
         return cast_prim(g, in, x->dt, a);

@@ -113,8 +113,6 @@ static const char *float_fn(lower_prim p) {
         return "log";
     case PRIM_EXP:
         return "exp";
-    case PRIM_ERFC:
-        return "erfc";
     case PRIM_SIN:
         return "sin";
     case PRIM_COS:
@@ -163,7 +161,12 @@ static bool float_prim(const cstyle_target *t, const lower_ins *x, char *out, si
     const char *sfx = x->dt == KILN_F64 ? "" : "f", *op = binary_op(x->prim), *f = float_fn(x->prim);
     int a = x->a, b = x->b, c = x->c, w = -1;
     (void)t;
-    if (f)
+    const char *lib = lower_prim_libm(x->prim);
+    if (lib && lower_prim_arity(x->prim) == 1)
+        w = snprintf(out, cap, "%s%s(v%d)", lib, sfx, a);
+    else if (lib)
+        w = snprintf(out, cap, "%s%s(v%d, v%d)", lib, sfx, a, b);
+    else if (f)
         w = snprintf(out, cap, "%s%s(v%d)", f, sfx, a);
     else if (x->prim == PRIM_NEG)
         w = snprintf(out, cap, "(-v%d)", a);
@@ -173,8 +176,6 @@ static bool float_prim(const cstyle_target *t, const lower_ins *x, char *out, si
         w = snprintf(out, cap, "(v%d %s v%d)", a, op, b);
     else if (x->prim == PRIM_FMA)
         w = snprintf(out, cap, "fma%s(v%d, v%d, v%d)", sfx, a, b, c);
-    else if (x->prim == PRIM_POW)
-        w = snprintf(out, cap, "pow%s(v%d, v%d)", sfx, a, b);
     else if (x->prim == PRIM_MAX || x->prim == PRIM_MIN)
         w = snprintf(out, cap, "(v%d != v%d ? v%d : v%d != v%d ? v%d : v%d %s v%d ? v%d : v%d)", a,
                      a, a, b, b, b, a, x->prim == PRIM_MAX ? ">=" : "<=", b, a, b);
