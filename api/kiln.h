@@ -144,6 +144,15 @@ KILN_API kiln_tensor *kiln_scalar(kiln_ctx *ctx, kiln_dtype dtype, double value)
 KILN_API kiln_tensor *kiln_arange(kiln_ctx *ctx, kiln_dtype dtype, double start,
                                   double stop, double step);
 
+/* The n x m identity (ones where row == column), in any dtype (api/layout.c). */
+KILN_API kiln_tensor *kiln_eye(kiln_ctx *ctx, kiln_dtype dtype, int64_t n, int64_t m);
+/* n evenly spaced points from start to stop, both included, as NumPy's
+ * linspace: point i is start + i (stop - start)/(n - 1) computed in float64,
+ * the last exactly stop; one point is start, none an empty vector. A negative
+ * n or non-finite bounds are KILN_ERR_ARG. */
+KILN_API kiln_tensor *kiln_linspace(kiln_ctx *ctx, kiln_dtype dtype, double start, double stop,
+                                    int64_t n);
+
 /* Uniform numbers in [0, 1) (kiln_rand) or standard normal numbers
  * (kiln_randn, Box-Muller) from the counter-based Philox4x32-10 generator:
  * element i of the row-major tensor is a function of seed and i only, so the
@@ -286,6 +295,13 @@ KILN_API kiln_tensor *kiln_shift_right(kiln_tensor *a, kiln_tensor *b);
  * tolerances are KILN_ERR_ARG. */
 KILN_API kiln_tensor *kiln_isclose(kiln_tensor *a, kiln_tensor *b, double rtol, double atol,
                                    bool equal_nan);
+
+/* The lower (kiln_tril) or upper (kiln_triu) triangle of the last two axes:
+ * elements with column - row <= k (tril) or >= k (triu) kept, the others 0;
+ * k = 0 is the main diagonal, k > 0 above it. Fewer than 2 dimensions is
+ * KILN_ERR_SHAPE. Differentiable (the gradient is masked the same way). */
+KILN_API kiln_tensor *kiln_tril(kiln_tensor *t, int64_t k);
+KILN_API kiln_tensor *kiln_triu(kiln_tensor *t, int64_t k);
 
 /* ---- Reductions ------------------------------------------------------------
  * Reduce over naxes axes (negative axes count from the end; NULL axes or

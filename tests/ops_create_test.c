@@ -323,3 +323,60 @@ TU_TEST(create, created_tensors_compute) {
     TU_ASSERT_SHAPE(c, 2, 6);
     TU_EXPECT_VALS(c, KILN_F32, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5, 0.5, 1.5, 2.5, 3.5, 4.5, 5.5);
 }
+
+/* ---- eye, linspace, tril, triu (api/layout.c) ---- */
+
+TU_TEST(create, eye) {
+    TU_EXPECT_VALS(kiln_eye(ctx, KILN_F32, 2, 3), KILN_F32, 1, 0, 0, 0, 1, 0);
+    TU_EXPECT_VALS(kiln_eye(ctx, KILN_I64, 3, 2), KILN_I64, 1, 0, 0, 1, 0, 0);
+    TU_EXPECT_VALS(kiln_eye(ctx, KILN_BOOL, 2, 2), KILN_BOOL, 1, 0, 0, 1);
+    TU_ASSERT_SHAPE(kiln_eye(ctx, KILN_F32, 0, 4), 0, 4);
+    TU_ASSERT_STATUS(kiln_eye(ctx, KILN_F32, -1, 4), KILN_ERR_SHAPE);
+}
+
+TU_TEST(create, linspace) {
+    TU_EXPECT_VALS(kiln_linspace(ctx, KILN_F64, 0, 1, 5), KILN_F64, 0, 0.25, 0.5, 0.75, 1);
+    TU_EXPECT_VALS(kiln_linspace(ctx, KILN_F32, 2, -2, 3), KILN_F32, 2, 0, -2);
+    TU_EXPECT_VALS(kiln_linspace(ctx, KILN_F64, 3, 9, 1), KILN_F64, 3);
+    TU_ASSERT_SHAPE(kiln_linspace(ctx, KILN_F64, 3, 9, 0), 0);
+    /* the last point is stop exactly, where start + (n-1) step is not */
+    double v[7];
+    TU_READ(kiln_linspace(ctx, KILN_F64, 0.1, 0.7, 7), v, 7);
+    cr_assert(v[6] == 0.7, "[%s] linspace ends at %.17g, not 0.7", tu_exec_name(), v[6]);
+    for (int i = 0; i < 6; i++)
+        cr_assert(v[i] == 0.1 + i * ((0.7 - 0.1) / 6), "[%s] point %d is %.17g", tu_exec_name(),
+                  i, v[i]);
+    TU_ASSERT_STATUS(kiln_linspace(ctx, KILN_F32, 0, INFINITY, 3), KILN_ERR_ARG);
+    TU_ASSERT_STATUS(kiln_linspace(ctx, KILN_F32, 0, 1, -2), KILN_ERR_ARG);
+}
+
+TU_TEST(create, tril_triu) {
+    TU_RNG(r);
+    double x[2 * 3 * 4], lo[2 * 3 * 4], up[2 * 3 * 4];
+    kiln_tensor *t = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(2, 3, 4), -5, 5, x);
+    const int64_t ks[] = {0, 1, -1, 5, -5};
+    for (int q = 0; q < 5; q++) {
+        for (int b = 0; b < 2; b++)
+            for (int i = 0; i < 3; i++)
+                for (int j = 0; j < 4; j++) {
+                    int at = b * 12 + i * 4 + j;
+                    lo[at] = j - i <= ks[q] ? x[at] : 0;
+                    up[at] = j - i >= ks[q] ? x[at] : 0;
+                }
+        TU_EXPECT(kiln_tril(t, ks[q]), KILN_F32, lo, 24);
+        TU_EXPECT(kiln_triu(t, ks[q]), KILN_F32, up, 24);
+    }
+    kiln_tensor *i = tu_tensor(ctx, KILN_I32, TU_S(2, 2), (double[]){1, 2, 3, 4});
+    TU_EXPECT_VALS(kiln_triu(i, 0), KILN_I32, 1, 2, 0, 4);
+    TU_ASSERT_SHAPE(kiln_tril(kiln_zeros(ctx, KILN_F32, TU_S(0, 3)), 0), 0, 3);
+    TU_ASSERT_ERROR(kiln_tril(kiln_zeros(ctx, KILN_F32, TU_S(3)), 0), KILN_ERR_SHAPE, "kiln_tril");
+    /* the gradient is masked the same way */
+    if (tu_cur_exec()->mode == KILN_LAZY) {
+        kiln_tensor *w = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(2, 3, 4), -5, 5, x);
+        kiln_requires_grad(w, true);
+        cr_assert_eq(kiln_backward(kiln_sum(kiln_tril(w, 0), 0, NULL, false)), KILN_OK);
+        for (int k = 0; k < 24; k++)
+            lo[k] = (k % 4) - ((k / 4) % 3) <= 0 ? 1 : 0;
+        TU_EXPECT(kiln_grad(w), KILN_F32, lo, 24);
+    }
+}
