@@ -96,6 +96,13 @@ kiln_status api_read(const graph_node *n, size_t offset, void *dst, size_t nbyte
  * the status and message on the handle `who` (if any). */
 kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_tensor *who);
 
+/* Ends the scope a composite op recorded its steps in (kiln_scope_begin),
+ * keeping only its result r. */
+kiln_tensor *api_finish(kiln_ctx *ctx, kiln_tensor *r);
+
+/* Whether dt is one of kiln_dtype's values. */
+bool api_valid_dtype(kiln_dtype dt);
+
 /* The dtypes an elementwise op accepts (api/elementwise.c). API_FLOAT takes
  * integers too and computes them in f32, as kiln_exp does. */
 typedef enum api_dtypes { API_ANY, API_FLOAT, API_BITS, API_INTEGER, API_NUMBER } api_dtypes;

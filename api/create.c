@@ -5,13 +5,19 @@
 
 #include "api/api.h"
 
-static bool valid_dtype(kiln_dtype dt) { return (unsigned)dt < KILN_NUM_DTYPES; }
+bool api_valid_dtype(kiln_dtype dt) { return (unsigned)dt < KILN_NUM_DTYPES; }
+
+kiln_tensor *api_finish(kiln_ctx *ctx, kiln_tensor *r) {
+    kiln_keep(r);
+    kiln_scope_end(ctx);
+    return r;
+}
 
 #define CHECK_CREATE(op, ctx, dt, ndim, dims)                                                \
     do {                                                                                     \
         if (!(ctx))                                                                          \
             return NULL;                                                                     \
-        if (!valid_dtype(dt))                                                                \
+        if (!api_valid_dtype(dt))                                                                \
             return api_fail(ctx, KILN_ERR_DTYPE, "%s: unknown dtype %d", op, (int)(dt));    \
         kiln_tensor *bad_ = api_check_shape(op, ctx, ndim, dims);                            \
         if (bad_)                                                                            \
@@ -73,7 +79,7 @@ kiln_tensor *kiln_arange(kiln_ctx *ctx, kiln_dtype dt, double start, double stop
                          double step) {
     if (!ctx)
         return NULL;
-    if (!valid_dtype(dt))
+    if (!api_valid_dtype(dt))
         return api_fail(ctx, KILN_ERR_DTYPE, "kiln_arange: unknown dtype %d", (int)dt);
     if (!isfinite(start) || !isfinite(stop) || !isfinite(step) || step == 0)
         return api_fail(ctx, KILN_ERR_ARG,

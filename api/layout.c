@@ -5,19 +5,10 @@
 
 #include "api/api.h"
 
-static bool valid_dtype(kiln_dtype dt) { return (unsigned)dt < KILN_NUM_DTYPES; }
-
-/* Ends the scope a composition recorded its steps in, keeping only r. */
-static kiln_tensor *finish(kiln_ctx *ctx, kiln_tensor *r) {
-    kiln_keep(r);
-    kiln_scope_end(ctx);
-    return r;
-}
-
 kiln_tensor *kiln_eye(kiln_ctx *ctx, kiln_dtype dt, int64_t n, int64_t m) {
     if (!ctx)
         return NULL;
-    if (!valid_dtype(dt))
+    if (!api_valid_dtype(dt))
         return api_fail(ctx, KILN_ERR_DTYPE, "kiln_eye: unknown dtype %d", (int)dt);
     const int64_t dims[2] = {n, m};
     kiln_tensor *bad = api_check_shape("kiln_eye", ctx, 2, dims);
@@ -30,13 +21,13 @@ kiln_tensor *kiln_eye(kiln_ctx *ctx, kiln_dtype dt, int64_t n, int64_t m) {
     /* an empty side gives arange's empty vector: the shape still says [n, m] */
     if (n == 0 || m == 0)
         r = kiln_zeros(ctx, dt, 2, dims);
-    return finish(ctx, r);
+    return api_finish(ctx, r);
 }
 
 kiln_tensor *kiln_linspace(kiln_ctx *ctx, kiln_dtype dt, double start, double stop, int64_t n) {
     if (!ctx)
         return NULL;
-    if (!valid_dtype(dt))
+    if (!api_valid_dtype(dt))
         return api_fail(ctx, KILN_ERR_DTYPE, "kiln_linspace: unknown dtype %d", (int)dt);
     if (n < 0 || !isfinite(start) || !isfinite(stop))
         return api_fail(ctx, KILN_ERR_ARG,
@@ -55,7 +46,7 @@ kiln_tensor *kiln_linspace(kiln_ctx *ctx, kiln_dtype dt, double start, double st
     kiln_tensor *parts[2] = {
         api_wrap(ctx, graph_arange(ctx->g, dt, n - 1, start, step), "kiln_linspace"),
         kiln_full(ctx, dt, 1, &one, stop)};
-    return finish(ctx, kiln_cat(2, parts, 0));
+    return api_finish(ctx, kiln_cat(2, parts, 0));
 }
 
 /* Keeps the elements of the last two axes with col - row <= k (lower) or
@@ -78,7 +69,7 @@ static kiln_tensor *triangle(const char *op, kiln_tensor *t, int64_t k, bool low
     kiln_tensor *r = n == 0 || m == 0
                          ? t
                          : kiln_where(keep, t, kiln_scalar(ctx, kiln_dtype_of(t), 0));
-    return finish(ctx, r);
+    return api_finish(ctx, r);
 }
 
 kiln_tensor *kiln_tril(kiln_tensor *t, int64_t k) { return triangle("kiln_tril", t, k, true); }

@@ -47,13 +47,6 @@ BINARY(shift_right, GRAPH_SHR, API_INTEGER)
 
 /* ---- compositions ---- */
 
-/* Ends the scope a composition recorded its steps in, keeping only r. */
-static kiln_tensor *finish(kiln_ctx *ctx, kiln_tensor *r) {
-    kiln_keep(r);
-    kiln_scope_end(ctx);
-    return r;
-}
-
 /* The context of the n arguments when they are usable, else NULL with *err
  * the handle to return. */
 static kiln_ctx *usable(const char *op, int n, kiln_tensor *a, kiln_tensor *b,
@@ -78,7 +71,7 @@ kiln_tensor *kiln_sign(kiln_tensor *t) {
                                 dt == KILN_U8 ? t
                                               : kiln_where(kiln_lt_scalar(t, 0),
                                                            kiln_scalar(ctx, dt, -1), t));
-    return finish(ctx, r);
+    return api_finish(ctx, r);
 }
 
 kiln_tensor *kiln_logaddexp(kiln_tensor *a, kiln_tensor *b) {
@@ -97,7 +90,7 @@ kiln_tensor *kiln_logaddexp(kiln_tensor *a, kiln_tensor *b) {
     kiln_tensor *d = kiln_sub(x, y);
     d = kiln_where(kiln_ne(d, d), kiln_scalar(ctx, dt, 0), d);
     kiln_tensor *r = kiln_add(kiln_maximum(x, y), kiln_log1p(kiln_exp(kiln_neg(kiln_abs(d)))));
-    return finish(ctx, r);
+    return api_finish(ctx, r);
 }
 
 /* The float dtype a division computes in: f32 for the half types, whose
@@ -135,7 +128,7 @@ kiln_tensor *kiln_floor_divide(kiln_tensor *a, kiln_tensor *b) {
     /* a zero quotient keeps the sign of a / b */
     f = kiln_where(kiln_eq(f, zero), kiln_copysign(zero, d), f);
     f = kiln_where(kiln_eq(y, zero), d, f);
-    return finish(ctx, kiln_cast(f, dt));
+    return api_finish(ctx, kiln_cast(f, dt));
 }
 
 kiln_tensor *kiln_trunc_divide(kiln_tensor *a, kiln_tensor *b) {
@@ -149,7 +142,7 @@ kiln_tensor *kiln_trunc_divide(kiln_tensor *a, kiln_tensor *b) {
     kiln_scope_begin(ctx);
     if (graph_dtype_is_float(dt)) {
         kiln_dtype ct = divide_dtype(dt);
-        return finish(ctx, kiln_cast(kiln_trunc(kiln_div(kiln_cast(a, ct), kiln_cast(b, ct))), dt));
+        return api_finish(ctx, kiln_cast(kiln_trunc(kiln_div(kiln_cast(a, ct), kiln_cast(b, ct))), dt));
     }
     /* floor division, one up where it rounded down past zero: a remainder
      * with a's sign that is nonzero, and operands of different signs */
@@ -157,7 +150,7 @@ kiln_tensor *kiln_trunc_divide(kiln_tensor *a, kiln_tensor *b) {
     kiln_tensor *r = kiln_fmod(a, b);
     kiln_tensor *differ = kiln_bitwise_xor(kiln_lt_scalar(a, 0), kiln_lt_scalar(b, 0));
     kiln_tensor *up = kiln_bitwise_and(kiln_ne_scalar(r, 0), differ);
-    return finish(ctx, kiln_add(q, kiln_cast(up, dt)));
+    return api_finish(ctx, kiln_add(q, kiln_cast(up, dt)));
 }
 
 kiln_tensor *kiln_isclose(kiln_tensor *a, kiln_tensor *b, double rtol, double atol,
@@ -183,5 +176,5 @@ kiln_tensor *kiln_isclose(kiln_tensor *a, kiln_tensor *b, double rtol, double at
     kiln_tensor *r = kiln_bitwise_or(kiln_eq(x, y), kiln_bitwise_and(finite, kiln_le(d, tol)));
     if (equal_nan)
         r = kiln_bitwise_or(r, kiln_bitwise_and(kiln_ne(x, x), kiln_ne(y, y)));
-    return finish(ctx, r);
+    return api_finish(ctx, r);
 }

@@ -51,13 +51,6 @@ static kiln_tensor *check_args(const char *op, int n, const nn_arg *a, kiln_ctx 
     return NULL;
 }
 
-/* Ends the scope an op recorded its primitives in, keeping only r. */
-static kiln_tensor *finish(kiln_ctx *ctx, kiln_tensor *r) {
-    kiln_keep(r);
-    kiln_scope_end(ctx);
-    return r;
-}
-
 /* Index tensors that already hold data are checked here, where the user can
  * be told; pending ones cannot be read without a sync. */
 static kiln_tensor *check_index_data(kiln_ctx *ctx, const char *op, const graph_node *idx,
@@ -123,7 +116,7 @@ kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b) {
     kiln_tensor *y = kiln_matmul(x, kiln_transpose(w, 0, 1));
     if (b)
         y = kiln_add(y, b);
-    return finish(ctx, y);
+    return api_finish(ctx, y);
 }
 
 /* ---- convolution and pooling ---- */
@@ -218,7 +211,7 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t
     kiln_tensor *y = kiln_reshape(m, 4, yshape);
     if (b)
         y = kiln_add(y, per_channel(b, 2));
-    return finish(ctx, y);
+    return api_finish(ctx, y);
 }
 
 static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t kh, int64_t kw,
@@ -257,7 +250,7 @@ static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t 
         }
     if (!is_max)
         acc = kiln_div_scalar(acc, (double)(kh * kw));
-    return finish(ctx, acc);
+    return api_finish(ctx, acc);
 }
 
 kiln_tensor *kiln_max_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w, int64_t stride_h,
@@ -327,7 +320,7 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight, kiln_te
         y = kiln_mul(y, weight);
     if (bias)
         y = kiln_add(y, bias);
-    return finish(ctx, y);
+    return api_finish(ctx, y);
 }
 
 /* running = (1 - momentum) * running + momentum * batch, recorded lazily. */
@@ -419,7 +412,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
         y = kiln_mul(y, per_channel(weight, X->ndim - 2));
     if (bias)
         y = kiln_add(y, per_channel(bias, X->ndim - 2));
-    return finish(ctx, y);
+    return api_finish(ctx, y);
 }
 
 /* ---- softmax and losses ---- */
@@ -450,7 +443,7 @@ static kiln_tensor *softmax_op(const char *op, kiln_tensor *x, int axis, bool lo
     if (x->node->shape[ax] == 0)
         return api_wrap(ctx, graph_ref(x->node), op);
     kiln_scope_begin(ctx);
-    return finish(ctx, softmax_of(x, ax, log));
+    return api_finish(ctx, softmax_of(x, ax, log));
 }
 
 kiln_tensor *kiln_softmax(kiln_tensor *x, int axis) {
@@ -521,7 +514,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
     kiln_tensor *zero = kiln_scalar(ctx, kiln_dtype_of(loss), 0);
     loss = kiln_where(kiln_ge_scalar(targets, 0),
                       kiln_where(kiln_lt_scalar(targets, (double)L->shape[1]), loss, zero), zero);
-    return finish(ctx, reduce_loss(loss, reduction));
+    return api_finish(ctx, reduce_loss(loss, reduction));
 }
 
 kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduction) {
@@ -543,7 +536,7 @@ kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduct
                         api_shape_str(A), api_shape_str(B));
     kiln_scope_begin(ctx);
     kiln_tensor *d = kiln_sub(a, b);
-    return finish(ctx, reduce_loss(kiln_mul(d, d), reduction));
+    return api_finish(ctx, reduce_loss(kiln_mul(d, d), reduction));
 }
 
 /* ---- activations, dropout, embedding ---- */
@@ -560,7 +553,7 @@ kiln_tensor *kiln_gelu_tanh(kiln_tensor *x) {
     kiln_tensor *inner =
         kiln_mul_scalar(kiln_add(x, kiln_mul_scalar(cube, 0.044715)), sqrt_2_over_pi);
     kiln_tensor *y = kiln_mul(kiln_mul_scalar(x, 0.5), kiln_add_scalar(kiln_tanh(inner), 1.0));
-    return finish(ctx, y);
+    return api_finish(ctx, y);
 }
 
 /* A composition of ops that already lower to primitives: its reference
@@ -573,7 +566,7 @@ kiln_tensor *kiln_hardswish(kiln_tensor *x) {
         return e;
     kiln_scope_begin(ctx);
     kiln_tensor *gate = kiln_minimum_scalar(kiln_maximum_scalar(kiln_add_scalar(x, 3), 0), 6);
-    return finish(ctx, kiln_div_scalar(kiln_mul(x, gate), 6));
+    return api_finish(ctx, kiln_div_scalar(kiln_mul(x, gate), 6));
 }
 
 kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training) {
@@ -594,7 +587,7 @@ kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training
     kiln_tensor *keep = kiln_ge_scalar(kiln_rand(ctx, KILN_F32, X->ndim, X->shape, seed), p);
     kiln_tensor *y =
         kiln_where(keep, kiln_mul_scalar(x, 1.0 / (1.0 - p)), kiln_scalar(ctx, X->dtype, 0));
-    return finish(ctx, y);
+    return api_finish(ctx, y);
 }
 
 kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
@@ -618,7 +611,7 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
         return e;
     kiln_scope_begin(ctx);
     kiln_tensor *hot = kiln_cast(one_hot(indices, W->shape[0]), W->dtype);
-    return finish(ctx, kiln_matmul(hot, weight));
+    return api_finish(ctx, kiln_matmul(hot, weight));
 }
 
 /* ---- attention ---- */
@@ -663,5 +656,5 @@ kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, k
         scores = kiln_where(kiln_gt(j, i), ninf, scores);
     }
     kiln_tensor *attn = s ? softmax_of(scores, kiln_ndim(scores) - 1, false) : scores;
-    return finish(ctx, kiln_matmul(attn, v));
+    return api_finish(ctx, kiln_matmul(attn, v));
 }

@@ -13,89 +13,54 @@ static const char *const uop_names[] = {
 };
 _Static_assert(sizeof uop_names / sizeof *uop_names == UOP_NUM_OPS, "a uop without a name");
 
-static const char *const prim_names[] = {
-    [PRIM_NEG] = "neg",     [PRIM_ADD] = "add",   [PRIM_SUB] = "sub",     [PRIM_MUL] = "mul",
-    [PRIM_DIV] = "div",     [PRIM_MOD] = "mod",   [PRIM_FMA] = "fma",     [PRIM_MAX] = "max",
-    [PRIM_MIN] = "min",     [PRIM_ABS] = "abs",   [PRIM_SQRT] = "sqrt",   [PRIM_EXP2] = "exp2",
-    [PRIM_LOG2] = "log2",   [PRIM_LOG] = "log",   [PRIM_EXP] = "exp",     [PRIM_ERFC] = "erfc",
-    [PRIM_POW] = "pow",     [PRIM_SIN] = "sin",   [PRIM_COS] = "cos",
-    [PRIM_FLOOR] = "floor", [PRIM_TRUNC] = "trunc", [PRIM_LT] = "lt",     [PRIM_LE] = "le",
-    [PRIM_EQ] = "eq",       [PRIM_NE] = "ne",     [PRIM_AND] = "and",     [PRIM_OR] = "or",
-    [PRIM_XOR] = "xor",     [PRIM_SHL] = "shl",   [PRIM_SHR] = "shr",     [PRIM_CAST] = "cast",
-    [PRIM_BITCAST] = "bitcast", [PRIM_TAN] = "tan",   [PRIM_ASIN] = "asin",   [PRIM_ACOS] = "acos",
-    [PRIM_ATAN] = "atan",   [PRIM_ATAN2] = "atan2", [PRIM_SINH] = "sinh",  [PRIM_COSH] = "cosh",
-    [PRIM_ASINH] = "asinh", [PRIM_ACOSH] = "acosh", [PRIM_ATANH] = "atanh", [PRIM_ERF] = "erf",
-    [PRIM_EXPM1] = "expm1", [PRIM_LOG1P] = "log1p", [PRIM_FMOD] = "fmod",
+/* Each primitive's name, operand count and whether it is a libm function
+ * (then named after it). */
+typedef struct prim_info {
+    const char *name;
+    int arity;
+    bool libm;
+} prim_info;
+
+static const prim_info prims[] = {
+    [PRIM_NEG] = {"neg", 1, false},     [PRIM_ADD] = {"add", 2, false},
+    [PRIM_SUB] = {"sub", 2, false},     [PRIM_MUL] = {"mul", 2, false},
+    [PRIM_DIV] = {"div", 2, false},     [PRIM_MOD] = {"mod", 2, false},
+    [PRIM_FMA] = {"fma", 3, false},     [PRIM_MAX] = {"max", 2, false},
+    [PRIM_MIN] = {"min", 2, false},     [PRIM_ABS] = {"abs", 1, false},
+    [PRIM_SQRT] = {"sqrt", 1, false},   [PRIM_EXP2] = {"exp2", 1, false},
+    [PRIM_LOG2] = {"log2", 1, false},   [PRIM_LOG] = {"log", 1, false},
+    [PRIM_EXP] = {"exp", 1, false},     [PRIM_ERFC] = {"erfc", 1, true},
+    [PRIM_POW] = {"pow", 2, true},      [PRIM_TAN] = {"tan", 1, true},
+    [PRIM_ASIN] = {"asin", 1, true},    [PRIM_ACOS] = {"acos", 1, true},
+    [PRIM_ATAN] = {"atan", 1, true},    [PRIM_ATAN2] = {"atan2", 2, true},
+    [PRIM_SINH] = {"sinh", 1, true},    [PRIM_COSH] = {"cosh", 1, true},
+    [PRIM_ASINH] = {"asinh", 1, true},  [PRIM_ACOSH] = {"acosh", 1, true},
+    [PRIM_ATANH] = {"atanh", 1, true},  [PRIM_ERF] = {"erf", 1, true},
+    [PRIM_EXPM1] = {"expm1", 1, true},  [PRIM_LOG1P] = {"log1p", 1, true},
+    [PRIM_FMOD] = {"fmod", 2, true},    [PRIM_SIN] = {"sin", 1, false},
+    [PRIM_COS] = {"cos", 1, false},     [PRIM_FLOOR] = {"floor", 1, false},
+    [PRIM_TRUNC] = {"trunc", 1, false}, [PRIM_LT] = {"lt", 2, false},
+    [PRIM_LE] = {"le", 2, false},       [PRIM_EQ] = {"eq", 2, false},
+    [PRIM_NE] = {"ne", 2, false},       [PRIM_AND] = {"and", 2, false},
+    [PRIM_OR] = {"or", 2, false},       [PRIM_XOR] = {"xor", 2, false},
+    [PRIM_SHL] = {"shl", 2, false},     [PRIM_SHR] = {"shr", 2, false},
+    [PRIM_CAST] = {"cast", 1, false},   [PRIM_BITCAST] = {"bitcast", 1, false},
 };
-_Static_assert(sizeof prim_names / sizeof *prim_names == PRIM_NUM, "a primitive without a name");
+_Static_assert(sizeof prims / sizeof *prims == PRIM_NUM, "a primitive without a table entry");
 
 const char *lower_uop_name(lower_uop op) {
     return op >= 0 && op < UOP_NUM_OPS && uop_names[op] ? uop_names[op] : "?";
 }
 
-const char *lower_prim_name(lower_prim p) {
-    return p >= 0 && p < PRIM_NUM && prim_names[p] ? prim_names[p] : "?";
+static const prim_info *info(lower_prim p) {
+    return p >= 0 && p < PRIM_NUM && prims[p].name ? &prims[p] : NULL;
 }
 
-int lower_prim_arity(lower_prim p) {
-    switch (p) {
-    case PRIM_NEG:
-    case PRIM_ABS:
-    case PRIM_SQRT:
-    case PRIM_EXP2:
-    case PRIM_LOG2:
-    case PRIM_LOG:
-    case PRIM_EXP:
-    case PRIM_ERFC:
-    case PRIM_SIN:
-    case PRIM_COS:
-    case PRIM_FLOOR:
-    case PRIM_TRUNC:
-    case PRIM_CAST:
-    case PRIM_BITCAST:
-    case PRIM_TAN:
-    case PRIM_ASIN:
-    case PRIM_ACOS:
-    case PRIM_ATAN:
-    case PRIM_SINH:
-    case PRIM_COSH:
-    case PRIM_ASINH:
-    case PRIM_ACOSH:
-    case PRIM_ATANH:
-    case PRIM_ERF:
-    case PRIM_EXPM1:
-    case PRIM_LOG1P:
-        return 1;
-    case PRIM_FMA:
-        return 3;
-    default:
-        return 2;
-    }
-}
+const char *lower_prim_name(lower_prim p) { return info(p) ? info(p)->name : "?"; }
 
-const char *lower_prim_libm(lower_prim p) {
-    switch (p) {
-    case PRIM_ERFC:
-    case PRIM_POW:
-    case PRIM_TAN:
-    case PRIM_ASIN:
-    case PRIM_ACOS:
-    case PRIM_ATAN:
-    case PRIM_ATAN2:
-    case PRIM_SINH:
-    case PRIM_COSH:
-    case PRIM_ASINH:
-    case PRIM_ACOSH:
-    case PRIM_ATANH:
-    case PRIM_ERF:
-    case PRIM_EXPM1:
-    case PRIM_LOG1P:
-    case PRIM_FMOD:
-        return prim_names[p]; /* named after the function */
-    default:
-        return NULL;
-    }
-}
+int lower_prim_arity(lower_prim p) { return info(p) ? info(p)->arity : 2; }
+
+const char *lower_prim_libm(lower_prim p) { return info(p) && info(p)->libm ? info(p)->name : NULL; }
 
 void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes) {
     int count[GRAPH_NUM_OPS] = {0};

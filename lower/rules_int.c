@@ -13,17 +13,21 @@ static int width(kiln_dtype dt) {
 
 static bool is_signed(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64; }
 
+/* bool: the C remainder r of x by y is nonzero and of the other sign than
+ * y, where the truncating quotient and remainder differ from the floored. */
+static int past_zero(ir_builder *b, kiln_dtype dt, int r, int y) {
+    int zero = rules_i(b, dt, 0);
+    return rules_test(b, PRIM_AND, rules_test(b, PRIM_NE, r, zero),
+                      rules_test(b, PRIM_LT, rules_p2(b, PRIM_XOR, dt, r, y), zero));
+}
+
 /* a // b rounded toward -inf, a // 0 = 0, MIN // -1 = MIN (wrapped): the
- * truncating quotient, less one where the remainder is nonzero and of the
- * other sign than b. Unsigned types need no correction. */
+ * truncating quotient, less one past zero. Unsigned types need no correction. */
 static int floor_div(ir_builder *b, kiln_dtype dt, int x, int y) {
     int q = rules_p2(b, PRIM_DIV, dt, x, y);
     if (!is_signed(dt))
         return q;
-    int r = rules_p2(b, PRIM_MOD, dt, x, y);
-    int zero = rules_i(b, dt, 0);
-    int off = rules_test(b, PRIM_AND, rules_test(b, PRIM_NE, r, zero),
-                         rules_test(b, PRIM_LT, rules_p2(b, PRIM_XOR, dt, r, y), zero));
+    int off = past_zero(b, dt, rules_p2(b, PRIM_MOD, dt, x, y), y);
     return rules_p2(b, PRIM_SUB, dt, q, rules_p1(b, PRIM_CAST, dt, off));
 }
 
@@ -92,14 +96,11 @@ int rules_int(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
         return shift(b, op, dt, x, y);
     case GRAPH_FMOD:
         return rules_p2(b, PRIM_MOD, dt, x, y);
-    case GRAPH_MOD: { /* the C remainder, plus y where it is nonzero and of the other sign */
+    case GRAPH_MOD: { /* the C remainder, plus y past zero */
         int r = rules_p2(b, PRIM_MOD, dt, x, y);
         if (!is_signed(dt))
             return r;
-        int zero = rules_i(b, dt, 0);
-        int off = rules_test(b, PRIM_AND, rules_test(b, PRIM_NE, r, zero),
-                             rules_test(b, PRIM_LT, rules_p2(b, PRIM_XOR, dt, r, y), zero));
-        return rules_sel(b, dt, off, rules_p2(b, PRIM_ADD, dt, r, y), r);
+        return rules_sel(b, dt, past_zero(b, dt, r, y), rules_p2(b, PRIM_ADD, dt, r, y), r);
     }
     case GRAPH_NEG:
         return rules_p1(b, PRIM_NEG, dt, x);
