@@ -10,14 +10,19 @@
 #                               install smoke test; the last line is
 #                               "N passed, N failed" over every test case and check
 #   ./kiln.sh asan              the test suite under ASan+UBSan only
-#   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so and kiln.pc
-#                               under PREFIX (default /usr/local)
+#   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so, kiln.pc and
+#                               libkiln_mpi.so (what kiln_dist_init loads) under
+#                               PREFIX (default /usr/local)
 #   ./kiln.sh bench [--quick|--full] [--baseline REV] [STEPS]
 #                               lazy against eager and kiln against NumPy,
 #                               PyTorch, torch.compile and tinygrad on the
 #                               workloads of bench/; rewrites bench/RESULTS.md;
 #                               with --baseline, also kiln built at REV,
 #                               alternately, workload by workload
+#   ./kiln.sh bench-dist        kiln_all_reduce against MPI_Allreduce and memcpy
+#                               from 4 KB to 256 MB over 2 ranks, and
+#                               data-parallel steps at 1 and 2 ranks
+#                               (bench/results/dist.txt)
 #   ./kiln.sh mutate [--check] [NAME...]
 #                               mutation testing: each mutant of tests/mutants/
 #                               (all, or those named) applied alone to a scratch
@@ -34,7 +39,9 @@ set -euo pipefail
 readonly CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
-PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist)
+# Open MPI (libopenmpi-dev, openmpi-bin) builds dist/'s MPI shim and runs the
+# distributed tests; libkiln itself never links it (dist/load.c).
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
 
 usage() {
     echo "usage:" >&2
@@ -144,12 +151,14 @@ cmd_install() { # cmd_install [PREFIX [BAZEL FLAGS...]]
     local prefix=${1:-/usr/local} bin
     (($#)) && shift
     [[ $prefix == /* ]] || prefix="$CALLER_DIR/$prefix"
-    bazel build "$@" --define=prefix="$prefix" //:libkiln.a //:libkiln.so //:kiln.pc || return 1
+    bazel build "$@" --define=prefix="$prefix" //:libkiln.a //:libkiln.so //:kiln.pc \
+        //dist:libkiln_mpi.so || return 1
     bin=$(bazel_bin --define=prefix="$prefix") || return 1
     install -d "$prefix/include" "$prefix/lib/pkgconfig" &&
         install -m 644 api/kiln.h "$prefix/include/kiln.h" &&
         install -m 644 "$bin/libkiln.a" "$prefix/lib/libkiln.a" &&
         install -m 755 "$bin/libkiln.so" "$prefix/lib/libkiln.so" &&
+        install -m 755 "$bin/dist/libkiln_mpi.so" "$prefix/lib/libkiln_mpi.so" &&
         install -m 644 "$bin/kiln.pc" "$prefix/lib/pkgconfig/kiln.pc" || return 1
     echo "kiln.sh: installed kiln in $prefix" >&2
 }
@@ -478,6 +487,10 @@ main() {
         python3 -c 'import venv, ensurepip' 2>/dev/null || PACKAGES+=(python3 python3-venv)
         ensure_packages
         exec bench/run.sh "$@"
+        ;;
+    bench-dist)
+        ensure_packages
+        exec bench/dist.sh
         ;;
     mutate)
         ensure_packages

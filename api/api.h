@@ -6,6 +6,7 @@
 #include <stdarg.h>
 
 #include "api/kiln.h"
+#include "dist/dist.h"
 #include "graph/graph.h"
 #include "jit/jit.h"
 
@@ -34,6 +35,7 @@ struct kiln_ctx {
     int npending, cappending;
     char last_error[512]; /* the message of the last error in this context */
     int no_grad;          /* autograd: depth of kiln_no_grad_begin */
+    dist_world *world;    /* the job it joined (kiln_dist_init), or NULL */
 };
 
 /* A handle owning the reference `node` (NULL node: out of memory while

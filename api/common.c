@@ -28,6 +28,8 @@ const char *kiln_status_string(kiln_status st) {
         return "compile error";
     case KILN_ERR_DEVICE:
         return "device error";
+    case KILN_ERR_DIST:
+        return "collective error";
     case KILN_ERR_IO:
         return "i/o error";
     }

@@ -83,6 +83,7 @@ void kiln_ctx_free(kiln_ctx *ctx) {
     free(ctx->pending);
     jit_backend_free(ctx->rt);
     graph_ctx_free(ctx->g);
+    dist_world_free(ctx->world);
     free(ctx);
 }
 

@@ -67,6 +67,7 @@ typedef enum kiln_status {
     KILN_ERR_COMPILE = -5, /* generated code failed to compile */
     KILN_ERR_DEVICE = -6,  /* the device is missing or failed */
     KILN_ERR_IO = -7,      /* a file could not be read or written */
+    KILN_ERR_DIST = -8,    /* a collective failed: the ranks disagree, or one died or stopped */
 } kiln_status;
 
 typedef enum kiln_device {
@@ -846,6 +847,64 @@ KILN_API kiln_status kiln_profile_write_json(kiln_ctx *ctx, const char *path);
  * limit. Launches beyond about a million are left out of the trace (but not
  * the profile). KILN_ERR_IO, naming the path, when it cannot be written. */
 KILN_API kiln_status kiln_profile_write_trace(kiln_ctx *ctx, const char *path);
+
+/* ---- Distributed: collectives between processes ------------------------ */
+
+/* A program started by `mpirun -np N prog` runs N processes, the ranks of
+ * one job. Each joins it with kiln_dist_init; collectives are then ops like
+ * any other: lazy nodes, captured, compiled and replayed with the step, and
+ * differentiable (the gradient of an all-reduce's sum is the all-reduce of
+ * the gradient, of an all-gather a reduce-scatter, and so on). Every rank
+ * must record the same collectives in the same order, on tensors of the same
+ * dtype and shape: a rank that differs gets, on every rank, KILN_ERR_DIST at
+ * the sync point, naming the ranks and what each has. No sync waits forever:
+ * after KILN_DIST_TIMEOUT seconds (default 300) without an answer from every
+ * rank (one died or stopped taking part) it fails with KILN_ERR_DIST, and the
+ * context's collectives fail at once from then on. Note that mpirun itself
+ * ends the whole job when a rank exits abnormally, unless started with
+ * --enable-recovery. */
+typedef enum kiln_dist_backend {
+    KILN_DIST_MPI = 1,  /* MPI between CPU processes (Open MPI, loaded at run time) */
+    KILN_DIST_NCCL = 2, /* NCCL between GPUs, bootstrapped over MPI: a KILN_CUDA context */
+} kiln_dist_backend;
+
+typedef enum kiln_reduce_op {
+    KILN_REDUCE_SUM,
+    KILN_REDUCE_MEAN, /* the sum divided by the world size: floating-point dtypes only */
+    KILN_REDUCE_MAX,
+    KILN_REDUCE_MIN,
+} kiln_reduce_op;
+
+/* Joins the job mpirun started. MPI is initialised unless the program did
+ * that itself (then kiln leaves it initialised at the end); kiln_ctx_free
+ * leaves the job. KILN_ERR_DIST when MPI is not installed or the backend
+ * cannot start, KILN_ERR_DEVICE for NCCL without a GPU context, KILN_ERR_ARG
+ * for a context that has joined already or an unknown backend. */
+KILN_API kiln_status kiln_dist_init(kiln_ctx *ctx, kiln_dist_backend backend);
+/* This process's rank in [0, world size): -1 before kiln_dist_init. */
+KILN_API int kiln_dist_rank(kiln_ctx *ctx);
+/* The number of ranks: 1 before kiln_dist_init. */
+KILN_API int kiln_dist_world_size(kiln_ctx *ctx);
+
+/* Collectives over every rank of the job. Before kiln_dist_init they are
+ * KILN_ERR_ARG. Every dtype; any shape and any view. */
+/* Every rank gets the reduction over the ranks, elementwise. Sums of integers
+ * wrap; bool's sum and max are "or", its min "and". */
+KILN_API kiln_tensor *kiln_all_reduce(kiln_tensor *t, kiln_reduce_op op);
+/* Every rank gets the ranks' tensors joined along axis, in rank order. */
+KILN_API kiln_tensor *kiln_all_gather(kiln_tensor *t, int axis);
+/* The reduction over the ranks, cut along axis into world-size equal pieces:
+ * rank r gets piece r. The axis's size must be a multiple of the world size
+ * (KILN_ERR_SHAPE otherwise). */
+KILN_API kiln_tensor *kiln_reduce_scatter(kiln_tensor *t, kiln_reduce_op op, int axis);
+/* Every rank gets root's tensor (KILN_ERR_ARG for a root outside the world). */
+KILN_API kiln_tensor *kiln_broadcast(kiln_tensor *t, int root);
+
+/* Data-parallel training: replaces the gradient of each of the n parameters
+ * (those that have one) by its mean over the ranks, all in one sync's worth
+ * of lazy collectives. Call it after kiln_backward and before the optimiser's
+ * step: every rank then takes the same step. NULL entries are skipped. */
+KILN_API kiln_status kiln_dist_average_gradients(int n, kiln_tensor *const *params);
 
 /* ---- Debugging ------------------------------------------------------------ */
 

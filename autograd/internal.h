@@ -18,6 +18,10 @@ kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_n
  * one source element in a way other than broadcasting (*bad is then set). */
 graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad);
 
+/* The gradient of a collective node's source given g, the gradient of its
+ * result (borrowed): rules_dist.c. NULL when out of memory. */
+graph_node *autograd_collective_vjp(graph_node *n, graph_node *g);
+
 /* Helpers that consume the references they are given (so that rules read as
  * expressions) and return a new one, or NULL when any argument is NULL or
  * memory runs out. */

@@ -266,6 +266,8 @@ kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_n
             out[j] = cat_vjp(n, g, j);
         else if (n->op == GRAPH_MATMUL)
             out[j] = matmul_vjp(n, g, j);
+        else if (graph_op_is_collective(n->op))
+            out[j] = autograd_collective_vjp(n, g);
         if (!out[j]) {
             for (int i = 0; i < j; i++) {
                 graph_unref(out[i]);

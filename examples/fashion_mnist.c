@@ -3,6 +3,15 @@
  * cosine learning-rate schedule, then the test accuracy.
  *
  *   fashion_mnist mlp|cnn [--epochs N] [--batch B] [--limit N] [--lr X] [--data DIR]
+ *                         [--dist] [--print-loss]
+ *
+ * With --dist, under `mpirun -np N fashion_mnist mlp --dist`, it trains data
+ * parallel: each of the N ranks computes the loss of its shard (a contiguous
+ * B/N of every global batch of B), kiln_dist_average_gradients averages the
+ * gradients over the ranks, and every rank takes the same optimiser step: the
+ * run follows the single-process run with the same global batch, to float
+ * rounding. The loss printed is the global batch's (all-reduced); rank 0
+ * prints, and every rank checks its replays.
  *
  * Each training step (forward, backward and the optimiser's update, all
  * lazy) runs at one sync point, the reading of the loss. Every step has the
@@ -52,6 +61,8 @@ typedef struct options {
     long limit; /* 0: the whole dataset */
     double lr;
     const char *data_dir;
+    bool dist;       /* data parallel over the ranks mpirun started */
+    bool print_loss; /* every step's loss, for comparing runs */
 } options;
 
 typedef struct dataset {
@@ -85,7 +96,9 @@ static void usage(void) {
             "  --batch B   training batch size (default %d)\n"
             "  --limit N   use only the first N training and test images (a quick check)\n"
             "  --lr X      peak learning rate of AdamW (default: mlp %g, cnn %g)\n"
-            "  --data DIR  where the four *-ubyte.gz files are (default " DEFAULT_DATA_DIR ")\n",
+            "  --data DIR  where the four *-ubyte.gz files are (default " DEFAULT_DATA_DIR ")\n"
+            "  --dist      data parallel over the ranks of `mpirun -np N` (B/N images each)\n"
+            "  --print-loss  print every step's loss\n",
             RECIPES[MODEL_MLP].epochs, RECIPES[MODEL_CNN].epochs, RECIPES[MODEL_MLP].batch,
             RECIPES[MODEL_MLP].lr, RECIPES[MODEL_CNN].lr);
     exit(2);
@@ -126,6 +139,13 @@ static options parse_args(int argc, char **argv) {
             o.limit = parse_long(flag, val, 1);
         else if (strcmp(flag, "--data") == 0 && val)
             o.data_dir = val;
+        else if (strcmp(flag, "--dist") == 0) {
+            o.dist = true;
+            continue;
+        } else if (strcmp(flag, "--print-loss") == 0) {
+            o.print_loss = true;
+            continue;
+        }
         else if (strcmp(flag, "--lr") == 0 && val) {
             char *end;
             o.lr = strtod(val, &end);
@@ -394,6 +414,24 @@ int main(int argc, char **argv) {
         fprintf(stderr, "fashion_mnist: no kiln context: %s\n", kiln_last_ctx_error());
         return 1;
     }
+    /* Data parallel: this rank's shard is images [rank * local, (rank + 1)
+     * * local) of every global batch. Every rank initialises the same
+     * parameters (fixed seeds), and takes the same steps. */
+    int rank = 0, ranks = 1;
+    if (opt.dist) {
+        if (kiln_dist_init(ctx, KILN_DIST_MPI) != KILN_OK)
+            die_kiln(ctx, "joining the job (kiln_dist_init)");
+        rank = kiln_dist_rank(ctx);
+        ranks = kiln_dist_world_size(ctx);
+        if (opt.batch % ranks) {
+            fprintf(stderr, "fashion_mnist: a batch of %d does not split over %d ranks\n",
+                    opt.batch, ranks);
+            return 2;
+        }
+        if (rank != 0 && !freopen("/dev/null", "w", stdout))
+            return 1;
+    }
+    const int local = opt.batch / ranks;
     model m = model_new(ctx, opt.kind);
     kiln_optim *o;
     if (kiln_adamw_new(ctx, m.n, m.p, opt.lr, 0.9, 0.999, 1e-8, rc->weight_decay, &o) != KILN_OK)
@@ -403,6 +441,9 @@ int main(int argc, char **argv) {
            "AdamW lr %g (cosine)\n",
            rc->name, (long long)ntrain, (long long)steps_per_epoch, opt.batch, (long long)ntest,
            opt.epochs, opt.lr);
+    if (opt.dist)
+        printf("%s: data parallel over %d ranks, %d images of each batch per rank\n", rc->name,
+               ranks, local);
 
     float *x = malloc((size_t)opt.batch * PIXELS * sizeof *x);
     int32_t *y = malloc((size_t)opt.batch * sizeof *y);
@@ -425,16 +466,23 @@ int main(int argc, char **argv) {
         shuffle(order, ntrain, (uint64_t)epoch);
         double t0 = now(), shown = 0, loss_sum = 0;
         for (int64_t s = 0; s < steps_per_epoch; s++, step++) {
-            fill_batch(&train, order + s * opt.batch, opt.batch, x, y);
+            fill_batch(&train, order + s * opt.batch + rank * local, local, x, y);
             if (kiln_optim_set_lr(o, kiln_lr_cosine(opt.lr, step, total_steps, 0)) != KILN_OK)
                 die_kiln(ctx, "setting the learning rate");
             kiln_scope_begin(ctx);
             kiln_stats before = kiln_ctx_stats(ctx);
-            kiln_tensor *xt = kiln_from_data(ctx, KILN_F32, DIMS(opt.batch, PIXELS), x);
-            kiln_tensor *yt = kiln_from_data(ctx, KILN_I32, DIMS(opt.batch), y);
+            kiln_tensor *xt = kiln_from_data(ctx, KILN_F32, DIMS(local, PIXELS), x);
+            kiln_tensor *yt = kiln_from_data(ctx, KILN_I32, DIMS(local), y);
             kiln_tensor *loss = kiln_cross_entropy(forward(&m, xt), yt, KILN_REDUCTION_MEAN);
             if (kiln_backward(loss) != KILN_OK)
                 die_kiln(ctx, "the backward pass");
+            /* The shards are equal, so the global batch's mean loss is the
+             * mean of the ranks' and its gradient the mean of theirs. */
+            if (opt.dist) {
+                if (kiln_dist_average_gradients(m.n, m.p) != KILN_OK)
+                    die_kiln(ctx, "averaging the gradients");
+                loss = kiln_all_reduce(loss, KILN_REDUCE_MEAN);
+            }
             if (kiln_optim_step(o) != KILN_OK)
                 die_kiln(ctx, "the optimiser step");
             kiln_optim_zero_grad(o);
@@ -446,6 +494,8 @@ int main(int argc, char **argv) {
             }
             kiln_stats after = kiln_ctx_stats(ctx);
             kiln_scope_end(ctx);
+            if (opt.print_loss)
+                printf("step %lld loss %.9g\n", (long long)step + 1, l);
 
             if (step == 0)
                 first_loss = l;

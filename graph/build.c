@@ -175,6 +175,25 @@ graph_node *graph_cat(int n, graph_node *const *srcs, int axis) {
     return with_sources(&p, n, (graph_node **)srcs);
 }
 
+/* Never folded, even over a constant: what the other ranks hold is unknown
+ * here, and every rank must run every collective it recorded. */
+graph_node *graph_collective(graph_op op, graph_node *a, int reduce, int axis, int root,
+                             int size) {
+    graph_node p = graph_proto(op, a->dtype, a->ndim, a->shape);
+    if (op == GRAPH_ALL_GATHER)
+        p.shape[axis] *= size;
+    else if (op == GRAPH_REDUCE_SCATTER)
+        p.shape[axis] /= size;
+    if (op == GRAPH_ALL_GATHER || op == GRAPH_REDUCE_SCATTER)
+        p.p.axis = axis;
+    if (op == GRAPH_ALL_REDUCE || op == GRAPH_REDUCE_SCATTER)
+        p.p.reduce = reduce;
+    if (op == GRAPH_BROADCAST)
+        p.p.root = root;
+    graph_node *srcs[1] = {a};
+    return with_sources(&p, 1, srcs);
+}
+
 graph_node *graph_matmul(graph_node *a, graph_node *b) {
     graph_node p = graph_proto(GRAPH_MATMUL, a->dtype, a->ndim, a->shape);
     p.shape[a->ndim - 1] = b->shape[b->ndim - 1];

@@ -93,6 +93,12 @@ typedef enum graph_op {
     GRAPH_VIEW,   /* p.view over src[0] read as a contiguous row-major array */
     GRAPH_CAT,    /* nsrc sources joined along p.axis, all of the node's dtype */
     GRAPH_MATMUL, /* [..., n, k] @ [..., k, m]: sources have equal batch dims */
+    /* collectives over every rank of the graph_ctx's job (graph_comm), of one
+     * source and its dtype */
+    GRAPH_ALL_REDUCE,     /* reduction p.reduce over the ranks, elementwise */
+    GRAPH_ALL_GATHER,     /* the ranks' sources joined along p.axis, in rank order */
+    GRAPH_REDUCE_SCATTER, /* the reduction, piece `rank` of world-size pieces along p.axis */
+    GRAPH_BROADCAST,      /* rank p.root's source */
     GRAPH_NUM_OPS
 } graph_op;
 
@@ -148,7 +154,9 @@ struct graph_node {
         double step;        /* GRAPH_ARANGE */
         uint64_t seed;      /* GRAPH_RAND, GRAPH_RANDN */
         uint32_t axes;      /* reductions: bit d set = axis d reduced */
-        int axis;           /* GRAPH_CAT */
+        int axis;           /* GRAPH_CAT, GRAPH_ALL_GATHER, GRAPH_REDUCE_SCATTER */
+        int reduce;         /* GRAPH_ALL_REDUCE, GRAPH_REDUCE_SCATTER: a kiln_reduce_op */
+        int root;           /* GRAPH_BROADCAST */
         graph_view view;    /* GRAPH_VIEW */
     } p;
     graph_buffer *buf; /* set once realized; the node then reads as a leaf */
@@ -161,6 +169,22 @@ struct graph_node {
 
 /* ---- contexts and references ---- */
 graph_ctx *graph_ctx_new(void);
+
+/* Who runs a context's collectives: set by api/ when the context joins a
+ * job (dist/'s world), absent before. The reference evaluator calls run for
+ * each collective node n, with its source's data in src and n's in dst (host
+ * memory, contiguous, row-major, each in its node's dtype); jit/ hands
+ * whole programs' collectives to dist/ through `world` instead. */
+typedef struct graph_comm {
+    void *world;
+    int rank, size;
+    kiln_status (*run)(void *world, const graph_node *n, const void *src, void *dst,
+                       char *msg, size_t cap);
+} graph_comm;
+/* Copies *c into g (NULL: no job). */
+void graph_ctx_set_comm(graph_ctx *g, const graph_comm *c);
+/* g's job, or NULL. */
+const graph_comm *graph_ctx_comm(const graph_ctx *g);
 /* Frees the context; every node must already be gone. */
 void graph_ctx_free(graph_ctx *g);
 int64_t graph_ctx_live_nodes(const graph_ctx *g);
@@ -177,6 +201,7 @@ bool graph_op_is_unary(graph_op op);
 bool graph_op_is_binary(graph_op op);
 bool graph_op_is_compare(graph_op op);
 bool graph_op_is_reduce(graph_op op);
+bool graph_op_is_collective(graph_op op);
 /* Whether op computes values (a kernel in eager mode): views and constants
  * do not, the op that reads them does. */
 bool graph_op_computes(graph_op op);
@@ -217,6 +242,12 @@ graph_node *graph_where(graph_node *c, graph_node *a, graph_node *b);
 graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt);
 graph_node *graph_cat(int n, graph_node *const *srcs, int axis);
 graph_node *graph_matmul(graph_node *a, graph_node *b);
+/* A collective op over a's graph_ctx's job of `size` ranks: reduce (a
+ * kiln_reduce_op) for an all-reduce or reduce-scatter, axis for an
+ * all-gather or reduce-scatter (whose a->shape[axis] size divides), root for
+ * a broadcast; the other arguments are ignored. */
+graph_node *graph_collective(graph_op op, graph_node *a, int reduce, int axis, int root,
+                             int size);
 
 /* Movement ops. Each composes with a view source into one view when the
  * result can be expressed over the same base, and otherwise views the source

@@ -15,6 +15,8 @@ struct graph_ctx {
     graph_node **table;
     size_t cap;   /* power of two */
     size_t count; /* interned nodes */
+    graph_comm comm;
+    bool has_comm;
 };
 
 graph_ctx *graph_ctx_new(void) {
@@ -38,6 +40,14 @@ void graph_ctx_free(graph_ctx *g) {
 }
 
 int64_t graph_ctx_live_nodes(const graph_ctx *g) { return g ? g->live : 0; }
+
+void graph_ctx_set_comm(graph_ctx *g, const graph_comm *c) {
+    g->has_comm = c != NULL;
+    if (c)
+        g->comm = *c;
+}
+
+const graph_comm *graph_ctx_comm(const graph_ctx *g) { return g->has_comm ? &g->comm : NULL; }
 
 int64_t graph_shape_numel(int ndim, const int64_t *shape) {
     int64_t n = 1;
@@ -125,6 +135,14 @@ void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx) {
     case GRAPH_CAT:
         feed(ctx, &n->p.axis, sizeof n->p.axis);
         break;
+    case GRAPH_ALL_REDUCE:
+    case GRAPH_ALL_GATHER:
+    case GRAPH_REDUCE_SCATTER:
+    case GRAPH_BROADCAST:
+        feed(ctx, &n->p.axis, sizeof n->p.axis);
+        feed(ctx, &n->p.reduce, sizeof n->p.reduce);
+        feed(ctx, &n->p.root, sizeof n->p.root);
+        break;
     default:
         if (graph_op_is_reduce(n->op))
             feed(ctx, &n->p.axes, sizeof n->p.axes);
@@ -174,6 +192,11 @@ static bool node_equal(const graph_node *a, const graph_node *b) {
                                      same_dims(a->ndim, a->p.view.mask_hi, b->p.view.mask_hi));
     case GRAPH_CAT:
         return a->p.axis == b->p.axis;
+    case GRAPH_ALL_REDUCE:
+    case GRAPH_ALL_GATHER:
+    case GRAPH_REDUCE_SCATTER:
+    case GRAPH_BROADCAST:
+        return a->p.axis == b->p.axis && a->p.reduce == b->p.reduce && a->p.root == b->p.root;
     default:
         return !graph_op_is_reduce(a->op) || a->p.axes == b->p.axes;
     }
@@ -330,6 +353,8 @@ static const char *const op_names[GRAPH_NUM_OPS] = {
     [GRAPH_ATAN2] = "atan2",     [GRAPH_FMOD] = "fmod",       [GRAPH_MOD] = "mod",
     [GRAPH_COPYSIGN] = "copysign", [GRAPH_BITAND] = "bitand", [GRAPH_BITOR] = "bitor",
     [GRAPH_BITXOR] = "bitxor",   [GRAPH_SHL] = "shl",         [GRAPH_SHR] = "shr",
+    [GRAPH_ALL_REDUCE] = "all_reduce", [GRAPH_ALL_GATHER] = "all_gather",
+    [GRAPH_REDUCE_SCATTER] = "reduce_scatter", [GRAPH_BROADCAST] = "broadcast",
 };
 
 const char *graph_op_name(graph_op op) {
@@ -340,6 +365,9 @@ bool graph_op_is_unary(graph_op op) { return op >= GRAPH_NEG && op <= GRAPH_CAST
 bool graph_op_is_binary(graph_op op) { return op >= GRAPH_ADD && op <= GRAPH_NE; }
 bool graph_op_is_compare(graph_op op) { return op >= GRAPH_LT && op <= GRAPH_NE; }
 bool graph_op_is_reduce(graph_op op) { return op >= GRAPH_SUM && op <= GRAPH_ARGMIN; }
+bool graph_op_is_collective(graph_op op) {
+    return op >= GRAPH_ALL_REDUCE && op <= GRAPH_BROADCAST;
+}
 bool graph_op_computes(graph_op op) {
     return op != GRAPH_VIEW && op != GRAPH_CONST && op != GRAPH_BUFFER;
 }

@@ -344,6 +344,34 @@ static bool compute(const graph_node *n, const ev_out *o)
     return false;
 }
 
+/* A collective runs in the job's world, over the source's values stored in
+ * its dtype, as every rank's executor hands them over. */
+static kiln_status eval_collective(ev_pass *P, const graph_node *n, const ev_out *o)
+{
+    const graph_comm *comm = graph_ctx_comm(n->g);
+    const graph_node *a = n->src[0];
+    if (!comm) {
+        fail(P, "kiln_realize: a %s outside a job (kiln_dist_init)", graph_op_name(n->op));
+        return KILN_ERR_ARG;
+    }
+    int64_t na = graph_numel(a), nn = graph_numel(n);
+    size_t sa = (size_t)na * graph_dtype_size(a->dtype), sn = (size_t)nn * graph_dtype_size(n->dtype);
+    void *src = malloc(sa ? sa : 1), *dst = malloc(sn ? sn : 1);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return fail_oom(P, false, sa + sn, n);
+    }
+    for (int64_t i = 0; i < na; i++)
+        graph_scalar_store(src, a->dtype, i, get(a, i));
+    kiln_status st = comm->run(comm->world, n, src, dst, P->msg, P->msgcap);
+    for (int64_t i = 0; st == KILN_OK && i < nn; i++)
+        put(o, i, graph_scalar_load(dst, n->dtype, i));
+    free(src);
+    free(dst);
+    return st;
+}
+
 static kiln_status eval_node(ev_pass *P, graph_node *n)
 {
     ev_state *st = state_of(n);
@@ -365,7 +393,14 @@ static kiln_status eval_node(ev_pass *P, graph_node *n)
         if (!o.vals && bytes > 0)
             return fail_oom(P, false, bytes, n);
     }
-    if (!compute(n, &o)) {
+    if (graph_op_is_collective(n->op)) {
+        kiln_status cst = eval_collective(P, n, &o);
+        if (cst != KILN_OK) {
+            graph_buffer_unref(buf);
+            free(o.vals);
+            return cst;
+        }
+    } else if (!compute(n, &o)) {
         graph_buffer_unref(buf);
         free(o.vals);
         fail(P, "kiln_realize: node %lld (%s) has nothing to evaluate", (long long)n->id,

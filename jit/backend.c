@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "cache/cache.h"
+#include "jit/collective.h"
 #include "jit/cuda/cuda.h"
 #include "jit/device.h"
 #include "jit/graph_cache.h"
@@ -227,6 +228,7 @@ typedef struct compiled {
     bound_kernel *bound;
     const jit_code *code; /* owned by the kernel cache */
     jit_prog_facts facts;
+    jit_collectives coll; /* the kernels dist/ runs */
 } compiled;
 
 static void compiled_free(void *v) {
@@ -240,6 +242,7 @@ static void compiled_free(void *v) {
     }
     free(c->bound);
     free(c->facts.cost);
+    jit_collectives_free(&c->coll);
     if (c->prog)
         lower_plans_free(c->plans, c->prog->nkernels);
     lower_program_free(c->prog);
@@ -356,7 +359,7 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
             lower_print_kernel(stderr, &p->kernels[i]);
             lower_print_plan(stderr, &p->kernels[i], &c->plans[i]);
         }
-    if (!(c->facts.cost = jit_prog_costs(p))) {
+    if (!(c->facts.cost = jit_prog_costs(p)) || !jit_collectives_plan(p, &c->coll)) {
         compiled_free(c);
         snprintf(msg, mcap, "kiln_realize: out of memory");
         return NULL;
@@ -371,7 +374,10 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         *st = KILN_ERR_COMPILE;
         return NULL;
     }
-    if (p->nkernels > 0) {
+    bool code = false;
+    for (int i = 0; i < p->nkernels; i++)
+        code = code || lower_kind_has_code(p->kernels[i].kind);
+    if (code) {
         jit_device *d = j->dev;
         char *text = NULL;
         if ((*st = d->ops->render(d, p, c->plans, &text, msg, mcap)) != KILN_OK) {
@@ -399,6 +405,85 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     return c;
 }
 
+/* A run's collectives that wait for their results to be needed: a kernel
+ * that reads one, the release of a buffer one reads, or the run's end. Held
+ * back so, consecutive collectives (a backward pass's gradient all-reduces)
+ * go to dist/ together, which buckets the small ones into one message. */
+typedef struct held_collectives {
+    dist_world *world;
+    int n;
+    int *kernels;
+    graph_node **ins, **outs;
+} held_collectives;
+
+/* Whether one of the nodes xs[0..nx) is a held collective's result (reads:
+ * a kernel about to read them) or its source (a buffer about to go). */
+static bool held_touch(const held_collectives *h, graph_node *const *nodes, int nx,
+                       const int64_t *xs, bool reads) {
+    for (int i = 0; i < h->n; i++)
+        for (int x = 0; x < nx; x++)
+            if (nodes[xs[x]] == (reads ? h->outs[i] : h->ins[i]))
+                return true;
+    return false;
+}
+
+static void release_after(const bound_kernel *bk, graph_node *const *nodes) {
+    for (int r = 0; r < bk->nrelease; r++) {
+        graph_node *x = nodes[bk->release[r]];
+        graph_buffer_unref(x->buf);
+        x->buf = NULL;
+    }
+}
+
+static kiln_status flush_held(jit_backend *j, const compiled *c, held_collectives *h, bool hit,
+                              graph_node *const *nodes, char *msg, size_t mcap) {
+    if (!h->n)
+        return KILN_OK;
+    bool timed = jit_watch_timing(&j->watch);
+    double t0 = timed ? jit_now_ms() : 0;
+    kiln_status st = jit_collectives_run(&c->coll, h->world, j->dev, h->n, h->kernels, h->ins,
+                                         h->outs, msg, mcap);
+    double share = timed ? (jit_now_ms() - t0) / h->n : 0;
+    for (int i = 0; i < h->n; i++) {
+        int k = h->kernels[i];
+        if (timed)
+            jit_watch_launch(&j->watch, &c->facts, &c->prog->kernels[k], k, hit, t0 + i * share,
+                             t0 + (i + 1) * share);
+        release_after(&c->bound[k], nodes);
+    }
+    h->n = 0;
+    return st;
+}
+
+/* Starts a run's collectives: every rank agrees on them before any runs. */
+static kiln_status hold_start(const compiled *c, const graph_capture *cap, held_collectives *h,
+                              char *msg, size_t mcap) {
+    memset(h, 0, sizeof *h);
+    if (!c->coll.n)
+        return KILN_OK;
+    const graph_comm *comm = graph_ctx_comm(cap->nodes[0]->g);
+    if (!comm) {
+        snprintf(msg, mcap, "%s: the context has not joined a job (kiln_dist_init)", c->coll.what);
+        return KILN_ERR_ARG;
+    }
+    h->world = comm->world;
+    size_t n = (size_t)c->coll.n;
+    h->kernels = malloc(sizeof *h->kernels * n);
+    h->ins = malloc(sizeof *h->ins * n);
+    h->outs = malloc(sizeof *h->outs * n);
+    if (!h->kernels || !h->ins || !h->outs) {
+        snprintf(msg, mcap, "kiln_realize: out of memory");
+        return KILN_ERR_OOM;
+    }
+    return dist_agree(h->world, c->coll.n, c->coll.descs, c->coll.what, msg, mcap);
+}
+
+static void hold_end(held_collectives *h) {
+    free(h->kernels);
+    free(h->ins);
+    free(h->outs);
+}
+
 static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *cap, bool hit,
                        char *msg, size_t mcap) {
     const lower_program *p = c->prog;
@@ -413,9 +498,18 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
     kiln_status st = kn ? KILN_OK : KILN_ERR_OOM;
     if (!kn)
         snprintf(msg, mcap, "kiln_realize: out of memory");
+    held_collectives held;
+    if (st == KILN_OK)
+        st = hold_start(c, cap, &held, msg, mcap);
+    else
+        memset(&held, 0, sizeof held);
     for (int done = 0; st == KILN_OK && done < p->nkernels; done++) {
         const lower_kernel *k = &p->kernels[done];
         const bound_kernel *bk = &c->bound[done];
+        if (held.n && held_touch(&held, nodes, k->ninputs, bk->inputs, true))
+            st = flush_held(j, c, &held, hit, nodes, msg, mcap);
+        if (st != KILN_OK)
+            break;
         if (k->kind == LOWER_ALIAS) {
             nodes[bk->outs[0]]->buf = graph_buffer_ref(nodes[bk->inputs[0]]->buf);
         } else {
@@ -427,6 +521,12 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             }
             if (st != KILN_OK)
                 break;
+            if (k->kind == LOWER_COLLECTIVE) {
+                held.kernels[held.n] = done;
+                held.ins[held.n] = nodes[bk->inputs[0]];
+                held.outs[held.n++] = nodes[bk->outs[0]];
+                continue; /* its buffers are released when it has run */
+            }
             for (int i = 0; i < k->ninputs; i++)
                 kn[k->nouts + i] = nodes[bk->inputs[i]];
             if (k->numel > 0) {
@@ -438,12 +538,13 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
                     jit_watch_launch(&j->watch, &c->facts, k, done, hit, t0, jit_now_ms());
             }
         }
-        for (int r = 0; r < bk->nrelease; r++) {
-            graph_node *x = nodes[bk->release[r]];
-            graph_buffer_unref(x->buf);
-            x->buf = NULL;
-        }
+        if (st == KILN_OK && held.n && held_touch(&held, nodes, bk->nrelease, bk->release, false))
+            st = flush_held(j, c, &held, hit, nodes, msg, mcap);
+        release_after(bk, nodes);
     }
+    if (st == KILN_OK)
+        st = flush_held(j, c, &held, hit, nodes, msg, mcap);
+    hold_end(&held);
     if (kn != stackv)
         free(kn);
     if (st == KILN_OK)

@@ -35,6 +35,8 @@ typedef struct jit_device_ops {
     const char *cpu_compiler; /* the KILN_CPU_COMPILER value that picks it (KILN_CPU only) */
     bool watched; /* its programs are generated code, which debug output, the profiler,
                      KILN_DUMP and the machine's limits describe */
+    bool host_memory; /* its buffers' data are host addresses: collectives hand them to
+                         dist/ in place (otherwise they are staged through copies) */
 
     /* Opens the device; KILN_ERR_DEVICE (or OOM) with a message when it cannot. */
     kiln_status (*open)(const jit_device_config *cfg, jit_device **out, char *msg, size_t cap);

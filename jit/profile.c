@@ -111,7 +111,7 @@ static double node_bytes(const graph_node *n) {
 
 static jit_kernel_cost kernel_cost(const lower_kernel *k) {
     jit_kernel_cost c = {0, 0};
-    if (k->kind == LOWER_ALIAS)
+    if (!lower_kind_has_code(k->kind))
         return c;
     double outer = (double)k->numel, inner = outer * (double)k->rnumel;
     for (int i = 0; i < k->nins; i++) {
@@ -163,7 +163,7 @@ static void kernel_grid(const lower_kernel *k, char *dst, size_t cap) {
             snprintf(dst + len, cap - (size_t)len, " batch %.0f", batch);
     } else if (k->kind == LOWER_REDUCE) {
         snprintf(dst, cap, "%lld rows x %lld", (long long)k->numel, (long long)k->rnumel);
-    } else if (k->kind == LOWER_ALIAS) {
+    } else if (!lower_kind_has_code(k->kind)) {
         snprintf(dst, cap, "none");
     } else {
         long long tile = k->tile > 0 ? k->tile : 1;

@@ -467,6 +467,15 @@ static bool lower_alias(lower_kernel *k, emitter *e) {
     return true;
 }
 
+/* A collective's one input is its source, which fuse.c materialised. */
+static bool lower_collective(lower_kernel *k, emitter *e) {
+    k->kind = LOWER_COLLECTIVE;
+    k->numel = graph_numel(k->out);
+    k->rnumel = 1;
+    input_slot(e, k->out->src[0]);
+    return true;
+}
+
 /* Lowers the kernel whose outputs are outs[0..n): one root, or siblings.
  * KILN_OK with *retry NULL: k's IR is complete (see the end). */
 static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs, int n,
@@ -495,6 +504,7 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     graph_node *mm = out->op == GRAPH_MATMUL ? out : os->epilogue_of;
     bool ok = e.failed    ? false
               : os->alias ? lower_alias(k, &e)
+              : graph_op_is_collective(out->op) ? lower_collective(k, &e)
               : mm        ? lower_matmul(k, &e, mm)
                           : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
@@ -507,7 +517,10 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     /* Composite ops become primitives once, here, for every target. */
     ok = ok && lower_rules(k);
     free(e.memo);
-    lower_describe_fused(k, e.nfused, e.fused);
+    if (k->kind == LOWER_COLLECTIVE)
+        lower_describe_fused(k, 1, &k->out);
+    else
+        lower_describe_fused(k, e.nfused, e.fused);
     free(e.fused);
     *retry = e.retry;
     k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;

@@ -65,7 +65,17 @@ static void boundary_requested(sched *s, int n, graph_node *const *targets) {
  * (fuse_matmul_epilogue). Without fusion (eager mode's baseline) every op
  * that computes is its own kernel. */
 static bool boundary_op(const graph_node *x, bool fuse) {
-    return x->op == GRAPH_MATMUL || (!fuse && graph_op_computes(x->op));
+    return x->op == GRAPH_MATMUL || graph_op_is_collective(x->op) ||
+           (!fuse && graph_op_computes(x->op));
+}
+
+/* A collective hands its source's memory to dist/ as it is: a contiguous
+ * buffer of the source's own, a leaf's or a kernel's output (a view of one
+ * is copied by a kernel first). */
+static void boundary_collective_sources(sched *s) {
+    for (int64_t i = 0; i < s->count; i++)
+        if (graph_op_is_collective(s->order[i]->op) && sched_pending(s->order[i]->src[0]))
+            sched_of(s, s->order[i]->src[0])->materialized = true;
 }
 
 /* A matmul reads its operands as strides over a buffer: an operand that
@@ -482,6 +492,7 @@ void sched_fuse(sched *s, int n, graph_node *const *targets, bool fuse) {
     for (int64_t i = 0; i < s->count; i++)
         if (boundary_op(s->order[i], fuse))
             s->nodes[i].materialized = true;
+    boundary_collective_sources(s);
     settle(s);
     if (!fuse)
         return;

@@ -147,8 +147,20 @@ typedef struct lower_ins {
 } lower_ins;
 
 /* LOWER_ALIAS runs no code: its output is a reshape of its one input and
- * shares the input's buffer. */
-typedef enum lower_kind { LOWER_ELEMENTWISE, LOWER_REDUCE, LOWER_MATMUL, LOWER_ALIAS } lower_kind;
+ * shares the input's buffer. LOWER_COLLECTIVE runs no generated code either:
+ * its output is a collective (GRAPH_ALL_REDUCE …) of its one input, which is
+ * materialised contiguous in memory of its own, and the runtime hands both
+ * to dist/. */
+typedef enum lower_kind {
+    LOWER_ELEMENTWISE,
+    LOWER_REDUCE,
+    LOWER_MATMUL,
+    LOWER_ALIAS,
+    LOWER_COLLECTIVE
+} lower_kind;
+
+/* Whether a kernel of kind k is generated code (a renderer's business). */
+bool lower_kind_has_code(lower_kind k);
 
 /* Strides (in elements) of a matmul operand over its base buffer. */
 typedef struct lower_operand {

@@ -358,6 +358,7 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
             p->block_threads = GPU_MM_THREADS;
             break;
         case LOWER_ALIAS:
+        case LOWER_COLLECTIVE:
             break;
         }
         p->parallel = p->grid > 0;
@@ -380,13 +381,14 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
         plan_cpu_matmul(p, k, t);
         break;
     case LOWER_ALIAS:
+    case LOWER_COLLECTIVE:
         break;
     }
 }
 
 static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     memset(p, 0, sizeof *p);
-    if (k->kind == LOWER_ALIAS)
+    if (!lower_kind_has_code(k->kind))
         return true;
     bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
     if (!live)

@@ -90,12 +90,18 @@ void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes) {
     }
 }
 
+bool lower_kind_has_code(lower_kind k) { return k != LOWER_ALIAS && k != LOWER_COLLECTIVE; }
+
 void lower_print_kernel(FILE *f, const lower_kernel *k) {
     fprintf(f, "kernel %s: %lld elements x %lld reduced, tile %lld, %d inputs\n", k->name,
             (long long)k->numel, (long long)k->rnumel, (long long)k->tile, k->ninputs);
     fprintf(f, "  fuses: %s\n", k->fused[0] ? k->fused : "(nothing computed)");
     if (k->kind == LOWER_ALIAS) {
         fprintf(f, "  shares the buffer of buf1\n");
+        return;
+    }
+    if (k->kind == LOWER_COLLECTIVE) {
+        fprintf(f, "  a collective of buf1, run by dist/\n");
         return;
     }
     if (k->kind == LOWER_MATMUL) {

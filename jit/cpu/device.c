@@ -80,8 +80,9 @@ static kiln_status resolve(void *handle, void (*unload)(void *), const lower_pro
     c->unload = unload;
     c->nkernels = p->nkernels;
     for (int i = 0; i < p->nkernels; i++) {
-        c->fns[i] = p->kernels[i].kind == LOWER_ALIAS ? NULL : entry(handle, p, i);
-        if (p->kernels[i].kind != LOWER_ALIAS && !c->fns[i]) {
+        bool code = lower_kind_has_code(p->kernels[i].kind);
+        c->fns[i] = code ? entry(handle, p, i) : NULL;
+        if (code && !c->fns[i]) {
             snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program",
                      p->kernels[i].name);
             unload(handle);
@@ -149,6 +150,7 @@ static kiln_status cc_compile(jit_device *dev, const lower_program *p, const low
 
 const jit_device_ops jit_cc_device = {
     .name = "cc",
+    .host_memory = true,
     .kind = KILN_CPU,
     .cpu_compiler = "cc",
     .watched = true,
@@ -204,6 +206,7 @@ static char *llvm_ir_text(const lower_program *p, const lower_plan *plans, char 
 
 const jit_device_ops jit_llvm_device = {
     .name = "llvm",
+    .host_memory = true,
     .kind = KILN_CPU,
     .cpu_compiler = "llvm",
     .watched = true,

@@ -319,7 +319,7 @@ kiln_status jit_llvm_compile(const lower_program *p, const lower_plan *plans,
     }
     /* The first lookup generates the machine code of the whole module. */
     for (int i = 0; i < p->nkernels; i++) {
-        if (p->kernels[i].kind == LOWER_ALIAS)
+        if (!lower_kind_has_code(p->kernels[i].kind))
             continue;
         LLVMOrcExecutorAddress a = 0;
         e = L->LLVMOrcLLJITLookup(h->jit, &a, p->kernels[i].name);

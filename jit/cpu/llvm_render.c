@@ -1393,7 +1393,7 @@ LLVMModuleRef jit_llvm_render(const jit_llvm_api *L, LLVMContextRef cx, const lo
     LLVMTypeRef pfor_t = L->LLVMFunctionType(g.vd, pfor_p, 4, 0);
     LLVMValueRef pfor = add_fn(&g, "jit_llvm_parallel_for", pfor_t, false);
     for (int i = 0; i < p->nkernels && !g.failed; i++)
-        if (p->kernels[i].kind != LOWER_ALIAS)
+        if (lower_kind_has_code(p->kernels[i].kind))
             kernel(&g, &p->kernels[i], &plans[i], pfor, pfor_t, body_t);
     L->LLVMDisposeBuilder(g.b);
     L->LLVMDisposeBuilder(g.ab);

@@ -528,7 +528,7 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
         const lower_kernel *k = &p->kernels[i];
         if (k->kind == LOWER_MATMUL)
             render_matmul(&b, k, &plans[i]);
-        else if (k->kind != LOWER_ALIAS)
+        else if (lower_kind_has_code(k->kind))
             render_ir_kernel(&b, k, &plans[i]);
     }
     return cstyle_finish(&b, "code", out);

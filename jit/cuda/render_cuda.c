@@ -347,7 +347,7 @@ kiln_status jit_cuda_render(const lower_program *p, const lower_plan *plans, cha
     b.errcap = cap;
     cstyle_put(&b, "%s\n", prelude);
     for (int i = 0; i < p->nkernels; i++)
-        if (p->kernels[i].kind != LOWER_ALIAS)
+        if (lower_kind_has_code(p->kernels[i].kind))
             render_kernel(&b, &p->kernels[i], &plans[i]);
     return cstyle_finish(&b, "CUDA code", out);
 }

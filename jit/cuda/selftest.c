@@ -117,6 +117,12 @@ static kiln_status run_on_device(jit_cuda_device *d, const lower_program *p,
             m.node[m.n] = k->outs[0], m.ptr[m.n] = bufs[1], m.owned[m.n++] = false;
             continue;
         }
+        if (k->kind == LOWER_COLLECTIVE) {
+            snprintf(msg, cap, "selftest: %s is a collective, which the self-test does not run",
+                     k->name);
+            st = KILN_ERR_ARG;
+            break;
+        }
         for (int o = 0; st == KILN_OK && o < k->nouts; o++) {
             st = jit_cuda_alloc(d, node_bytes(k->outs[o]), &bufs[o], msg, cap);
             if (st == KILN_OK)

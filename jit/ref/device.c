@@ -106,6 +106,7 @@ static bool ref_supports(const jit_device *d, graph_op op, kiln_dtype dt) {
 
 const jit_device_ops jit_ref_device = {
     .name = "ref",
+    .host_memory = true,
     .kind = KILN_REF,
     .open = ref_open,
     .close = ref_close,
