@@ -321,6 +321,29 @@ KILN_API kiln_tensor *kiln_max(kiln_tensor *t, int naxes, const int *axes, bool 
 KILN_API kiln_tensor *kiln_min(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
 KILN_API kiln_tensor *kiln_argmax(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
 KILN_API kiln_tensor *kiln_argmin(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+/* Variance and standard deviation over the axes: sum((x - mean)^2) divided
+ * by (count - correction) (1 is Bessel's, PyTorch's default; 0 NumPy's), in
+ * the two-pass form; a float result as kiln_mean's. A count not above the
+ * correction divides by zero or less (inf or NaN, as NumPy and PyTorch). A
+ * non-finite correction is KILN_ERR_ARG. Differentiable. */
+KILN_API kiln_tensor *kiln_var(kiln_tensor *t, int naxes, const int *axes, double correction,
+                               bool keepdim);
+KILN_API kiln_tensor *kiln_std(kiln_tensor *t, int naxes, const int *axes, double correction,
+                               bool keepdim);
+
+/* Cumulative ops along an axis, of the input's shape: element i combines
+ * elements 0..i. kiln_cumsum and kiln_cumprod give i64 for integer and bool
+ * input (as NumPy and PyTorch), kiln_cummax and kiln_cummin keep the dtype
+ * (and propagate NaN from where it appears on), kiln_logcumsumexp computes
+ * log(cumsum(exp(x))) without overflow in a float (f32 for integers). They
+ * run as log-depth scans (ceil(log2 n) passes over the tensor). A 0-d input
+ * is KILN_ERR_SHAPE, a bad axis KILN_ERR_ARG. Differentiable (cummax and
+ * cummin split the gradient of tied elements evenly). */
+KILN_API kiln_tensor *kiln_cumsum(kiln_tensor *t, int axis);
+KILN_API kiln_tensor *kiln_cumprod(kiln_tensor *t, int axis);
+KILN_API kiln_tensor *kiln_cummax(kiln_tensor *t, int axis);
+KILN_API kiln_tensor *kiln_cummin(kiln_tensor *t, int axis);
+KILN_API kiln_tensor *kiln_logcumsumexp(kiln_tensor *t, int axis);
 
 /* ---- Views -----------------------------------------------------------------
  * Movement ops never copy: they make a view (shape, strides, offset, and a
@@ -357,6 +380,23 @@ KILN_API kiln_tensor *kiln_unsqueeze(kiln_tensor *t, int axis);
 /* Joins n tensors along an axis; all other sizes must agree. The dtype is the
  * promotion of all of theirs. */
 KILN_API kiln_tensor *kiln_cat(int n, kiln_tensor *const *ts, int axis);
+/* Joins n tensors of one shape along a new axis (-ndim-1 <= axis <= ndim). */
+KILN_API kiln_tensor *kiln_stack(int n, kiln_tensor *const *ts, int axis);
+/* Tiles t: reps[d] copies along axis d, with nreps >= ndim(t) counts (extra
+ * leading counts add leading axes), as PyTorch's Tensor.repeat and NumPy's
+ * tile; nreps below 8. A view per axis, so it fuses; differentiable. */
+KILN_API kiln_tensor *kiln_repeat(kiln_tensor *t, int nreps, const int64_t *reps);
+/* Each element `repeats` times in a row along axis (NumPy's repeat). */
+KILN_API kiln_tensor *kiln_repeat_interleave(kiln_tensor *t, int64_t repeats, int axis);
+/* Rotates the elements along axis by shift (negative: the other way): element
+ * i of the result is element (i - shift) mod n of t. */
+KILN_API kiln_tensor *kiln_roll(kiln_tensor *t, int64_t shift, int axis);
+/* The diagonal of axes axis1 and axis2 (offset > 0: above the main one), as a
+ * last axis after the remaining ones, as NumPy's diagonal. A view. */
+KILN_API kiln_tensor *kiln_diagonal(kiln_tensor *t, int64_t offset, int axis1, int axis2);
+/* NumPy's diag: of a matrix, its diagonal k; of a vector v of n, the (n + |k|)
+ * square matrix with v on diagonal k and zeros elsewhere. */
+KILN_API kiln_tensor *kiln_diag(kiln_tensor *t, int64_t k);
 
 /* ---- Linear algebra ------------------------------------------------------- */
 

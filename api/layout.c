@@ -1,7 +1,11 @@
-/* layout.c — creation and layout ops composed from ranges, comparisons and
- * where: kiln_eye, kiln_linspace, kiln_tril and kiln_triu. Each is one fused
- * kernel with whatever reads it; none materialises an index tensor. */
+/* layout.c — creation and layout ops composed from ranges, comparisons,
+ * where, views and cats: kiln_eye, kiln_linspace, kiln_tril, kiln_triu,
+ * kiln_diag and kiln_diagonal; kiln_stack, kiln_repeat,
+ * kiln_repeat_interleave and kiln_roll. Each fuses with whatever reads it;
+ * none materialises an index tensor. */
 #include <math.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "api/api.h"
 
@@ -74,3 +78,198 @@ static kiln_tensor *triangle(const char *op, kiln_tensor *t, int64_t k, bool low
 
 kiln_tensor *kiln_tril(kiln_tensor *t, int64_t k) { return triangle("kiln_tril", t, k, true); }
 kiln_tensor *kiln_triu(kiln_tensor *t, int64_t k) { return triangle("kiln_triu", t, k, false); }
+
+/* ---- joining, repeating and rolling: views, expands and cats ---- */
+
+kiln_tensor *kiln_stack(int n, kiln_tensor *const *ts, int axis) {
+    const char *op = "kiln_stack";
+    if (n <= 0 || !ts)
+        return NULL;
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, n, ts, &ctx);
+    if (e)
+        return e;
+    int nd = ts[0]->node->ndim, ax;
+    if (!api_axis(axis, nd + 1, &ax))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for %d-d inputs", op,
+                        axis, nd);
+    for (int i = 1; i < n; i++) {
+        const graph_node *a = ts[0]->node, *b = ts[i]->node;
+        if (b->ndim != nd || memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)nd))
+            return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %d is %s, input 0 %s: stacked "
+                            "tensors have one shape", op, i, api_shape_str(b), api_shape_str(a));
+    }
+    if (nd + 1 > KILN_MAX_DIMS)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: stacking %d-d inputs makes more than %d dims",
+                        op, nd, KILN_MAX_DIMS);
+    kiln_scope_begin(ctx);
+    kiln_tensor *parts[64], **p = n <= 64 ? parts : malloc(sizeof *p * (size_t)n);
+    if (!p) {
+        kiln_scope_end(ctx);
+        return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory", op);
+    }
+    for (int i = 0; i < n; i++)
+        p[i] = kiln_unsqueeze(ts[i], ax);
+    kiln_tensor *r = kiln_cat(n, p, ax);
+    if (p != parts)
+        free(p);
+    return api_finish(ctx, r);
+}
+
+kiln_tensor *kiln_repeat(kiln_tensor *t, int nreps, const int64_t *reps) {
+    const char *op = "kiln_repeat";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    int nd = t->node->ndim;
+    if (nreps < nd || nreps > KILN_MAX_DIMS || (nreps && !reps))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: %d repeat counts for input %s (at least one per "
+                        "axis, at most %d)", op, nreps, api_shape_str(t->node), KILN_MAX_DIMS);
+    if (nreps == KILN_MAX_DIMS)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: %d repeat counts leave no room for the axis "
+                        "each repeat adds (at most %d)", op, nreps, KILN_MAX_DIMS - 1);
+    int64_t shape[KILN_MAX_DIMS], out[KILN_MAX_DIMS];
+    for (int d = 0; d < nreps; d++) {
+        if (reps[d] < 0)
+            return api_fail(ctx, KILN_ERR_ARG, "%s: repeat count %lld of axis %d is negative",
+                            op, (long long)reps[d], d);
+        shape[d] = d < nreps - nd ? 1 : t->node->shape[d - (nreps - nd)];
+        if (shape[d] && reps[d] > INT64_MAX / shape[d])
+            return api_fail(ctx, KILN_ERR_OOM, "%s: %s repeated has too many elements", op,
+                            api_shape_str(t->node));
+        out[d] = shape[d] * reps[d];
+    }
+    kiln_tensor *bad = api_check_shape(op, ctx, nreps, out);
+    if (bad)
+        return bad;
+    /* One axis at a time: [.., s, ..] -> [.., 1, s, ..] expanded to r, joined. */
+    kiln_scope_begin(ctx);
+    kiln_tensor *x = kiln_reshape(t, nreps, shape);
+    int64_t cur[KILN_MAX_DIMS];
+    memcpy(cur, shape, sizeof(int64_t) * (size_t)nreps);
+    for (int d = 0; d < nreps; d++) {
+        if (reps[d] == 1)
+            continue;
+        int64_t wide[KILN_MAX_DIMS];
+        x = kiln_unsqueeze(x, d);
+        for (int k = 0, j = 0; k <= nreps; k++)
+            wide[k] = k == d ? reps[d] : cur[j++];
+        x = kiln_expand(x, nreps + 1, wide);
+        cur[d] *= reps[d];
+        x = kiln_reshape(x, nreps, cur);
+    }
+    return api_finish(ctx, x);
+}
+
+kiln_tensor *kiln_repeat_interleave(kiln_tensor *t, int64_t repeats, int axis) {
+    const char *op = "kiln_repeat_interleave";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    int nd = t->node->ndim, ax;
+    if (nd == 0 || !api_axis(axis, nd, &ax))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
+                        api_shape_str(t->node));
+    if (repeats < 0)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: repeats %lld is negative", op,
+                        (long long)repeats);
+    int64_t out[KILN_MAX_DIMS], wide[KILN_MAX_DIMS];
+    memcpy(out, t->node->shape, sizeof(int64_t) * (size_t)nd);
+    if (out[ax] && repeats > INT64_MAX / out[ax])
+        return api_fail(ctx, KILN_ERR_OOM, "%s: too many elements", op);
+    out[ax] *= repeats;
+    kiln_tensor *bad = api_check_shape(op, ctx, nd, out);
+    if (bad)
+        return bad;
+    if (nd + 1 > KILN_MAX_DIMS)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s has no room for a repeat axis", op,
+                        api_shape_str(t->node));
+    kiln_scope_begin(ctx);
+    for (int k = 0, j = 0; k <= nd; k++)
+        wide[k] = k == ax + 1 ? repeats : t->node->shape[j++];
+    kiln_tensor *x = kiln_expand(kiln_unsqueeze(t, ax + 1), nd + 1, wide);
+    return api_finish(ctx, kiln_reshape(x, nd, out));
+}
+
+kiln_tensor *kiln_roll(kiln_tensor *t, int64_t shift, int axis) {
+    const char *op = "kiln_roll";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    int nd = t->node->ndim, ax;
+    if (nd == 0 || !api_axis(axis, nd, &ax))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
+                        api_shape_str(t->node));
+    int64_t n = t->node->shape[ax];
+    int64_t s = n ? ((shift % n) + n) % n : 0;
+    if (s == 0)
+        return api_wrap(ctx, graph_ref(t->node), op);
+    /* element i of the result is element (i - s) mod n: the last s first */
+    kiln_scope_begin(ctx);
+    kiln_tensor *parts[2] = {kiln_slice(t, ax, n - s, n, 1), kiln_slice(t, ax, 0, n - s, 1)};
+    return api_finish(ctx, kiln_cat(2, parts, ax));
+}
+
+kiln_tensor *kiln_diagonal(kiln_tensor *t, int64_t offset, int axis1, int axis2) {
+    const char *op = "kiln_diagonal";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    int nd = t->node->ndim, a1, a2;
+    if (nd < 2 || !api_axis(axis1, nd, &a1) || !api_axis(axis2, nd, &a2) || a1 == a2)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: axes %d and %d are not two axes of input %s",
+                        op, axis1, axis2, api_shape_str(t->node));
+    int64_t n = t->node->shape[a1], m = t->node->shape[a2];
+    int64_t len = offset >= 0 ? (m - offset < n ? m - offset : n) : (n + offset < m ? n + offset : m);
+    if (len < 0)
+        len = 0;
+    /* the two axes last, flattened: the diagonal is every (m + 1)-th element */
+    int perm[KILN_MAX_DIMS], k = 0;
+    int64_t flat[KILN_MAX_DIMS];
+    for (int d = 0; d < nd; d++)
+        if (d != a1 && d != a2) {
+            flat[k] = t->node->shape[d];
+            perm[k++] = d;
+        }
+    perm[k] = a1;
+    perm[k + 1] = a2;
+    flat[k] = n * m;
+    kiln_scope_begin(ctx);
+    kiln_tensor *x = kiln_reshape(kiln_permute(t, perm), k + 1, flat);
+    int64_t start = offset >= 0 ? offset : -offset * m;
+    kiln_tensor *r = len == 0 ? kiln_slice(x, k, 0, 0, 1)
+                              : kiln_slice(x, k, start, start + (len - 1) * (m + 1) + 1, m + 1);
+    return api_finish(ctx, r);
+}
+
+kiln_tensor *kiln_diag(kiln_tensor *t, int64_t k) {
+    const char *op = "kiln_diag";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    int nd = t->node->ndim;
+    if (nd == 2)
+        return kiln_diagonal(t, k, 0, 1);
+    if (nd != 1)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s is neither a vector nor a matrix", op,
+                        api_shape_str(t->node));
+    /* A vector of n on diagonal k of an (n + |k|)-square matrix. */
+    int64_t n = t->node->shape[0], side = n + (k < 0 ? -k : k);
+    kiln_scope_begin(ctx);
+    kiln_tensor *rows = kiln_unsqueeze(kiln_arange(ctx, KILN_I64, 0, (double)side, 1), 1);
+    kiln_tensor *cols = kiln_unsqueeze(kiln_arange(ctx, KILN_I64, 0, (double)side, 1), 0);
+    kiln_tensor *on = kiln_eq_scalar(kiln_sub(cols, rows), (double)k);
+    /* row i holds v[i] (k >= 0) or v[i + k]: v padded to the side, per row */
+    int64_t pads[2] = {k < 0 ? -k : 0, k < 0 ? 0 : k};
+    kiln_tensor *v = kiln_unsqueeze(kiln_pad(t, pads, 0), 1);
+    const int64_t dims[2] = {side, side};
+    kiln_tensor *r = side == 0 ? kiln_zeros(ctx, kiln_dtype_of(t), 2, dims)
+                               : kiln_where(on, kiln_expand(v, 2, dims),
+                                            kiln_scalar(ctx, kiln_dtype_of(t), 0));
+    return api_finish(ctx, r);
+}

@@ -1,4 +1,6 @@
-/* reduce.c — sum, mean, max, min, argmax and argmin over axes. */
+/* reduce.c — sum, mean, max, min, argmax, argmin, var and std over axes. */
+#include <math.h>
+
 #include "api/api.h"
 
 /* Drops the reduced axes (which the graph keeps with size 1) unless keepdim. */
@@ -89,4 +91,49 @@ kiln_tensor *kiln_mean(kiln_tensor *t, int naxes, const int *axes, bool keepdim)
     graph_unref(n);
     graph_unref(m);
     return api_wrap(ctx, finish_shape(r, mask, keepdim), op);
+}
+
+/* Variance about the mean: sum((x - mean)^2) / (N - correction), the
+ * two-pass form (no cancellation of a sum of squares); half types and
+ * integers compute in f32, as kiln_mean does. N - correction <= 0 divides by
+ * zero, as NumPy and PyTorch do (inf or NaN). */
+static kiln_tensor *variance(const char *op, kiln_tensor *t, int naxes, const int *axes,
+                             double correction, bool keepdim, bool root) {
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    uint32_t mask;
+    if ((e = api_axes(op, ctx, t->node, naxes, axes, &mask)))
+        return e;
+    if (!isfinite(correction))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: correction %g is not finite", op, correction);
+    kiln_dtype dt = t->node->dtype;
+    kiln_dtype out = graph_dtype_is_float(dt) ? dt : KILN_F32;
+    kiln_dtype acc = out == KILN_F16 || out == KILN_BF16 ? KILN_F32 : out;
+    int64_t count = 1;
+    int ax[KILN_MAX_DIMS], nax = 0;
+    for (int d = 0; d < t->node->ndim; d++)
+        if (mask & (1u << d)) {
+            count *= t->node->shape[d];
+            ax[nax++] = d;
+        }
+    kiln_scope_begin(ctx);
+    kiln_tensor *x = kiln_cast(t, acc);
+    kiln_tensor *d = kiln_sub(x, kiln_mean(x, nax, ax, true));
+    kiln_tensor *v = kiln_div_scalar(kiln_sum(kiln_mul(d, d), nax, ax, keepdim),
+                                     (double)count - correction);
+    if (root)
+        v = kiln_sqrt(v);
+    return api_finish(ctx, kiln_cast(v, out));
+}
+
+kiln_tensor *kiln_var(kiln_tensor *t, int naxes, const int *axes, double correction,
+                      bool keepdim) {
+    return variance("kiln_var", t, naxes, axes, correction, keepdim, false);
+}
+
+kiln_tensor *kiln_std(kiln_tensor *t, int naxes, const int *axes, double correction,
+                      bool keepdim) {
+    return variance("kiln_std", t, naxes, axes, correction, keepdim, true);
 }

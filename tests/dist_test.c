@@ -56,7 +56,10 @@ static void run_mpi(int np, const char *mode, bool recovery, const char *const *
     /* The environment: ours, plus what Open MPI needs here, plus env. */
     const char *fixed[] = {"OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
                            /* single-copy shared memory needs ptrace rights a sandbox lacks */
-                           "OMPI_MCA_btl_vader_single_copy_mechanism=none", NULL};
+                           "OMPI_MCA_btl_vader_single_copy_mechanism=none",
+                           /* Open MPI's plugins stay loaded, so that LeakSanitizer (the
+                              ASan build) can name them in tests/dist_lsan.supp */
+                           "OMPI_MCA_mca_base_component_disable_dlclose=1", NULL};
     int n = 0;
     while (environ[n])
         n++;

@@ -20,6 +20,9 @@ bad() {
 args=(mlp --limit 2048 --epochs 1 --batch 128 --print-loss)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
+# Open MPI's plugins stay loaded, so that LeakSanitizer (the ASan build) can
+# name them in tests/dist_lsan.supp.
+export OMPI_MCA_mca_base_component_disable_dlclose=1
 
 one=$("$bin" "${args[@]}" 2>&1) && ok "one process trains" || bad "one process trains" "$one"
 two=$(mpirun --oversubscribe --bind-to none -np 2 "$bin" "${args[@]}" --dist 2>&1) &&

@@ -348,7 +348,35 @@ static kiln_tensor *f_view_chain(kiln_tensor **x) {
     return kiln_cos(kiln_flip(kiln_pad(kiln_transpose(s, 0, 1), pads, 0), 0, NULL));
 }
 
+static kiln_tensor *f_cumsum(kiln_tensor **x) { return kiln_cumsum(x[0], 1); }
+static kiln_tensor *f_cumprod(kiln_tensor **x) { return kiln_cumprod(x[0], 0); }
+static kiln_tensor *f_cummax(kiln_tensor **x) { return kiln_cummax(x[0], -1); }
+static kiln_tensor *f_logcumsumexp(kiln_tensor **x) { return kiln_logcumsumexp(x[0], 1); }
+static kiln_tensor *f_var(kiln_tensor **x) { return kiln_var(x[0], TU_AXES(1), 1, false); }
+static kiln_tensor *f_std(kiln_tensor **x) { return kiln_std(x[0], 0, NULL, 0, true); }
+static kiln_tensor *f_stack_roll(kiln_tensor **x) {
+    kiln_tensor *parts[2] = {kiln_roll(x[0], 2, 1), kiln_exp(x[1])};
+    return kiln_stack(2, parts, 1);
+}
+static kiln_tensor *f_repeat(kiln_tensor **x) {
+    return kiln_mul(kiln_repeat(x[0], 3, TU_DIMS(2, 1, 3)), kiln_repeat_interleave(x[0], 3, 1));
+}
+static kiln_tensor *f_diagonal(kiln_tensor **x) {
+    return kiln_add(kiln_sin(kiln_diagonal(x[0], 1, 1, 2)), kiln_diagonal(x[0], -1, 2, 1));
+}
+static kiln_tensor *f_diag(kiln_tensor **x) { return kiln_mul(kiln_diag(x[0], -1), kiln_exp(kiln_diag(x[0], 1))); }
+
 static const fd_case view_cases[] = {
+    {"cumsum", 1, {2}, {{3, 9}}, GEN_UNIFORM, -2, 2, f_cumsum, 0, 0},
+    {"cumprod", 1, {2}, {{6, 2}}, GEN_SIGNED, 0.5, 1.5, f_cumprod, 0, 0},
+    {"cummax", 1, {2}, {{2, 7}}, GEN_UNIFORM, -2, 2, f_cummax, 0, 0},
+    {"logcumsumexp", 1, {2}, {{2, 5}}, GEN_UNIFORM, -3, 3, f_logcumsumexp, 0, 0},
+    {"var axis 1", 1, {2}, {{3, 5}}, GEN_UNIFORM, -2, 2, f_var, 0, 0},
+    {"std all, keepdim", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_std, 0, 0},
+    {"stack of a roll", 2, {2, 2}, {{2, 5}, {2, 5}}, GEN_UNIFORM, -2, 2, f_stack_roll, 0, 0},
+    {"repeat and repeat_interleave", 1, {2}, {{2, 3}}, GEN_UNIFORM, -2, 2, f_repeat, 0, 0},
+    {"diagonal", 1, {3}, {{2, 3, 4}}, GEN_UNIFORM, -2, 2, f_diagonal, 0, 0},
+    {"diag of a vector", 1, {1}, {{3}}, GEN_UNIFORM, -2, 2, f_diag, 0, 0},
     {"permute", 1, {3}, {{2, 3, 4}}, GEN_UNIFORM, -2, 2, f_permute, 0, 0},
     {"slice with steps", 1, {2}, {{5, 6}}, GEN_UNIFORM, -2, 2, f_slice_step, 0, 0},
     {"pad and flip", 1, {2}, {{2, 3}}, GEN_UNIFORM, -2, 2, f_pad_flip, 0, 0},
