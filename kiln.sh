@@ -41,7 +41,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 # Open MPI (libopenmpi-dev, openmpi-bin) builds dist/'s MPI shim and runs the
 # distributed tests; libkiln itself never links it (dist/load.c).
-PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake)
 
 usage() {
     echo "usage:" >&2
