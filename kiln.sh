@@ -10,7 +10,8 @@
 #                               install smoke test; the last line is
 #                               "N passed, N failed" over every test case and check
 #   ./kiln.sh asan              the test suite under ASan+UBSan only
-#   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so, kiln.pc and
+#   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so, kiln.pc,
+#                               the CMake package (lib/cmake/kiln) and
 #                               libkiln_mpi.so (what kiln_dist_init loads) under
 #                               PREFIX (default /usr/local)
 #   ./kiln.sh bench [--quick|--full] [--baseline REV] [STEPS]
