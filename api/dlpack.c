@@ -15,9 +15,10 @@
 
 #include "api/api.h"
 
-/* DLPack 0.6 has no bool code (later versions add kDLBool = 6): kiln's bool
- * is exported as uint8 holding 0 or 1, and an incoming bool is refused as an
- * unknown code rather than read as bytes kiln would have to renormalise. */
+/* The alignment of kiln's own host buffers (graph_buffer_new, the devices'
+ * pools), which graph.h promises every host buffer has. Generated kernels
+ * today assume only an element's alignment, but memory kiln adopts keeps
+ * the promise, so less aligned memory is copied, as are exports' copies. */
 enum { ALIGN = 64 };
 
 /* What an export allocates: the DLManagedTensor with its shape and strides,
@@ -37,6 +38,9 @@ static void export_delete(DLManagedTensor *m) {
     free(e);
 }
 
+/* DLPack 0.6 has no bool code (later versions add kDLBool = 6): kiln's bool
+ * is exported as uint8 holding 0 or 1, and an incoming bool is refused as an
+ * unknown code rather than read as bytes kiln would have to renormalise. */
 static DLDataType dl_dtype(kiln_dtype dt) {
     switch (dt) {
     case KILN_F32: return (DLDataType){kDLFloat, 32, 1};
