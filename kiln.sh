@@ -10,7 +10,8 @@
 #                               install smoke test; the last line is
 #                               "N passed, N failed" over every test case and check
 #   ./kiln.sh asan              the test suite under ASan+UBSan only
-#   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so, kiln.pc and
+#   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so, kiln.pc,
+#                               the CMake package (lib/cmake/kiln) and
 #                               libkiln_mpi.so (what kiln_dist_init loads) under
 #                               PREFIX (default /usr/local)
 #   ./kiln.sh bench [--quick|--full] [--baseline REV] [STEPS]
@@ -41,7 +42,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 # Open MPI (libopenmpi-dev, openmpi-bin) builds dist/'s MPI shim and runs the
 # distributed tests; libkiln itself never links it (dist/load.c).
-PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin)
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake)
 
 usage() {
     echo "usage:" >&2
@@ -152,14 +153,16 @@ cmd_install() { # cmd_install [PREFIX [BAZEL FLAGS...]]
     (($#)) && shift
     [[ $prefix == /* ]] || prefix="$CALLER_DIR/$prefix"
     bazel build "$@" --define=prefix="$prefix" //:libkiln.a //:libkiln.so //:kiln.pc \
-        //dist:libkiln_mpi.so || return 1
+        //:kilnConfig.cmake //:kilnConfigVersion.cmake //dist:libkiln_mpi.so || return 1
     bin=$(bazel_bin --define=prefix="$prefix") || return 1
-    install -d "$prefix/include" "$prefix/lib/pkgconfig" &&
+    install -d "$prefix/include" "$prefix/lib/pkgconfig" "$prefix/lib/cmake/kiln" &&
         install -m 644 api/kiln.h "$prefix/include/kiln.h" &&
         install -m 644 "$bin/libkiln.a" "$prefix/lib/libkiln.a" &&
         install -m 755 "$bin/libkiln.so" "$prefix/lib/libkiln.so" &&
         install -m 755 "$bin/dist/libkiln_mpi.so" "$prefix/lib/libkiln_mpi.so" &&
-        install -m 644 "$bin/kiln.pc" "$prefix/lib/pkgconfig/kiln.pc" || return 1
+        install -m 644 "$bin/kiln.pc" "$prefix/lib/pkgconfig/kiln.pc" &&
+        install -m 644 "$bin/kilnConfig.cmake" "$bin/kilnConfigVersion.cmake" \
+            "$prefix/lib/cmake/kiln/" || return 1
     echo "kiln.sh: installed kiln in $prefix" >&2
 }
 
@@ -272,6 +275,41 @@ link_static() { # link_static DIR
     [[ $dynamic != *libkiln* ]] || { echo "linked to libkiln.so after all"; return 1; }
 }
 
+# The same program built by CMake from the installed package, against
+# kiln::kiln and kiln::kiln_static; -DKILN_WANT asks for kiln.h's
+# major.minor, which kilnConfigVersion.cmake must accept.
+# shellcheck disable=SC2016 # ${KILN_WANT} is CMake's to expand
+readonly SMOKE_CMAKE='cmake_minimum_required(VERSION 3.13)
+project(kiln_smoke C)
+set(CMAKE_C_STANDARD 11)
+find_package(kiln ${KILN_WANT} REQUIRED CONFIG)
+add_executable(app_cmake_shared app.c)
+target_link_libraries(app_cmake_shared PRIVATE kiln::kiln)
+add_executable(app_cmake_static app.c)
+target_link_libraries(app_cmake_static PRIVATE kiln::kiln_static)
+'
+
+cmake_builds() { # cmake_builds APP_DIR BUILD_DIR PREFIX
+    local want dynamic
+    want="$(sed -n 's/^#define KILN_VERSION_MAJOR \([0-9]*\).*/\1/p' api/kiln.h)"
+    want+=".$(sed -n 's/^#define KILN_VERSION_MINOR \([0-9]*\).*/\1/p' api/kiln.h)"
+    cmake -S "$1" -B "$2" -DCMAKE_PREFIX_PATH="$3" -DKILN_WANT="$want" \
+        -DCMAKE_C_FLAGS="-Wall -Wextra -Werror" || return 1
+    cmake --build "$2" || return 1
+    dynamic=$(readelf -d "$2/app_cmake_shared") || return 1
+    [[ $dynamic == *"Shared library: [libkiln.so]"* ]] || { echo "not linked to libkiln.so"; return 1; }
+    [[ $dynamic == *"$3/lib"* ]] || { echo "its run path does not name $3/lib"; return 1; }
+    dynamic=$(readelf -d "$2/app_cmake_static") || return 1
+    [[ $dynamic != *libkiln* ]] || { echo "linked to libkiln.so after all"; return 1; }
+}
+
+# The package found from a copy of the prefix: nothing in it names the
+# prefix it was installed to.
+cmake_relocates() { # cmake_relocates APP_DIR PREFIX COPY
+    cp -a "$2" "$3" || return 1
+    cmake_builds "$1" "$1/build-moved" "$3"
+}
+
 smoke_test() {
     local tmp prefix
     tmp=$(mktemp -d)
@@ -280,6 +318,7 @@ smoke_test() {
     local -x PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
     mkdir "$tmp/app"
     printf '%s' "$SMOKE_APP" >"$tmp/app/app.c"
+    printf '%s' "$SMOKE_CMAKE" >"$tmp/app/CMakeLists.txt"
     echo "smoke test: install to $prefix, build a program in $tmp/app"
     CHECK_PASSED=0 CHECK_FAILED=0
 
@@ -293,6 +332,13 @@ smoke_test() {
     check "and runs" app_runs "$tmp/app/app_shared" LD_LIBRARY_PATH="$prefix/lib"
     check "a program links against libkiln.a" link_static "$tmp/app"
     check "and runs" app_runs "$tmp/app/app_static"
+    check "CMake finds kiln and builds against kiln::kiln and kiln::kiln_static" \
+        cmake_builds "$tmp/app" "$tmp/app/build" "$prefix"
+    check "the kiln::kiln program runs" app_runs "$tmp/app/build/app_cmake_shared" \
+        LD_LIBRARY_PATH="$prefix/lib"
+    check "the kiln::kiln_static program runs" app_runs "$tmp/app/build/app_cmake_static"
+    check "CMake finds kiln in a copy of the prefix" \
+        cmake_relocates "$tmp/app" "$prefix" "$tmp/moved"
 
     rm -rf "$tmp"
     count "$CHECK_PASSED" "$CHECK_FAILED" "smoke test"

@@ -1,5 +1,6 @@
-"""Rules that package kiln for use outside Bazel: the merged static archive and
-the pkg-config file. `./kiln.sh install` copies their outputs into a prefix."""
+"""Rules that package kiln for use outside Bazel: the merged static archive,
+the pkg-config file and the CMake package's files. `./kiln.sh install` copies
+their outputs into a prefix."""
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
 
@@ -53,7 +54,7 @@ static_library = rule(
     incompatible_use_toolchain_transition = True,
 )
 
-def _pkg_config_file_impl(ctx):
+def _configured_file_impl(ctx):
     out = ctx.actions.declare_file(ctx.label.name)
     prefix = ctx.var.get("prefix", "/usr/local")
     if not prefix.startswith("/"):
@@ -68,22 +69,27 @@ def _pkg_config_file_impl(ctx):
         command = """
 template="$1"; header="$2"; prefix="$3"; out="$4"
 part() { sed -n "s/^#define KILN_VERSION_$1 \\([0-9][0-9]*\\).*/\\1/p" "$header"; }
-version="$(part MAJOR).$(part MINOR).$(part PATCH)"
+major="$(part MAJOR)"; minor="$(part MINOR)"; patch="$(part PATCH)"
+version="$major.$minor.$patch"
 case "$version" in *..*|.*|*.) echo "no KILN_VERSION_* in $header" >&2; exit 1;; esac
 while IFS= read -r line; do
     line="${line//@PREFIX@/$prefix}"
+    line="${line//@VERSION_MAJOR@/$major}"
+    line="${line//@VERSION_MINOR@/$minor}"
     printf '%s\\n' "${line//@VERSION@/$version}"
 done < "$template" > "$out"
 """,
-        mnemonic = "PkgConfig",
+        mnemonic = "ConfigureFile",
         progress_message = "Writing %s for prefix %s" % (out.short_path, prefix),
     )
     return [DefaultInfo(files = depset([out]))]
 
-# A pkg-config file from a template with @PREFIX@ and @VERSION@, named after the
-# target. The prefix comes from --define=prefix=/abs/path (default /usr/local).
-pkg_config_file = rule(
-    implementation = _pkg_config_file_impl,
+# A file from a template with @PREFIX@, @VERSION@ (major.minor.patch),
+# @VERSION_MAJOR@ and @VERSION_MINOR@, named after the target: the
+# pkg-config file and the CMake package's files. The prefix comes from
+# --define=prefix=/abs/path (default /usr/local).
+configured_file = rule(
+    implementation = _configured_file_impl,
     attrs = {
         "template": attr.label(allow_single_file = True, mandatory = True),
         "header": attr.label(allow_single_file = True, mandatory = True),

@@ -469,6 +469,46 @@ KILN_API kiln_tensor *kiln_keep(kiln_tensor *t);
  * nodes need them. NULL is a no-op. */
 KILN_API void kiln_release(kiln_tensor *t);
 
+/* ---- Exchanging tensors with other libraries (DLPack, api/dlpack.c) -------
+ * DLPack's DLManagedTensor is declared by dlpack/dlpack.h (version 0.6 or
+ * later), which only a caller of these two functions needs to include. Its
+ * dtypes map to kiln's as float 16/32/64, bfloat 16, int 32/64, uint 8; DLPack
+ * 0.6 has no bool, so kiln's bool goes out as uint 8 (0 or 1) and comes back
+ * as u8. */
+struct DLManagedTensor;
+
+/* Realizes t (a sync point) and hands it over as a DLPack tensor in *out, on
+ * kDLCPU, contiguous row-major (strides given), byte_offset 0. On a device
+ * whose buffers are host memory (KILN_CPU, KILN_REF) it is zero-copy: *out
+ * shares t's buffer, holding a reference of its own on it, so writes through
+ * either are seen by the other (and by every tensor sharing that buffer), and
+ * the memory stays valid after kiln_release(t) and even after
+ * kiln_ctx_free, until the DLPack deleter runs. Otherwise (KILN_CUDA) *out
+ * holds a host copy. The caller owns *out and frees it by calling its
+ * deleter once, on the context's thread while the context lives (buffers'
+ * reference counts are the context's, not atomic), from one thread at a time
+ * after. Returns KILN_OK, t's own error, the sync's failure, KILN_ERR_ARG
+ * (NULL t or out) or KILN_ERR_OOM; on failure *out (if any) is NULL and
+ * kiln_ctx_last_error says why. */
+KILN_API kiln_status kiln_to_dlpack(kiln_tensor *t, struct DLManagedTensor **out);
+
+/* A tensor of ctx holding the DLPack tensor m, whose ownership it takes: m's
+ * deleter (unless NULL) is called exactly once, on every path, errors
+ * included — when the tensor's buffer is released if kiln kept m's memory,
+ * else before this returns. The memory is used in place (zero-copy, and
+ * writes by m's producer are then seen by kiln) when ctx's buffers are host
+ * memory, m is on kDLCPU or kDLCUDAHost, contiguous row-major (strides NULL
+ * or those of a row-major array; a size-1 axis's stride is free), and its
+ * first element 64-byte aligned, the alignment of kiln's own buffers; any
+ * other host tensor is copied, gathered through its strides and byte_offset.
+ * Errors give an error handle (NULL only when ctx is NULL): KILN_ERR_ARG for
+ * a NULL m, or NULL data or shape where there are elements or axes;
+ * KILN_ERR_DEVICE for memory that is not the host's (naming the device
+ * type); KILN_ERR_DTYPE for a dtype kiln lacks (naming code, bits and
+ * lanes); KILN_ERR_SHAPE for ndim outside [0, KILN_MAX_DIMS], a negative
+ * size, or a size too large to address. */
+KILN_API kiln_tensor *kiln_from_dlpack(kiln_ctx *ctx, struct DLManagedTensor *m);
+
 /* ---- Autograd ------------------------------------------------------------- */
 
 /* Gradients are lazy tensors like any other: kiln_backward adds the nodes that

@@ -144,6 +144,13 @@ kiln_status jit_buffer_read(const graph_buffer *b, size_t offset, void *dst, siz
     return d->ops->copy_out(d, dst, b, offset, n, msg, cap);
 }
 
+bool jit_buffer_is_host(const graph_buffer *b) {
+    const jit_device *d = b->owner;
+    return !d || d->ops->host_memory;
+}
+
+bool jit_backend_host_memory(const jit_backend *j) { return j->dev->ops->host_memory; }
+
 /* A buffer for a kernel output, from the device (whose pool hands back the
  * memory of released intermediates and outputs of the same size class). */
 static graph_buffer *buffer_new(jit_backend *j, size_t nbytes) {

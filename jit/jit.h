@@ -32,6 +32,13 @@ kiln_status jit_buffer_new(jit_backend *j, size_t nbytes, const void *src, graph
 /* Copies n bytes at offset of b out to dst through the device that owns b. */
 kiln_status jit_buffer_read(const graph_buffer *b, size_t offset, void *dst, size_t n,
                             char *msg, size_t msgcap);
+/* Whether b's data is a host address the caller may read directly: memory of
+ * a device whose buffers are host memory (KILN_CPU, KILN_REF), or of none. */
+bool jit_buffer_is_host(const graph_buffer *b);
+/* Whether the backend's device keeps its buffers in host memory, so that a
+ * host buffer of no device (graph_buffer_adopt'ed, owner NULL) can be bound
+ * to its kernels as it is. */
+bool jit_backend_host_memory(const jit_backend *j);
 
 /* Realizes the n nodes by compiling and running kernels: fused, or with
  * fuse false one kernel per op (eager mode). Nodes already realized stay so
