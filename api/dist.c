@@ -43,6 +43,12 @@ kiln_status kiln_dist_init(kiln_ctx *ctx, kiln_dist_backend backend) {
     ctx->world = w;
     graph_comm c = {.world = w, .rank = dist_rank(w), .size = dist_size(w), .run = comm_run};
     graph_ctx_set_comm(ctx->g, &c);
+    /* The ranks on this machine, as the MPI launcher says (Open MPI, MPICH). */
+    const char *local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+    if (!local)
+        local = getenv("MPI_LOCALNRANKS");
+    if (local && atoi(local) > 1)
+        jit_backend_share_cores(ctx->rt, atoi(local));
     return KILN_OK;
 }
 

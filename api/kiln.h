@@ -957,7 +957,10 @@ typedef enum kiln_reduce_op {
 
 /* Joins the job mpirun started. MPI is initialised unless the program did
  * that itself (then kiln leaves it initialised at the end); kiln_ctx_free
- * leaves the job. KILN_ERR_DIST when MPI is not installed or the backend
+ * leaves the job (and a process cannot join again after its last context
+ * left: MPI starts once). Unless KILN_THREADS is set, the context's CPU
+ * threads become its share of the cores among the job's ranks on this
+ * machine. KILN_ERR_DIST when MPI is not installed or the backend
  * cannot start, KILN_ERR_DEVICE for NCCL without a GPU context, KILN_ERR_ARG
  * for a context that has joined already or an unknown backend. */
 KILN_API kiln_status kiln_dist_init(kiln_ctx *ctx, kiln_dist_backend backend);

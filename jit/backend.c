@@ -110,6 +110,16 @@ void jit_backend_free(jit_backend *j) {
 
 bool jit_backend_watched(const jit_backend *j) { return j->dev->ops->watched; }
 
+void jit_backend_share_cores(jit_backend *j, int local_ranks) {
+    const char *t = getenv("KILN_THREADS");
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    if ((t && *t) || local_ranks <= 1 || cpus < 1 || !j->dev->ops->set_threads)
+        return;
+    j->nthreads = cpus / local_ranks > 1 ? (int)(cpus / local_ranks) : 1;
+    j->watch.nthreads = j->nthreads;
+    j->dev->ops->set_threads(j->dev, j->nthreads);
+}
+
 int64_t jit_graph_cache_size(const jit_backend *j) { return jit_graph_cache_count(j->graphs); }
 
 kiln_status jit_buffer_new(jit_backend *j, size_t nbytes, const void *src, graph_buffer **out,

@@ -77,6 +77,8 @@ typedef struct jit_device_ops {
     kiln_status (*sync)(jit_device *d, char *msg, size_t cap);
     /* Whether the device computes graph op `op` with result dtype dt. */
     bool (*supports)(const jit_device *d, graph_op op, kiln_dtype dt);
+    /* Optional: how many threads kernels use from now on (CPU devices). */
+    void (*set_threads)(jit_device *d, int nthreads);
     /* Optional: the program in the compiler's own IR, for KILN_DUMP (malloc'd). */
     char *(*ir_text)(const lower_program *p, const lower_plan *plans, char *msg, size_t cap);
 } jit_device_ops;

@@ -54,6 +54,10 @@ static kiln_status open_cpu(const jit_device_ops *ops, const char *compiler_id,
     return KILN_OK;
 }
 
+static void cpu_set_threads(jit_device *d, int nthreads) {
+    ((cpu_device *)d)->nthreads = nthreads;
+}
+
 /* Buffers still out return to the pool and are freed there. */
 static void cpu_close(jit_device *d) {
     jit_pool_close(d->pool);
@@ -156,6 +160,7 @@ const jit_device_ops jit_cc_device = {
     .watched = true,
     .open = cc_open,
     .close = cpu_close,
+    .set_threads = cpu_set_threads,
     .alloc = jit_host_alloc,
     .free = jit_host_free,
     .copy_in = jit_host_copy_in,
@@ -212,6 +217,7 @@ const jit_device_ops jit_llvm_device = {
     .watched = true,
     .open = llvm_open,
     .close = cpu_close,
+    .set_threads = cpu_set_threads,
     .alloc = jit_host_alloc,
     .free = jit_host_free,
     .copy_in = jit_host_copy_in,
