@@ -131,6 +131,25 @@ def baseline_section(base_dir, ops, keys):
     return out
 
 
+def dist_section(directory):
+    """bench/dist.sh's last output (bench/results/dist.txt), kept as it printed."""
+    path = os.path.join(directory, "dist.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        text = f.read().strip()
+    return ["## Collectives: kiln_all_reduce against MPI_Allreduce", "",
+            "From `./kiln.sh bench-dist` (bench/dist_allreduce.c under `mpirun`; its own run, "
+            "so its date and load are its first line). Bus bandwidth is bytes / time x "
+            "2(N-1)/N, the slowest rank's median. MPI is Open MPI's MPI_Allreduce in place, "
+            "its best case: kiln_all_reduce keeps its source, so it first copies the source "
+            "into the result's buffer, and every sync agrees on its collectives first (one "
+            "small all-reduce). memcpy is this machine's copy rate at that size. The last "
+            "lines are data-parallel MLP steps over 2 ranks and over 1 (on 2 cores the ranks "
+            "share them, so the 2-rank figure measures the collectives' cost, not a speed-up).",
+            "", "```", text, "```", ""]
+
+
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
@@ -290,6 +309,8 @@ def main():
     base_dir = os.path.join(directory, "baseline")
     if os.path.isdir(base_dir):
         lines += baseline_section(base_dir, ops, keys)
+
+    lines += dist_section(directory)
 
     lines += ["## Where kiln loses", ""]
     if losses:

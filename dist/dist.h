@@ -80,8 +80,9 @@ kiln_status dist_agree(dist_world *w, int n, const dist_desc *d, const char *wha
                        size_t cap);
 
 /* Runs n collectives that dist_agree accepted: src[i] is the source's data
- * (d[i]'s shape and dtype), dst[i] receives the result (which may not
- * overlap any src). Consecutive all-reduces of one dtype and reduce op are
+ * (d[i]'s shape and dtype), dst[i] receives the result: for an all-reduce or
+ * a broadcast it may be src[i] itself (in place), otherwise it overlaps no
+ * source. Consecutive all-reduces of one dtype and reduce op are
  * bucketed into one message of up to KILN_DIST_BUCKET_MB (default 25) MB.
  * Every dtype: floats reduce in their own type (f16 and bf16 in f32, rounded
  * once at the end), integers wrap, bool's sum and max are "or", its min

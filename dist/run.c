@@ -172,7 +172,8 @@ static kiln_status all_reduce(dist_world *w, int k, const dist_desc *d, const vo
         int64_t n = dist_numel(&d[0]);
         if (n == 0)
             return KILN_OK;
-        memcpy(dst[0], src[0], (size_t)n * es);
+        if (dst[0] != src[0])
+            memcpy(dst[0], src[0], (size_t)n * es);
         kiln_status st = allreduce_in_place(w, dst[0], n, type, es, op, what, msg, cap);
         if (st == KILN_OK && d[0].reduce == KILN_REDUCE_MEAN)
             divide(t, dst[0], n, w->size);
@@ -316,7 +317,7 @@ static kiln_status broadcast(dist_world *w, const dist_desc *d, const void *src,
     int64_t bytes = dist_numel(d) * (int64_t)graph_dtype_size(d->dtype);
     if (bytes == 0)
         return KILN_OK;
-    if (w->rank == d->root)
+    if (w->rank == d->root && dst != src)
         memcpy(dst, src, (size_t)bytes);
     int64_t unit;
     kmpi_type type = unit_of(bytes, &unit);

@@ -495,6 +495,28 @@ static kiln_status hold_start(const compiled *c, const graph_capture *cap, held_
     return dist_agree(h->world, c->coll.n, c->coll.descs, c->coll.what, msg, mcap);
 }
 
+/* Whether collective kernel i may compute in its source's buffer: an
+ * all-reduce or broadcast (a result of the source's size) whose source
+ * nothing reads after it, in memory no other node shares. A backward
+ * pass's gradient all-reduces are so: each then costs no buffer and no copy
+ * of its own. */
+static bool consumes_input(const compiled *c, int i, graph_node *const *nodes) {
+    const lower_kernel *k = &c->prog->kernels[i];
+    const bound_kernel *bk = &c->bound[i];
+    if (k->kind != LOWER_COLLECTIVE || c->coll.of_kernel[i] < 0)
+        return false;
+    const dist_desc *d = &c->coll.descs[c->coll.of_kernel[i]];
+    if (d->op != DIST_ALL_REDUCE && d->op != DIST_BROADCAST)
+        return false;
+    const graph_buffer *b = nodes[bk->inputs[0]]->buf;
+    if (!b || b->refs != 1)
+        return false;
+    for (int r = 0; r < bk->nrelease; r++)
+        if (bk->release[r] == bk->inputs[0])
+            return true;
+    return false;
+}
+
 static void hold_end(held_collectives *h) {
     free(h->kernels);
     free(h->ins);
@@ -529,6 +551,12 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             break;
         if (k->kind == LOWER_ALIAS) {
             nodes[bk->outs[0]]->buf = graph_buffer_ref(nodes[bk->inputs[0]]->buf);
+        } else if (consumes_input(c, done, nodes)) {
+            nodes[bk->outs[0]]->buf = graph_buffer_ref(nodes[bk->inputs[0]]->buf);
+            held.kernels[held.n] = done;
+            held.ins[held.n] = nodes[bk->inputs[0]];
+            held.outs[held.n++] = nodes[bk->outs[0]];
+            continue; /* as below */
         } else {
             for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
                 graph_node *x = kn[o] = nodes[bk->outs[o]];
