@@ -450,7 +450,14 @@ const char *kiln_ctx_last_error(const kiln_ctx *ctx) {
 
 kiln_stats kiln_ctx_stats(const kiln_ctx *ctx) {
     kiln_stats s = {0};
-    return ctx && ctx->jit ? jit_stats(ctx->jit) : s;
+    if (ctx && ctx->jit)
+        s = jit_stats(ctx->jit);
+    if (ctx && ctx->world) {
+        dist_counts d = dist_get_counts(ctx->world);
+        s.collectives = d.collectives;
+        s.collective_messages = d.messages;
+    }
+    return s;
 }
 
 kiln_status kiln_dump_dot(const kiln_tensor *t, const char *path) {

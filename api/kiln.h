@@ -1007,8 +1007,12 @@ typedef struct kiln_stats {
                               tensor gave back (no fresh pages, no page faults) */
     int64_t buffer_allocations; /* ... and those that took fresh memory */
     int64_t pooled_bytes;  /* bytes kept for reuse now (KILN_POOL_MAX_BYTES bounds it) */
+    int64_t collectives;   /* collective ops run since kiln_dist_init */
+    int64_t collective_messages; /* the messages they travelled in: consecutive all-reduces
+                                    share one (a data-parallel step's gradients, usually) */
 } kiln_stats;
-/* The counters of ctx (all zero for KILN_REF, which compiles nothing). */
+/* The counters of ctx (all zero for KILN_REF, which compiles nothing, except
+ * the collectives'). */
 KILN_API kiln_stats kiln_ctx_stats(const kiln_ctx *ctx);
 
 /* Number of live graph nodes in the context (for leak checks and tests). */

@@ -90,6 +90,14 @@ kiln_status dist_agree(dist_world *w, int n, const dist_desc *d, const char *wha
 kiln_status dist_run(dist_world *w, int n, const dist_desc *d, const void *const *src,
                      void *const *dst, const char *what, char *msg, size_t cap);
 
+/* What a world has sent so far: collectives run, and the messages they
+ * travelled in (bucketed all-reduces share one; a very large one is cut in
+ * several). dist_agree's own small messages are not counted. */
+typedef struct dist_counts {
+    int64_t collectives, messages;
+} dist_counts;
+dist_counts dist_get_counts(const dist_world *w);
+
 /* "all_reduce(sum)", "all_gather(axis 1)", "broadcast(root 0)" ... into out. */
 void dist_desc_name(const dist_desc *d, char *out, size_t cap);
 

@@ -30,6 +30,7 @@ struct dist_world {
     uint64_t agree_buf[2];
     int64_t agree_count;
     char broken_msg[640];
+    dist_counts counts;
 };
 
 /* Opens libkiln_mpi.so (once per process; it is never closed, as MPI

@@ -93,6 +93,7 @@ static kiln_status allreduce_in_place(dist_world *w, void *buf, int64_t count, k
         int64_t c = count - at < CHUNK ? count - at : CHUNK;
         kmpi_handle req;
         dist_mpi_lock();
+        w->counts.messages++;
         int rc = w->mpi->iallreduce(&w->comm, NULL, (char *)buf + (size_t)at * es, c, type, op,
                                     &req);
         dist_mpi_unlock();
@@ -240,6 +241,7 @@ static kiln_status all_gather(dist_world *w, const dist_desc *d, const void *src
         return st;
     kmpi_handle req;
     dist_mpi_lock();
+    w->counts.messages++;
     int rc = w->mpi->iallgather(&w->comm, src, buf, bytes / unit, type, &req);
     dist_mpi_unlock();
     st = finish(w, rc, "MPI_Iallgather", &req, what, msg, cap);
@@ -296,6 +298,7 @@ static kiln_status reduce_scatter(dist_world *w, const dist_desc *d, const void 
     }
     kmpi_handle req;
     dist_mpi_lock();
+    w->counts.messages++;
     int rc = w->mpi->ireduce_scatter_block(&w->comm, send, out ? out : dst, m,
                                            wire_type(t, d->reduce), wire_op(t, d->reduce), &req);
     dist_mpi_unlock();
@@ -327,6 +330,7 @@ static kiln_status broadcast(dist_world *w, const dist_desc *d, const void *src,
         int64_t c = count - at < CHUNK ? count - at : CHUNK;
         kmpi_handle req;
         dist_mpi_lock();
+        w->counts.messages++;
         int rc = w->mpi->ibcast(&w->comm, (char *)dst + at * unit, c, type, d->root, &req);
         dist_mpi_unlock();
         st = finish(w, rc, "MPI_Ibcast", &req, what, msg, cap);
@@ -334,9 +338,12 @@ static kiln_status broadcast(dist_world *w, const dist_desc *d, const void *src,
     return st;
 }
 
+dist_counts dist_get_counts(const dist_world *w) { return w->counts; }
+
 kiln_status dist_run(dist_world *w, int n, const dist_desc *d, const void *const *src,
                      void *const *dst, const char *what, char *msg, size_t cap) {
     pthread_mutex_lock(&w->mu);
+    w->counts.collectives += n;
     kiln_status st = dist_check_broken(w, what, msg, cap);
     for (int i = 0; i < n && st == KILN_OK; i++)
         st = dist_check_desc(w, &d[i], i, n, what, msg, cap);

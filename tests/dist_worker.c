@@ -379,6 +379,49 @@ static void mode_replay(void) {
           "replay: %lld compiles and %lld graph hits after the first step (want 0 and 4)",
           (long long)(after.compiles - before.compiles),
           (long long)(after.graph_hits - before.graph_hits));
+
+    /* A data-parallel step: four parameters' gradients averaged, then an
+     * optimiser's updates. The scheduler puts the updates after every
+     * all-reduce, so the four travel as one message. */
+    kiln_tensor *p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = kiln_rand(ctx, KILN_F32, 2, (const int64_t[]){8 + i, 5}, 40 + (uint64_t)i);
+        kiln_requires_grad(p[i], true);
+    }
+    kiln_optim *o;
+    CHECK(kiln_sgd_new(ctx, 4, p, 0.1, 0.9, 0, false, &o) == KILN_OK, "sgd: %s", kiln_ctx_last_error(ctx));
+    for (int step = 0; step < 3; step++) {
+        kiln_stats s0 = kiln_ctx_stats(ctx);
+        kiln_scope_begin(ctx);
+        kiln_tensor *loss = kiln_scalar(ctx, KILN_F32, rank_);
+        for (int i = 0; i < 4; i++)
+            loss = kiln_add(loss, kiln_sum(kiln_mul(kiln_tanh(p[i]), kiln_mul_scalar(p[i], step + rank_ + 1)), 0, NULL, false));
+        double l;
+        kiln_status st = kiln_backward(loss);
+        if (st == KILN_OK)
+            st = kiln_dist_average_gradients(4, p);
+        if (st == KILN_OK)
+            st = kiln_optim_step(o);
+        kiln_optim_zero_grad(o);
+        if (st == KILN_OK)
+            st = kiln_item(loss, &l);
+        kiln_scope_end(ctx);
+        kiln_stats s1 = kiln_ctx_stats(ctx);
+        CHECK(st == KILN_OK, "data-parallel step %d: %s", step, kiln_ctx_last_error(ctx));
+        CHECK(s1.collectives - s0.collectives == 4 && s1.collective_messages - s0.collective_messages == 1,
+              "data-parallel step %d: %lld collectives in %lld messages (want 4 in 1)", step,
+              (long long)(s1.collectives - s0.collectives),
+              (long long)(s1.collective_messages - s0.collective_messages));
+    }
+    /* every rank took the same steps: the parameters agree */
+    for (int i = 0; i < 4; i++) {
+        double mine, lo, hi;
+        kiln_tensor *s = kiln_sum(kiln_cast(p[i], KILN_F64), 0, NULL, false);
+        if (kiln_item(s, &mine) == KILN_OK && kiln_item(kiln_all_reduce(s, KILN_REDUCE_MIN), &lo) == KILN_OK &&
+            kiln_item(kiln_all_reduce(s, KILN_REDUCE_MAX), &hi) == KILN_OK)
+            CHECK(lo == hi, "parameter %d differs between ranks: %.17g to %.17g", i, lo, hi);
+    }
+    kiln_optim_free(o);
     kiln_ctx_free(ctx);
 }
 
