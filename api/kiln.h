@@ -321,6 +321,11 @@ KILN_API kiln_tensor *kiln_max(kiln_tensor *t, int naxes, const int *axes, bool 
 KILN_API kiln_tensor *kiln_min(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
 KILN_API kiln_tensor *kiln_argmax(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
 KILN_API kiln_tensor *kiln_argmin(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
+/* The product over the axes (NULL: all): i64 for integer and bool input
+ * (wrapping, as NumPy's), floats in their own dtype (half types multiply in
+ * f32); 1 for an empty product. Computed as a pairwise tree, ceil(log2 n)
+ * passes; differentiable, zeros in the input included. */
+KILN_API kiln_tensor *kiln_prod(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
 /* Variance and standard deviation over the axes: sum((x - mean)^2) divided
  * by (count - correction) (1 is Bessel's, PyTorch's default; 0 NumPy's), in
  * the two-pass form; a float result as kiln_mean's. A count not above the

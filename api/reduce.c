@@ -1,5 +1,6 @@
 /* reduce.c — sum, mean, max, min, argmax, argmin, var and std over axes. */
 #include <math.h>
+#include <string.h>
 
 #include "api/api.h"
 
@@ -136,4 +137,69 @@ kiln_tensor *kiln_var(kiln_tensor *t, int naxes, const int *axes, double correct
 kiln_tensor *kiln_std(kiln_tensor *t, int naxes, const int *axes, double correction,
                       bool keepdim) {
     return variance("kiln_std", t, naxes, axes, correction, keepdim, true);
+}
+
+/* The product over the axes, as a pairwise tree: the reduced elements laid
+ * out along a last axis (padded with a one when odd), neighbours multiplied,
+ * halving it each pass. Each pass reads the one before twice, so it is its
+ * own kernel: ceil(log2 n) kernels and n - 1 multiplications in all, exact
+ * for integers (which wrap in i64, as NumPy's prod), rounded like a pairwise
+ * sum for floats (half types in f32, rounded once), and differentiable with
+ * zeros in the input (no division by x). A dedicated reduction kernel would
+ * save the passes' memory traffic; prod is rare enough that this one does
+ * not exist yet. */
+kiln_tensor *kiln_prod(kiln_tensor *t, int naxes, const int *axes, bool keepdim) {
+    const char *op = "kiln_prod";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    const graph_node *a = t->node;
+    uint32_t mask;
+    if ((e = api_axes(op, ctx, a, naxes, axes, &mask)))
+        return e;
+    kiln_dtype dt = a->dtype;
+    kiln_dtype out = graph_dtype_is_float(dt) ? dt : KILN_I64;
+    kiln_dtype acc = out == KILN_F16 || out == KILN_BF16 ? KILN_F32 : out;
+    int nd = a->ndim, perm[KILN_MAX_DIMS], nkeep = 0;
+    int64_t flat[KILN_MAX_DIMS], res[KILN_MAX_DIMS], n = 1;
+    for (int d = 0; d < nd; d++)
+        if (!(mask & (1u << d))) {
+            flat[nkeep] = a->shape[d];
+            perm[nkeep++] = d;
+        }
+    for (int d = 0, k = nkeep; d < nd; d++)
+        if (mask & (1u << d)) {
+            perm[k++] = d;
+            n *= a->shape[d];
+        }
+    for (int d = 0; d < nd; d++)
+        res[d] = (mask & (1u << d)) ? 1 : a->shape[d];
+    flat[nkeep] = n;
+    kiln_scope_begin(ctx);
+    kiln_tensor *x;
+    if (n == 0) { /* the empty product */
+        int64_t one[KILN_MAX_DIMS];
+        memcpy(one, flat, sizeof(int64_t) * (size_t)nkeep);
+        one[nkeep] = 1;
+        x = kiln_ones(ctx, acc, nkeep + 1, one);
+    } else {
+        x = kiln_reshape(kiln_permute(kiln_cast(t, acc), perm), nkeep + 1, flat);
+        int64_t pads[2 * KILN_MAX_DIMS] = {0};
+        for (int64_t len = n; len > 1; len = (len + 1) / 2) {
+            if (len % 2) {
+                pads[2 * nkeep + 1] = 1;
+                x = kiln_pad(x, pads, 1);
+            }
+            x = kiln_mul(kiln_slice(x, nkeep, 0, KILN_END, 2), kiln_slice(x, nkeep, 1, KILN_END, 2));
+        }
+    }
+    /* [kept..., 1] back to the reduced shape, then keepdim's or not */
+    x = kiln_reshape(x, nd, res);
+    if (!keepdim) {
+        int64_t kept[KILN_MAX_DIMS];
+        memcpy(kept, flat, sizeof(int64_t) * (size_t)nkeep);
+        x = kiln_reshape(x, nkeep, kept);
+    }
+    return api_finish(ctx, kiln_cast(x, out));
 }

@@ -352,6 +352,7 @@ static kiln_tensor *f_cumsum(kiln_tensor **x) { return kiln_cumsum(x[0], 1); }
 static kiln_tensor *f_cumprod(kiln_tensor **x) { return kiln_cumprod(x[0], 0); }
 static kiln_tensor *f_cummax(kiln_tensor **x) { return kiln_cummax(x[0], -1); }
 static kiln_tensor *f_logcumsumexp(kiln_tensor **x) { return kiln_logcumsumexp(x[0], 1); }
+static kiln_tensor *f_prod(kiln_tensor **x) { return kiln_prod(x[0], TU_AXES(0, 2), false); }
 static kiln_tensor *f_var(kiln_tensor **x) { return kiln_var(x[0], TU_AXES(1), 1, false); }
 static kiln_tensor *f_std(kiln_tensor **x) { return kiln_std(x[0], 0, NULL, 0, true); }
 static kiln_tensor *f_stack_roll(kiln_tensor **x) {
@@ -371,6 +372,7 @@ static const fd_case view_cases[] = {
     {"cumprod", 1, {2}, {{6, 2}}, GEN_SIGNED, 0.5, 1.5, f_cumprod, 0, 0},
     {"cummax", 1, {2}, {{2, 7}}, GEN_UNIFORM, -2, 2, f_cummax, 0, 0},
     {"logcumsumexp", 1, {2}, {{2, 5}}, GEN_UNIFORM, -3, 3, f_logcumsumexp, 0, 0},
+    {"prod axes 0,2", 1, {3}, {{3, 2, 3}}, GEN_SIGNED, 0.5, 1.5, f_prod, 0, 0},
     {"var axis 1", 1, {2}, {{3, 5}}, GEN_UNIFORM, -2, 2, f_var, 0, 0},
     {"std all, keepdim", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_std, 0, 0},
     {"stack of a roll", 2, {2, 2}, {{2, 5}, {2, 5}}, GEN_UNIFORM, -2, 2, f_stack_roll, 0, 0},

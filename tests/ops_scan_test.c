@@ -189,3 +189,39 @@ TU_TEST(layout, diagonal_diag) {
     TU_EXPECT_VALS(kiln_diag(kiln_diag(v, 0), 0), KILN_I32, 7, -8, 9);
     TU_ASSERT_ERROR(kiln_diag(t, 0), KILN_ERR_SHAPE, "kiln_diag");
 }
+
+TU_TEST(scan, prod) {
+    TU_RNG(r);
+    /* [3, 5, 4] over axes 0 and 2 (an odd count along the way), and all */
+    double x[60], want[5], all = 1;
+    kiln_tensor *t = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(3, 5, 4), 0.5, 1.5, x);
+    for (int j = 0; j < 5; j++) {
+        want[j] = 1;
+        for (int i = 0; i < 3; i++)
+            for (int k = 0; k < 4; k++)
+                want[j] *= x[(i * 5 + j) * 4 + k];
+    }
+    for (int i = 0; i < 60; i++)
+        all *= x[i];
+    TU_EXPECT(kiln_prod(t, TU_AXES(0, 2), false), KILN_F64, want, 5);
+    TU_ASSERT_SHAPE(kiln_prod(t, TU_AXES(0, 2), true), 1, 5, 1);
+    TU_EXPECT_NEAR_VALS(kiln_prod(t, 0, NULL, false), KILN_F64, all); /* pairwise, not in order */
+    /* integers in i64, wrapping: 2^40 * 2^40 is 0 modulo 2^64 */
+    kiln_tensor *i = tu_tensor(ctx, KILN_I64, TU_S(2, 3), (double[]){1099511627776.0, -3, 7, 1099511627776.0, 5, -2});
+    TU_EXPECT_I64(kiln_prod(i, TU_AXES(0), false), KILN_I64, ((int64_t[]){0, -15, -14}), 3);
+    kiln_tensor *u = tu_tensor(ctx, KILN_U8, TU_S(3), (double[]){200, 2, 3});
+    TU_ASSERT_DTYPE(kiln_prod(u, 0, NULL, false), KILN_I64);
+    TU_EXPECT_I64(kiln_prod(u, 0, NULL, false), KILN_I64, ((int64_t[]){1200}), 1);
+    /* the empty product is 1; a zero makes 0 */
+    TU_EXPECT_VALS(kiln_prod(kiln_zeros(ctx, KILN_F32, TU_S(2, 0)), TU_AXES(1), false), KILN_F32, 1, 1);
+    TU_EXPECT_VALS(kiln_prod(tu_tensor(ctx, KILN_F32, TU_S(3), (double[]){4, 0, -2}), 0, NULL, false),
+                   KILN_F32, 0);
+    TU_ASSERT_ERROR(kiln_prod(t, TU_AXES(3), false), KILN_ERR_ARG, "kiln_prod");
+    /* the gradient with a zero in the input: the product of the others */
+    if (tu_cur_exec()->mode == KILN_LAZY) {
+        kiln_tensor *z = tu_tensor(ctx, KILN_F64, TU_S(4), (double[]){3, 0, -2, 5});
+        kiln_requires_grad(z, true);
+        cr_assert_eq(kiln_backward(kiln_prod(z, 0, NULL, false)), KILN_OK);
+        TU_EXPECT_VALS(kiln_grad(z), KILN_F64, 0, -30, 0, 0);
+    }
+}
