@@ -350,6 +350,18 @@ KILN_API kiln_tensor *kiln_cummax(kiln_tensor *t, int axis);
 KILN_API kiln_tensor *kiln_cummin(kiln_tensor *t, int axis);
 KILN_API kiln_tensor *kiln_logcumsumexp(kiln_tensor *t, int axis);
 
+/* Sorting along an axis, stable: equal elements keep their order. NaN sorts
+ * last ascending and first descending. kiln_sort gives the values (same
+ * dtype; differentiable: the gradient goes back to where each value came
+ * from), kiln_argsort their i64 indices, kiln_topk the k largest (or, with
+ * largest false, smallest) in order, with their indices in *indices when it
+ * is not NULL (k outside [0, size] is KILN_ERR_ARG). A bitonic network of
+ * log2(m)(log2(m)+1)/2 passes, m the size rounded up to a power of two. */
+KILN_API kiln_tensor *kiln_sort(kiln_tensor *t, int axis, bool descending);
+KILN_API kiln_tensor *kiln_argsort(kiln_tensor *t, int axis, bool descending);
+KILN_API kiln_tensor *kiln_topk(kiln_tensor *t, int64_t k, int axis, bool largest,
+                                kiln_tensor **indices);
+
 /* ---- Views -----------------------------------------------------------------
  * Movement ops never copy: they make a view (shape, strides, offset, and a
  * mask for padding) over their source. Axes may be negative. */
