@@ -23,7 +23,7 @@
 #   ./kiln.sh bench-dist        kiln_all_reduce against MPI_Allreduce and memcpy
 #                               from 4 KB to 256 MB over 2 ranks, and
 #                               data-parallel steps at 1 and 2 ranks
-#                               (bench/results/dist.txt)
+#                               (bench/results_dist.txt)
 #   ./kiln.sh mutate [--check] [NAME...]
 #                               mutation testing: each mutant of tests/mutants/
 #                               (all, or those named) applied alone to a scratch

@@ -131,9 +131,10 @@ def baseline_section(base_dir, ops, keys):
     return out
 
 
-def dist_section(directory):
-    """bench/dist.sh's last output (bench/results/dist.txt), kept as it printed."""
-    path = os.path.join(directory, "dist.txt")
+def dist_section(out_md):
+    """bench/dist.sh's last output (bench/results_dist.txt, beside RESULTS.md: run.sh
+    clears results/), kept as it printed."""
+    path = os.path.join(os.path.dirname(os.path.abspath(out_md)), "results_dist.txt")
     if not os.path.exists(path):
         return []
     with open(path) as f:
@@ -310,7 +311,7 @@ def main():
     if os.path.isdir(base_dir):
         lines += baseline_section(base_dir, ops, keys)
 
-    lines += dist_section(directory)
+    lines += dist_section(out_md)
 
     lines += ["## Where kiln loses", ""]
     if losses:
