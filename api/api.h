@@ -102,6 +102,14 @@ kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_ten
  * keeping only its result r. */
 kiln_tensor *api_finish(kiln_ctx *ctx, kiln_tensor *r);
 
+/* Whether dt may hold indices (i32, i64, u8). */
+bool api_index_dtype(kiln_dtype dt);
+/* When idx is realized: NULL if every element lies in [0, limit), else an
+ * error for op naming the first that does not (what: "indices"; other: the
+ * tensor indexed, for the message). Lazy indices are not read (no sync). */
+kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx,
+                               int64_t limit, const char *what, const graph_node *other);
+
 /* Whether dt is one of kiln_dtype's values. */
 bool api_valid_dtype(kiln_dtype dt);
 

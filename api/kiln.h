@@ -350,6 +350,20 @@ KILN_API kiln_tensor *kiln_cummax(kiln_tensor *t, int axis);
 KILN_API kiln_tensor *kiln_cummin(kiln_tensor *t, int axis);
 KILN_API kiln_tensor *kiln_logcumsumexp(kiln_tensor *t, int axis);
 
+/* Indexing by an index tensor (i32, i64 or u8) along axis, as PyTorch's:
+ * kiln_gather's result has the index's shape, element [.., j, ..] =
+ * t[.., index[.., j, ..], ..] (the index may be smaller than t off the axis);
+ * kiln_index_select picks whole slices by a vector of indices; kiln_scatter_add
+ * returns t plus src's elements added where the index points (src at least
+ * the index's shape). Realized indices outside [0, size) are KILN_ERR_ARG;
+ * lazily computed ones are not checked (no sync) and select or add nothing.
+ * Each result element compares its index with the whole axis: J x K work per
+ * row, one fused kernel. Differentiable in t and src. */
+KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index);
+KILN_API kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index);
+KILN_API kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index,
+                                       kiln_tensor *src);
+
 /* Sorting along an axis, stable: equal elements keep their order. NaN sorts
  * last ascending and first descending. kiln_sort gives the values (same
  * dtype; differentiable: the gradient goes back to where each value came
@@ -386,6 +400,17 @@ KILN_API kiln_tensor *kiln_slice(kiln_tensor *t, int axis, int64_t start, int64_
 /* Pads every axis: pads holds 2*ndim(t) sizes, (before, after) for axis 0,
  * then axis 1, …; each >= 0. The new elements are value. */
 KILN_API kiln_tensor *kiln_pad(kiln_tensor *t, const int64_t *pads, double value);
+/* Padding with the tensor's own elements, for every axis as kiln_pad's pads:
+ * KILN_PAD_REFLECT mirrors about the edge element (NumPy's "reflect",
+ * PyTorch's "reflect": pads at most size - 1), KILN_PAD_REPLICATE repeats the
+ * edge element, KILN_PAD_CIRCULAR wraps around (pads at most the size).
+ * Views and cats, so it fuses; differentiable. Other sizes are KILN_ERR_ARG. */
+typedef enum kiln_padding {
+    KILN_PAD_REFLECT = 1,
+    KILN_PAD_REPLICATE,
+    KILN_PAD_CIRCULAR,
+} kiln_padding;
+KILN_API kiln_tensor *kiln_pad_mode(kiln_tensor *t, const int64_t *pads, kiln_padding mode);
 /* Reverses the order of elements along naxes axes (NULL: all). */
 KILN_API kiln_tensor *kiln_flip(kiln_tensor *t, int naxes, const int *axes);
 /* Removes the named size-1 axes (NULL: every size-1 axis); naming an axis

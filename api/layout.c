@@ -1,8 +1,8 @@
 /* layout.c — creation and layout ops composed from ranges, comparisons,
  * where, views and cats: kiln_eye, kiln_linspace, kiln_tril, kiln_triu,
  * kiln_diag and kiln_diagonal; kiln_stack, kiln_repeat,
- * kiln_repeat_interleave and kiln_roll. Each fuses with whatever reads it;
- * none materialises an index tensor. */
+ * kiln_repeat_interleave, kiln_roll and kiln_pad_mode. Each fuses with
+ * whatever reads it; none materialises an index tensor. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -272,4 +272,75 @@ kiln_tensor *kiln_diag(kiln_tensor *t, int64_t k) {
                                : kiln_where(on, kiln_expand(v, 2, dims),
                                             kiln_scalar(ctx, kiln_dtype_of(t), 0));
     return api_finish(ctx, r);
+}
+
+/* ---- padding that repeats the tensor's own elements ---- */
+
+/* One axis of t padded by before and after elements in mode m. */
+static kiln_tensor *pad_axis(kiln_tensor *t, int ax, int64_t before, int64_t after,
+                             kiln_padding m) {
+    int64_t n = kiln_shape(t)[ax];
+    kiln_tensor *parts[3];
+    int k = 0;
+    int64_t side[2] = {before, after};
+    for (int s = 0; s < 2; s++) {
+        int64_t p = side[s];
+        kiln_tensor *piece = NULL;
+        if (p == 0) {
+            if (s == 0)
+                parts[k++] = t;
+            continue;
+        }
+        if (m == KILN_PAD_REFLECT) /* the edge element is not repeated */
+            piece = s == 0 ? kiln_flip(kiln_slice(t, ax, 1, p + 1, 1), 1, &ax)
+                           : kiln_flip(kiln_slice(t, ax, n - 1 - p, n - 1, 1), 1, &ax);
+        else if (m == KILN_PAD_CIRCULAR)
+            piece = s == 0 ? kiln_slice(t, ax, n - p, n, 1) : kiln_slice(t, ax, 0, p, 1);
+        else {
+            int64_t shape[KILN_MAX_DIMS];
+            memcpy(shape, kiln_shape(t), sizeof(int64_t) * (size_t)kiln_ndim(t));
+            shape[ax] = p;
+            piece = kiln_expand(kiln_slice(t, ax, s == 0 ? 0 : n - 1, s == 0 ? 1 : n, 1),
+                                kiln_ndim(t), shape);
+        }
+        if (s == 0) {
+            parts[k++] = piece;
+            parts[k++] = t;
+        } else {
+            parts[k++] = piece;
+        }
+    }
+    return k == 1 ? parts[0] : kiln_cat(k, parts, ax);
+}
+
+kiln_tensor *kiln_pad_mode(kiln_tensor *t, const int64_t *pads, kiln_padding mode) {
+    const char *op = "kiln_pad_mode";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    if (mode != KILN_PAD_REFLECT && mode != KILN_PAD_REPLICATE && mode != KILN_PAD_CIRCULAR)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: mode %d is not a kiln_padding", op, (int)mode);
+    int nd = t->node->ndim;
+    if (nd && !pads)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: NULL pads", op);
+    static const char *const names[] = {"", "reflect", "replicate", "circular"};
+    for (int d = 0; d < nd; d++) {
+        int64_t n = t->node->shape[d], b = pads[2 * d], a = pads[2 * d + 1];
+        /* reflect needs a neighbour to mirror; circular wraps at most once */
+        int64_t most = mode == KILN_PAD_REFLECT ? n - 1 : mode == KILN_PAD_CIRCULAR ? n : INT64_MAX;
+        if (b < 0 || a < 0 || b > most || a > most || (mode == KILN_PAD_REPLICATE && n == 0 && (a || b)))
+            return api_fail(ctx, KILN_ERR_ARG,
+                            "%s: %s padding of (%lld, %lld) on axis %d of input %s: each must be "
+                            "in [0, %s]",
+                            op, names[mode], (long long)b, (long long)a, d,
+                            api_shape_str(t->node),
+                            mode == KILN_PAD_REFLECT ? "size - 1" : mode == KILN_PAD_CIRCULAR ? "size" : "any, for a non-empty axis");
+    }
+    kiln_scope_begin(ctx);
+    kiln_tensor *x = t;
+    for (int d = 0; d < nd; d++)
+        if (pads[2 * d] || pads[2 * d + 1])
+            x = pad_axis(x, d, pads[2 * d], pads[2 * d + 1], mode);
+    return api_finish(ctx, x);
 }

@@ -53,8 +53,8 @@ static kiln_tensor *check_args(const char *op, int n, const nn_arg *a, kiln_ctx 
 
 /* Index tensors that already hold data are checked here, where the user can
  * be told; pending ones cannot be read without a sync. */
-static kiln_tensor *check_index_data(kiln_ctx *ctx, const char *op, const graph_node *idx,
-                                     int64_t limit, const char *what, const graph_node *other) {
+kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx,
+                               int64_t limit, const char *what, const graph_node *other) {
     if (!idx->buf)
         return NULL;
     int64_t n = graph_numel(idx);
@@ -80,7 +80,7 @@ static kiln_tensor *check_index_data(kiln_ctx *ctx, const char *op, const graph_
     return bad;
 }
 
-static bool index_dtype(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8; }
+bool api_index_dtype(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64 || dt == KILN_U8; }
 
 /* A 1-d [C] tensor seen as [C, 1, ..., 1] with `trailing` ones, so that it
  * broadcasts along axis 1 of a tensor with trailing + 2 dimensions. */
@@ -495,7 +495,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
                         "kiln_cross_entropy: logits %s and targets %s must be [N, C] and [N] "
                         "with C >= 1",
                         api_shape_str(L), api_shape_str(T));
-    if ((e = check_index_data(ctx, op, T, L->shape[1], "targets", L)))
+    if ((e = api_check_indices(ctx, op, T, L->shape[1], "targets", L)))
         return e;
     kiln_scope_begin(ctx);
     /* -log_softmax at the target is logsumexp(row) - row[target]: both are
@@ -598,7 +598,7 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
     if (e || !ctx)
         return e;
     graph_node *I = indices->node, *W = weight->node;
-    if (!index_dtype(I->dtype))
+    if (!api_index_dtype(I->dtype))
         return api_fail(ctx, KILN_ERR_DTYPE,
                         "kiln_embedding: indices %s are %s; they must be i32, i64 or u8",
                         api_shape_str(I), kiln_dtype_name(I->dtype));
@@ -607,7 +607,7 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
                         "kiln_embedding: indices %s and weight %s: the weight must be [V, D] "
                         "and the indices have at most %d dimensions",
                         api_shape_str(I), api_shape_str(W), KILN_MAX_DIMS - 1);
-    if ((e = check_index_data(ctx, op, I, W->shape[0], "indices", W)))
+    if ((e = api_check_indices(ctx, op, I, W->shape[0], "indices", W)))
         return e;
     kiln_scope_begin(ctx);
     kiln_tensor *hot = kiln_cast(one_hot(indices, W->shape[0]), W->dtype);

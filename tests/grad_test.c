@@ -352,6 +352,21 @@ static kiln_tensor *f_cumsum(kiln_tensor **x) { return kiln_cumsum(x[0], 1); }
 static kiln_tensor *f_cumprod(kiln_tensor **x) { return kiln_cumprod(x[0], 0); }
 static kiln_tensor *f_cummax(kiln_tensor **x) { return kiln_cummax(x[0], -1); }
 static kiln_tensor *f_logcumsumexp(kiln_tensor **x) { return kiln_logcumsumexp(x[0], 1); }
+static kiln_tensor *f_gather(kiln_tensor **x) {
+    kiln_ctx *ctx = kiln_ctx_of(x[0]);
+    kiln_tensor *i = kiln_from_data(ctx, KILN_I64, 2, TU_DIMS(2, 3), (const int64_t[]){3, 0, 3, 1, 1, 2});
+    return kiln_gather(kiln_exp(x[0]), 1, i);
+}
+static kiln_tensor *f_scatter_add(kiln_tensor **x) {
+    kiln_ctx *ctx = kiln_ctx_of(x[0]);
+    kiln_tensor *i = kiln_from_data(ctx, KILN_I64, 2, TU_DIMS(2, 3), (const int64_t[]){3, 0, 3, 1, 1, 2});
+    return kiln_scatter_add(x[0], 1, i, kiln_sin(x[1]));
+}
+static kiln_tensor *f_pad_modes(kiln_tensor **x) {
+    const int64_t p[] = {1, 1, 2, 1};
+    return kiln_add(kiln_pad_mode(x[0], p, KILN_PAD_REFLECT),
+                    kiln_mul(kiln_pad_mode(x[0], p, KILN_PAD_REPLICATE), kiln_pad_mode(x[0], p, KILN_PAD_CIRCULAR)));
+}
 static kiln_tensor *f_prod(kiln_tensor **x) { return kiln_prod(x[0], TU_AXES(0, 2), false); }
 static kiln_tensor *f_var(kiln_tensor **x) { return kiln_var(x[0], TU_AXES(1), 1, false); }
 static kiln_tensor *f_std(kiln_tensor **x) { return kiln_std(x[0], 0, NULL, 0, true); }
@@ -372,6 +387,9 @@ static const fd_case view_cases[] = {
     {"cumprod", 1, {2}, {{6, 2}}, GEN_SIGNED, 0.5, 1.5, f_cumprod, 0, 0},
     {"cummax", 1, {2}, {{2, 7}}, GEN_UNIFORM, -2, 2, f_cummax, 0, 0},
     {"logcumsumexp", 1, {2}, {{2, 5}}, GEN_UNIFORM, -3, 3, f_logcumsumexp, 0, 0},
+    {"gather", 1, {2}, {{2, 4}}, GEN_UNIFORM, -2, 2, f_gather, 0, 0},
+    {"scatter_add", 2, {2, 2}, {{2, 4}, {2, 3}}, GEN_UNIFORM, -2, 2, f_scatter_add, 0, 0},
+    {"pad modes", 1, {2}, {{3, 3}}, GEN_UNIFORM, -2, 2, f_pad_modes, 0, 0},
     {"prod axes 0,2", 1, {3}, {{3, 2, 3}}, GEN_SIGNED, 0.5, 1.5, f_prod, 0, 0},
     {"var axis 1", 1, {2}, {{3, 5}}, GEN_UNIFORM, -2, 2, f_var, 0, 0},
     {"std all, keepdim", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_std, 0, 0},

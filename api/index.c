@@ -1,0 +1,162 @@
+/* index.c — indexing by an index tensor: kiln_gather, kiln_index_select and
+ * kiln_scatter_add, composed from comparisons with a range, where and sums.
+ * Along the indexed axis of size K, each of the J results picks its element
+ * by comparing its index with 0..K-1, so the work is J x K per row (one fused
+ * reduction kernel, no J x K tensor in memory): right for picking a few
+ * elements of long rows (the log-probabilities of a batch's labels) or many
+ * of short ones, quadratic for a permutation of a long axis, where a gather
+ * kernel kind would be linear (for later). Gradients come from where and sum.
+ * Indices already computed are checked (an index outside [0, K) is
+ * KILN_ERR_ARG naming it); lazily computed ones cannot be checked without a
+ * sync, and one outside the range selects nothing (0; scatter_add: adds
+ * nothing). */
+#include <stdlib.h>
+#include <string.h>
+
+#include "api/api.h"
+
+/* Checks an index for axis ax of t, shaped like t except that on ax its size
+ * is free and elsewhere at most t's (PyTorch's gather and scatter rule). */
+static kiln_tensor *check_index(const char *op, kiln_ctx *ctx, const graph_node *t,
+                                const graph_node *idx, int axis, int *ax) {
+    if (!api_index_dtype(idx->dtype))
+        return api_fail(ctx, KILN_ERR_DTYPE, "%s: index %s is %s; it must be i32, i64 or u8", op,
+                        api_shape_str(idx), kiln_dtype_name(idx->dtype));
+    if (t->ndim == 0 || !api_axis(axis, t->ndim, ax))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
+                        api_shape_str(t));
+    bool fits = idx->ndim == t->ndim && t->ndim + 1 <= KILN_MAX_DIMS;
+    for (int d = 0; fits && d < t->ndim; d++)
+        fits = d == *ax || idx->shape[d] <= t->shape[d];
+    if (!fits)
+        return api_fail(ctx, KILN_ERR_SHAPE,
+                        "%s: index %s does not fit input %s along axis %d: it needs the input's "
+                        "dimensions, each at most the input's size except on the axis",
+                        op, api_shape_str(idx), api_shape_str(t), axis);
+    return api_check_indices(ctx, op, idx, t->shape[*ax], "index", t);
+}
+
+/* t with its axis ax moved last, cut to sizes[d] on the other axes. */
+static kiln_tensor *axis_last(kiln_tensor *t, int ax, const int64_t *sizes) {
+    int nd = kiln_ndim(t), perm[KILN_MAX_DIMS], k = 0;
+    for (int d = 0; d < nd; d++)
+        if (d != ax) {
+            if (sizes && sizes[d] != kiln_shape(t)[d])
+                t = kiln_slice(t, d, 0, sizes[d], 1);
+            perm[k++] = d;
+        }
+    perm[nd - 1] = ax;
+    return kiln_permute(t, perm);
+}
+
+static kiln_tensor *axis_back(kiln_tensor *t, int ax) {
+    int nd = kiln_ndim(t), perm[KILN_MAX_DIMS];
+    for (int d = 0, k = 0; d < nd; d++)
+        perm[d] = d == ax ? nd - 1 : k++;
+    return kiln_permute(t, perm);
+}
+
+/* [..., J] indices against 0..K-1: a [..., J, K] bool of where each points. */
+static kiln_tensor *points(kiln_tensor *idx, int64_t K) {
+    kiln_tensor *cols = kiln_arange(kiln_ctx_of(idx), KILN_I64, 0, (double)K, 1);
+    return kiln_eq(kiln_unsqueeze(kiln_cast(idx, KILN_I64), -1), cols);
+}
+
+/* The sum over axis of vals where hot holds, else 0: with one hit per row
+ * exact in any dtype (integer sums run in i64), so cast back to vals'. */
+static kiln_tensor *pick_sum(kiln_tensor *hot, kiln_tensor *vals, int axis) {
+    kiln_ctx *ctx = kiln_ctx_of(vals);
+    kiln_dtype dt = kiln_dtype_of(vals);
+    kiln_tensor *z = kiln_where(hot, vals, kiln_scalar(ctx, dt, 0));
+    return kiln_cast(kiln_sum(z, 1, &axis, false), dt);
+}
+
+kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index) {
+    const char *op = "kiln_gather";
+    kiln_tensor *args[2] = {t, index};
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 2, args, &ctx);
+    if (e || !t || !index)
+        return e;
+    int ax;
+    if ((e = check_index(op, ctx, t->node, index->node, axis, &ax)))
+        return e;
+    int64_t K = t->node->shape[ax];
+    kiln_scope_begin(ctx);
+    /* [..., 1, K] values against [..., J, K] pointers, summed over K */
+    kiln_tensor *x = kiln_unsqueeze(axis_last(t, ax, index->node->shape), -2);
+    kiln_tensor *r = pick_sum(points(axis_last(index, ax, NULL), K), x, -1);
+    return api_finish(ctx, axis_back(r, ax));
+}
+
+kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index) {
+    const char *op = "kiln_index_select";
+    kiln_tensor *args[2] = {t, index};
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 2, args, &ctx);
+    if (e || !t || !index)
+        return e;
+    int ax;
+    if (index->node->ndim != 1)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: index %s is not a vector", op,
+                        api_shape_str(index->node));
+    if (t->node->ndim == 0 || !api_axis(axis, t->node->ndim, &ax))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
+                        api_shape_str(t->node));
+    /* the vector along the axis, broadcast over the other dimensions */
+    int nd = t->node->ndim;
+    int64_t line[KILN_MAX_DIMS], full[KILN_MAX_DIMS];
+    for (int d = 0; d < nd; d++) {
+        line[d] = d == ax ? index->node->shape[0] : 1;
+        full[d] = d == ax ? index->node->shape[0] : t->node->shape[d];
+    }
+    kiln_scope_begin(ctx);
+    kiln_tensor *wide = kiln_expand(kiln_reshape(index, nd, line), nd, full);
+    kiln_tensor *r = kiln_gather(t, ax, wide);
+    if (kiln_error(r) != KILN_OK) {
+        kiln_keep(r);
+        kiln_scope_end(ctx);
+        return api_fail(ctx, kiln_error(r), "%s: %s", op, kiln_error_message(r));
+    }
+    return api_finish(ctx, r);
+}
+
+kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln_tensor *src) {
+    const char *op = "kiln_scatter_add";
+    kiln_tensor *args[3] = {t, index, src};
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 3, args, &ctx);
+    if (e || !t || !index || !src)
+        return e;
+    int ax;
+    if ((e = check_index(op, ctx, t->node, index->node, axis, &ax)))
+        return e;
+    const graph_node *I = index->node, *S = src->node;
+    bool fits = S->ndim == I->ndim;
+    for (int d = 0; fits && d < I->ndim; d++)
+        fits = S->shape[d] >= I->shape[d];
+    if (!fits)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: source %s is smaller than index %s", op,
+                        api_shape_str(S), api_shape_str(I));
+    int64_t K = t->node->shape[ax];
+    kiln_scope_begin(ctx);
+    /* the source cut to the index's shape, [..., J] -> [..., J, 1], against
+     * [..., J, K] pointers, summed over J: [..., K], added where it belongs */
+    kiln_tensor *s = src;
+    for (int d = 0; d < I->ndim; d++)
+        if (S->shape[d] != I->shape[d])
+            s = kiln_slice(s, d, 0, I->shape[d], 1);
+    kiln_tensor *sl = kiln_unsqueeze(kiln_cast(axis_last(s, ax, NULL), kiln_dtype_of(t)), -1);
+    kiln_tensor *add = axis_back(pick_sum(points(axis_last(index, ax, NULL), K), sl, -2), ax);
+    /* the index covers at most t's sizes off the axis: zeros past them */
+    int64_t pads[2 * KILN_MAX_DIMS] = {0};
+    bool pad = false;
+    for (int d = 0; d < t->node->ndim; d++)
+        if (d != ax && I->shape[d] < t->node->shape[d]) {
+            pads[2 * d + 1] = t->node->shape[d] - I->shape[d];
+            pad = true;
+        }
+    if (pad)
+        add = kiln_pad(add, pads, 0);
+    return api_finish(ctx, kiln_add(t, add));
+}
