@@ -6,10 +6,15 @@
 #                               a CNN trained on Fashion-MNIST to their test
 #                               accuracy targets (ARGS go to both trainings)
 #   ./kiln.sh test              the whole check: the test suite in the normal
-#                               build and under ASan+UBSan, the demo, and an
-#                               install smoke test; the last line is
+#                               build and under ASan+UBSan, the demo, an
+#                               install smoke test, and 20 s of each fuzz
+#                               target; the last line is
 #                               "N passed, N failed" over every test case and check
 #   ./kiln.sh asan              the test suite under ASan+UBSan only
+#   ./kiln.sh fuzz [SECONDS]    the libFuzzer targets of tests/fuzz/ (clang,
+#                               ASan+UBSan), each SECONDS (default 60) on its
+#                               seeds after its regression inputs; a crash or
+#                               leak is written to tests/fuzz/crashers/NAME/
 #   ./kiln.sh install [PREFIX]  install kiln.h, libkiln.a, libkiln.so, kiln.pc,
 #                               the CMake package (lib/cmake/kiln) and
 #                               libkiln_mpi.so (what kiln_dist_init loads) under
@@ -42,7 +47,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 
 # Open MPI (libopenmpi-dev, openmpi-bin) builds dist/'s MPI shim and runs the
 # distributed tests; libkiln itself never links it (dist/load.c).
-PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake)
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake clang)
 
 usage() {
     echo "usage:" >&2
@@ -146,6 +151,23 @@ run_suite() {
 }
 
 bazel_bin() { bazel info "$@" bazel-bin 2>/dev/null; }
+
+# tests/fuzz/run.sh, counted from its Criterion-style last line (one check
+# per target); no such line counts as one failure.
+run_fuzz() { # run_fuzz SECONDS
+    local output synth rc=0
+    output=$(mktemp)
+    tests/fuzz/run.sh "$1" 2>&1 | tee "$output" || rc=$?
+    synth=$(grep -a 'Synthesis: Tested:' "$output" | tail -n 1 || true)
+    rm -f "$output"
+    if [[ $synth =~ Tested:\ *([0-9]+)\ *\|\ *Passing:\ *([0-9]+)\ *\|\ *Failing:\ *([0-9]+) ]]; then
+        local failing=${BASH_REMATCH[3]}
+        ((rc != 0 && failing == 0)) && failing=1
+        count "${BASH_REMATCH[2]}" "$failing" "fuzzing (${1} s per target)"
+    else
+        count 0 1 "fuzzing (${1} s per target)"
+    fi
+}
 
 # Every step is checked by hand: the smoke test runs this where set -e is off.
 cmd_install() { # cmd_install [PREFIX [BAZEL FLAGS...]]
@@ -517,6 +539,12 @@ main() {
         run_suite "-O2 build"
         run_suite "ASan+UBSan" --config=asan
         smoke_test
+        run_fuzz 20
+        ;;
+    fuzz)
+        ensure_packages
+        (($# <= 1)) || usage
+        run_fuzz "${1:-60}"
         ;;
     asan)
         ensure_packages

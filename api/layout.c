@@ -70,8 +70,10 @@ static kiln_tensor *triangle(const char *op, kiln_tensor *t, int64_t k, bool low
     kiln_tensor *cols = kiln_unsqueeze(kiln_arange(ctx, KILN_I64, 0, (double)m, 1), 0);
     kiln_tensor *d = kiln_sub(cols, rows);
     kiln_tensor *keep = lower ? kiln_le_scalar(d, (double)k) : kiln_ge_scalar(d, (double)k);
+    /* An empty matrix is its own triangle, but in a handle of its own: the
+     * caller may release the result and keep t (found by tests/fuzz). */
     kiln_tensor *r = n == 0 || m == 0
-                         ? t
+                         ? api_wrap(ctx, graph_ref(t->node), op)
                          : kiln_where(keep, t, kiln_scalar(ctx, kiln_dtype_of(t), 0));
     return api_finish(ctx, r);
 }
@@ -87,7 +89,9 @@ kiln_tensor *kiln_stack(int n, kiln_tensor *const *ts, int axis) {
         return NULL;
     kiln_ctx *ctx;
     kiln_tensor *e = api_check(op, n, ts, &ctx);
-    if (e)
+    /* api_check passes every-NULL arguments as usable (there is no context to
+     * hold an error), and ts[0] is then NULL: found by tests/fuzz. */
+    if (e || !ts[0])
         return e;
     int nd = ts[0]->node->ndim, ax;
     if (!api_axis(axis, nd + 1, &ax))

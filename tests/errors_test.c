@@ -86,6 +86,20 @@ TU_TEST(errors, null_pointers_are_arg_errors) {
     TU_ASSERT_ERROR(kiln_pad(x, NULL, 0), KILN_ERR_ARG, "kiln_pad");
 }
 
+/* Ops on tensors that are all NULL have no context for an error and return
+ * NULL; kiln_stack dereferenced the first (tests/fuzz/crashers/api_sequence/
+ * stack_of_null_tensors). */
+TU_TEST(errors, all_null_tensors_give_null) {
+    kiln_tensor *none[3] = {NULL, NULL, NULL};
+    cr_assert_null(kiln_stack(3, none, 0));
+    cr_assert_null(kiln_cat(3, none, 0));
+    cr_assert_null(kiln_add(NULL, NULL));
+    cr_assert_null(kiln_where(NULL, NULL, NULL));
+    kiln_tensor *x = kiln_ones(ctx, KILN_F32, TU_S(2));
+    kiln_tensor *first_null[2] = {NULL, x};
+    TU_ASSERT_ERROR(kiln_stack(2, first_null, 0), KILN_ERR_ARG, "kiln_stack");
+}
+
 /* ---- each op's errors name the op and its shapes ---- */
 
 TU_TEST(errors, unary_dtype) {

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# build.sh — builds the fuzz targets of tests/fuzz/ (one <name>.c each, with
+# LLVMFuzzerTestOneInput) with clang's libFuzzer under AddressSanitizer and
+# UndefinedBehaviorSanitizer. Bazel's toolchain is gcc, which has no
+# libFuzzer, so kiln's sources are compiled here, once, into objects under
+# the build directory, and only what changed is compiled again.
+#
+#   tests/fuzz/build.sh [BUILD_DIR]     default: $TMPDIR/kiln-fuzz (or /tmp)
+#
+# The targets land in BUILD_DIR/bin/<name>.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+readonly OUT=${1:-${TMPDIR:-/tmp}/kiln-fuzz}
+readonly CC=${FUZZ_CC:-clang}
+command -v "$CC" >/dev/null 2>&1 || { echo "build.sh: $CC not found" >&2; exit 1; }
+
+# The folders behind //api (bazel query 'kind("source file", deps(//api))'),
+# less what only other targets use: the MPI shim (its own shared library) and
+# the CUDA self-test program.
+readonly FOLDERS=(api graph autograd lower jit jit/cpu jit/ref jit/cuda jit/cstyle cache dist)
+readonly EXCLUDE=(dist/mpi_shim.c jit/cuda/selftest.c)
+# Everything links kiln's objects statically, so visibility is moot here.
+# Signed overflow is recoverable only so that tests/fuzz/ubsan.supp can name
+# an open bug's sites; run.sh still halts on any other report.
+readonly CFLAGS=(-std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror
+    -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
+    -fsanitize-recover=signed-integer-overflow
+    -I. -Iapi -isystem /usr/include/llvm-c-14 -isystem /usr/include/llvm-14)
+# kiln.pc's Libs.private, with clang's OpenMP runtime.
+readonly LIBS=(-lxxhash -ljson-c -lm -ldl -lpthread -fopenmp)
+
+mkdir -p "$OUT/obj" "$OUT/bin"
+
+sources=()
+for dir in "${FOLDERS[@]}"; do
+    for src in "$dir"/*.c; do
+        for ex in "${EXCLUDE[@]}"; do [[ $src == "$ex" ]] && continue 2; done
+        sources+=("$src")
+    done
+done
+
+# An object is rebuilt when its source or any header of the tree is newer:
+# coarse, but the headers are few and a full build takes a minute or two.
+newest_header=$(find api graph autograd lower jit cache dist -name '*.h' -printf '%T@\n' |
+    sort -n | tail -n 1)
+objects=() pids=() failed=0
+jobs=$(nproc 2>/dev/null || echo 2)
+for src in "${sources[@]}"; do
+    obj="$OUT/obj/${src//\//_}.o"
+    objects+=("$obj")
+    if [[ -f $obj && $obj -nt $src ]] &&
+        awk -v o="$(stat -c %Y "$obj")" -v h="$newest_header" 'BEGIN { exit !(o >= h) }'; then
+        continue
+    fi
+    extra=()
+    # What generated kernels call at run time is built with OpenMP, as in
+    # jit/cpu/BUILD.
+    [[ $src == jit/cpu/llvm_runtime.c ]] && extra=(-fopenmp)
+    "$CC" "${CFLAGS[@]}" "${extra[@]}" -c "$src" -o "$obj" &
+    pids+=($!)
+    if ((${#pids[@]} >= jobs)); then
+        wait "${pids[0]}" || failed=1
+        pids=("${pids[@]:1}")
+    fi
+done
+for pid in "${pids[@]}"; do wait "$pid" || failed=1; done
+((failed == 0)) || { echo "build.sh: kiln's sources did not compile" >&2; exit 1; }
+
+for target in tests/fuzz/*.c; do
+    name=$(basename "$target" .c)
+    "$CC" "${CFLAGS[@]}" -fsanitize=fuzzer "$target" "${objects[@]}" "${LIBS[@]}" \
+        -o "$OUT/bin/$name"
+done
+# The seed maker is an ordinary program over the same objects.
+"$CC" "${CFLAGS[@]}" tests/fuzz/seeds/make_seeds.c "${objects[@]}" "${LIBS[@]}" \
+    -o "$OUT/bin/make_seeds"
+echo "build.sh: built $(ls tests/fuzz/*.c | wc -l) fuzz targets in $OUT/bin" >&2
