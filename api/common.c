@@ -84,24 +84,30 @@ kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int6
                         KILN_MAX_DIMS);
     if (ndim > 0 && !dims)
         return api_fail(ctx, KILN_ERR_ARG, "%s: dims is NULL for %d dimensions", op, ndim);
+    /* The sizes other than 0 must multiply within bounds too: an empty
+     * [0, 2^60, 2^60] has no elements, but its row-major strides overflow
+     * wherever they are computed (found by the api_sequence fuzzer). */
     int64_t n = 1;
-    bool overflow = false;
+    bool overflow = false, empty = false;
     for (int d = 0; d < ndim; d++) {
         if (dims[d] < 0)
             return api_fail(ctx, KILN_ERR_SHAPE, "%s: dimension %d has negative size %lld", op,
                             d, (long long)dims[d]);
-        if (dims[d] && n > INT64_MAX / 16 / dims[d])
+        if (dims[d] == 0)
+            empty = true;
+        else if (n > INT64_MAX / 16 / dims[d])
             overflow = true;
         else
             n *= dims[d];
     }
-    for (int d = 0; d < ndim; d++)
-        if (dims[d] == 0)
-            overflow = false;
     if (overflow) {
         char shape[KILN_MAX_DIMS * 21 + 3];
         graph_format_shape(shape, sizeof shape, ndim, dims);
-        return api_fail(ctx, KILN_ERR_SHAPE, "%s: shape %s has too many elements", op, shape);
+        return api_fail(ctx, KILN_ERR_SHAPE,
+                        empty ? "%s: shape %s has too many elements along its non-empty axes "
+                                "to be indexed"
+                              : "%s: shape %s has too many elements",
+                        op, shape);
     }
     return NULL;
 }

@@ -194,6 +194,14 @@ TU_TEST(errors, element_count_overflow) {
     TU_ASSERT_ERROR(kiln_matmul(tall, wide), KILN_ERR_SHAPE, "kiln_matmul", "too many elements");
     kiln_tensor *batch = kiln_expand(kiln_ones(ctx, KILN_F32, TU_S(1, 1, 1)), TU_S(big, big, 1));
     TU_ASSERT_ERROR2(kiln_matmul(batch, one), KILN_ERR_SHAPE, KILN_ERR_SHAPE);
+    /* an empty shape whose other sizes overflow cannot be indexed either: its
+     * strides overflowed in graph/ (found by the api_sequence fuzzer) */
+    TU_ASSERT_ERROR(kiln_zeros(ctx, KILN_F32, TU_S(0, INT64_C(1) << 60, INT64_C(1) << 60)),
+                    KILN_ERR_SHAPE, "kiln_zeros", "non-empty axes");
+    kiln_tensor *none = kiln_zeros(ctx, KILN_F32, TU_S(0, 1, 1));
+    TU_ASSERT_ERROR(kiln_expand(none, TU_S(0, INT64_C(1) << 60, INT64_C(1) << 60)), KILN_ERR_SHAPE,
+                    "kiln_expand");
+    TU_ASSERT_SHAPE(kiln_expand(none, TU_S(0, big, 16)), 0, big, 16);
     /* nothing computed before is lost */
     float v[6];
     cr_assert_eq(kiln_to_host(x, v, sizeof v), KILN_OK, "[%s] %s", tu_exec_name(), kiln_error_message(x));

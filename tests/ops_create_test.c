@@ -369,6 +369,13 @@ TU_TEST(create, tril_triu) {
     kiln_tensor *i = tu_tensor(ctx, KILN_I32, TU_S(2, 2), (double[]){1, 2, 3, 4});
     TU_EXPECT_VALS(kiln_triu(i, 0), KILN_I32, 1, 2, 0, 4);
     TU_ASSERT_SHAPE(kiln_tril(kiln_zeros(ctx, KILN_F32, TU_S(0, 3)), 0), 0, 3);
+    /* of an empty matrix, a handle of its own: releasing it leaves the input
+     * (it was the input itself, freed with it: ASan saw the use after free) */
+    kiln_tensor *empty = kiln_zeros(ctx, KILN_F32, TU_S(3, 0));
+    kiln_tensor *te = kiln_triu(empty, 1);
+    cr_assert_neq(te, empty, "[%s] kiln_triu of an empty matrix returned its input", tu_exec_name());
+    kiln_release(te);
+    TU_ASSERT_SHAPE(kiln_tril(empty, 0), 3, 0);
     TU_ASSERT_ERROR(kiln_tril(kiln_zeros(ctx, KILN_F32, TU_S(3)), 0), KILN_ERR_SHAPE, "kiln_tril");
     /* the gradient is masked the same way */
     if (tu_cur_exec()->mode == KILN_LAZY) {

@@ -126,26 +126,11 @@ static void check(const kiln_tensor *r, bool none) {
         fail("an unknown dtype", r);
 }
 
-/* Whether the sizes other than 0 multiply past INT64_MAX: an empty tensor
- * such as [0, 2^60, 2^60], which kiln accepts but whose contiguous strides
- * overflow in graph/view.c (an open bug: tests/fuzz/open/api_sequence/). */
-static bool empty_but_huge(const kiln_tensor *t) {
-    uint64_t n = 1;
-    for (int d = 0; d < kiln_ndim(t); d++) {
-        uint64_t x = (uint64_t)kiln_shape(t)[d];
-        if (x && n > (uint64_t)INT64_MAX / x)
-            return true;
-        n *= x ? x : 1;
-    }
-    return false;
-}
-
-/* Keeps r in a slot if it is small enough to compute (and not an empty but
- * huge tensor, until that bug is fixed); otherwise releases it. */
+/* Keeps r in a slot if it is small enough to compute; otherwise releases it. */
 static void store(state *s, input *in, kiln_tensor *r, bool none) {
     check(r, none);
     int k = byte(in) % SLOTS;
-    if (r && kiln_error(r) == KILN_OK && (kiln_numel(r) > MAX_ELEMS || empty_but_huge(r))) {
+    if (r && kiln_error(r) == KILN_OK && kiln_numel(r) > MAX_ELEMS) {
         kiln_release(r);
         return;
     }

@@ -5,13 +5,14 @@
 # libFuzzer, so kiln's sources are compiled here, once, into objects under
 # the build directory, and only what changed is compiled again.
 #
-#   tests/fuzz/build.sh [BUILD_DIR]     default: $TMPDIR/kiln-fuzz (or /tmp)
+#   tests/fuzz/build.sh [BUILD_DIR]     default: $TMPDIR/kiln-fuzz-<checkout> (or /tmp)
 #
 # The targets land in BUILD_DIR/bin/<name>.
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-readonly OUT=${1:-${TMPDIR:-/tmp}/kiln-fuzz}
+# One build directory per checkout: two trees never share objects.
+readonly OUT=${1:-${TMPDIR:-/tmp}/kiln-fuzz-$(pwd | md5sum | cut -c1-12)}
 readonly CC=${FUZZ_CC:-clang}
 command -v "$CC" >/dev/null 2>&1 || { echo "build.sh: $CC not found" >&2; exit 1; }
 
@@ -21,11 +22,8 @@ command -v "$CC" >/dev/null 2>&1 || { echo "build.sh: $CC not found" >&2; exit 1
 readonly FOLDERS=(api graph autograd lower jit jit/cpu jit/ref jit/cuda jit/cstyle cache dist)
 readonly EXCLUDE=(dist/mpi_shim.c jit/cuda/selftest.c)
 # Everything links kiln's objects statically, so visibility is moot here.
-# Signed overflow is recoverable only so that tests/fuzz/ubsan.supp can name
-# an open bug's sites; run.sh still halts on any other report.
 readonly CFLAGS=(-std=c11 -O1 -g -fno-omit-frame-pointer -Wall -Wextra -Werror
     -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all
-    -fsanitize-recover=signed-integer-overflow
     -I. -Iapi -isystem /usr/include/llvm-c-14 -isystem /usr/include/llvm-14)
 # kiln.pc's Libs.private, with clang's OpenMP runtime.
 readonly LIBS=(-lxxhash -ljson-c -lm -ldl -lpthread -fopenmp)
@@ -40,24 +38,26 @@ for dir in "${FOLDERS[@]}"; do
     done
 done
 
-# An object is rebuilt when its source or any header of the tree is newer:
-# coarse, but the headers are few and a full build takes a minute or two.
-newest_header=$(find api graph autograd lower jit cache dist -name '*.h' -printf '%T@\n' |
-    sort -n | tail -n 1)
+# An object is rebuilt when the digest of its source, every header of the
+# tree and the flags differs from the one it was built with (contents, not
+# times: a checkout of older files, or another tree, never passes for new).
+headers=$(find api graph autograd lower jit cache dist -name '*.h' -print0 | sort -z |
+    xargs -0 cat | md5sum | cut -c1-32)
 objects=() pids=() failed=0
 jobs=$(nproc 2>/dev/null || echo 2)
 for src in "${sources[@]}"; do
     obj="$OUT/obj/${src//\//_}.o"
     objects+=("$obj")
-    if [[ -f $obj && $obj -nt $src ]] &&
-        awk -v o="$(stat -c %Y "$obj")" -v h="$newest_header" 'BEGIN { exit !(o >= h) }'; then
+    key=$( (cat "$src"; echo "$headers ${CFLAGS[*]}") | md5sum | cut -c1-32)
+    if [[ -f $obj && -f $obj.key && $(<"$obj.key") == "$key" ]]; then
         continue
     fi
+    rm -f "$obj.key"
     extra=()
     # What generated kernels call at run time is built with OpenMP, as in
     # jit/cpu/BUILD.
     [[ $src == jit/cpu/llvm_runtime.c ]] && extra=(-fopenmp)
-    "$CC" "${CFLAGS[@]}" "${extra[@]}" -c "$src" -o "$obj" &
+    { "$CC" "${CFLAGS[@]}" "${extra[@]}" -c "$src" -o "$obj" && echo "$key" >"$obj.key"; } &
     pids+=($!)
     if ((${#pids[@]} >= jobs)); then
         wait "${pids[0]}" || failed=1

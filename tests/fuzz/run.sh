@@ -15,7 +15,7 @@ set -uo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 readonly SECONDS_EACH=${1:-60}
-readonly OUT=${2:-${TMPDIR:-/tmp}/kiln-fuzz}
+readonly OUT=${2:-${TMPDIR:-/tmp}/kiln-fuzz-$(pwd | md5sum | cut -c1-12)}
 [[ $SECONDS_EACH =~ ^[1-9][0-9]*$ ]] || { echo "run.sh: SECONDS must be a positive integer" >&2; exit 2; }
 
 targets=()
@@ -29,7 +29,7 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/kiln-fuzz-corpus.XXXXXX")
 trap 'rm -rf "$scratch"' EXIT
 # Leaks fail an input as crashes do; a report names the whole stack.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
-export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1:suppressions=$PWD/tests/fuzz/ubsan.supp}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 passed=0 failed=0
 for t in "${targets[@]}"; do
