@@ -46,8 +46,10 @@ readonly CALLER_DIR=$PWD
 cd "$(dirname "${BASH_SOURCE[0]}")"
 
 # Open MPI (libopenmpi-dev, openmpi-bin) builds dist/'s MPI shim and runs the
-# distributed tests; libkiln itself never links it (dist/load.c).
-PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake clang)
+# distributed tests; libkiln itself never links it (dist/load.c). The fuzzers
+# need clang with its sanitizer and libFuzzer runtimes (libclang-rt-dev, only
+# recommended by clang, and --no-install-recommends skips it) and its OpenMP.
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake clang libclang-rt-dev libomp-dev)
 
 usage() {
     echo "usage:" >&2
