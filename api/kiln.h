@@ -660,6 +660,15 @@ KILN_API kiln_tensor *kiln_max_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t 
 KILN_API kiln_tensor *kiln_avg_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w,
                                       int64_t stride_h, int64_t stride_w, int64_t pad_h,
                                       int64_t pad_w);
+/* The 1-d versions over x [N, C, L] (weight [OC, C/groups, K]): the 2-d ops
+ * over a height of 1, with the same rules and padding on both ends; the
+ * result is [N, OC or C, OL]. */
+KILN_API kiln_tensor *kiln_conv1d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t stride,
+                                  int64_t pad, int64_t dilation, int64_t groups);
+KILN_API kiln_tensor *kiln_max_pool1d(kiln_tensor *x, int64_t kernel, int64_t stride,
+                                      int64_t pad);
+KILN_API kiln_tensor *kiln_avg_pool1d(kiln_tensor *x, int64_t kernel, int64_t stride,
+                                      int64_t pad);
 
 /* Normalises x over its last n axes (1 <= n <= ndim(x), KILN_ERR_ARG
  * otherwise): (x - mean) / sqrt(var + eps) with the biased variance, then

@@ -367,6 +367,10 @@ static kiln_tensor *f_pad_modes(kiln_tensor **x) {
     return kiln_add(kiln_pad_mode(x[0], p, KILN_PAD_REFLECT),
                     kiln_mul(kiln_pad_mode(x[0], p, KILN_PAD_REPLICATE), kiln_pad_mode(x[0], p, KILN_PAD_CIRCULAR)));
 }
+static kiln_tensor *f_conv1d(kiln_tensor **x) {
+    kiln_tensor *c = kiln_conv1d(x[0], x[1], NULL, 1, 1, 1, 1); /* [1, 3, 6] */
+    return kiln_add(kiln_max_pool1d(c, 3, 2, 1), kiln_avg_pool1d(c, 2, 2, 0));
+}
 static kiln_tensor *f_prod(kiln_tensor **x) { return kiln_prod(x[0], TU_AXES(0, 2), false); }
 static kiln_tensor *f_var(kiln_tensor **x) { return kiln_var(x[0], TU_AXES(1), 1, false); }
 static kiln_tensor *f_std(kiln_tensor **x) { return kiln_std(x[0], 0, NULL, 0, true); }
@@ -390,6 +394,7 @@ static const fd_case view_cases[] = {
     {"gather", 1, {2}, {{2, 4}}, GEN_UNIFORM, -2, 2, f_gather, 0, 0},
     {"scatter_add", 2, {2, 2}, {{2, 4}, {2, 3}}, GEN_UNIFORM, -2, 2, f_scatter_add, 0, 0},
     {"pad modes", 1, {2}, {{3, 3}}, GEN_UNIFORM, -2, 2, f_pad_modes, 0, 0},
+    {"conv1d and 1-d pools", 2, {3, 3}, {{1, 2, 6}, {3, 2, 3}}, GEN_UNIFORM, -2, 2, f_conv1d, 0, 0},
     {"prod axes 0,2", 1, {3}, {{3, 2, 3}}, GEN_SIGNED, 0.5, 1.5, f_prod, 0, 0},
     {"var axis 1", 1, {2}, {{3, 5}}, GEN_UNIFORM, -2, 2, f_var, 0, 0},
     {"std all, keepdim", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_std, 0, 0},

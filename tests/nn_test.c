@@ -932,3 +932,54 @@ TU_TEST(nn_grad, finite_differences) {
                    (gc_input[]){q, k, v}, gc_sdpa, &yes);
     }
 }
+
+/* conv1d, max_pool1d and avg_pool1d against direct loops. */
+TU_TEST(nn, conv1d_and_pool1d) {
+    TU_RNG(r);
+    enum { N = 2, C = 4, L = 9, OC = 6, K = 3, G = 2 };
+    double x[N * C * L], w[OC * (C / G) * K], b[OC];
+    kiln_tensor *xt = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(N, C, L), -2, 2, x);
+    kiln_tensor *wt = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(OC, C / G, K), -1, 1, w);
+    kiln_tensor *bt = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(OC), -1, 1, b);
+    /* stride 2, padding 2, dilation 2: OL = (9 + 4 - 5) / 2 + 1 = 5 */
+    const int stride = 2, pad = 2, dil = 2, OL = (L + 2 * pad - dil * (K - 1) - 1) / stride + 1;
+    double want[N * OC * 5];
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++)
+            for (int l = 0; l < OL; l++) {
+                double s = b[o];
+                int g = o / (OC / G);
+                for (int c = 0; c < C / G; c++)
+                    for (int k = 0; k < K; k++) {
+                        int at = l * stride - pad + k * dil;
+                        if (at >= 0 && at < L)
+                            s += w[(o * (C / G) + c) * K + k] * x[(n * C + g * (C / G) + c) * L + at];
+                    }
+                want[(n * OC + o) * OL + l] = s;
+            }
+    kiln_tensor *y = kiln_conv1d(xt, wt, bt, stride, pad, dil, G);
+    TU_ASSERT_SHAPE(y, N, OC, OL);
+    TU_EXPECT(y, KILN_F64, want, N * OC * OL);
+    /* pools: kernel 3, stride 2, padding 1: OL = (9 + 2 - 3) / 2 + 1 = 5 */
+    double mx[N * C * 5], av[N * C * 5];
+    for (int i = 0; i < N * C; i++)
+        for (int l = 0; l < 5; l++) {
+            double m = -INFINITY, s = 0;
+            for (int k = 0; k < 3; k++) {
+                int at = l * 2 - 1 + k;
+                if (at >= 0 && at < L) {
+                    m = fmax(m, x[i * L + at]);
+                    s += x[i * L + at];
+                }
+            }
+            mx[i * 5 + l] = m;
+            av[i * 5 + l] = s / 3;
+        }
+    TU_EXPECT(kiln_max_pool1d(xt, 3, 2, 1), KILN_F64, mx, N * C * 5);
+    TU_EXPECT(kiln_avg_pool1d(xt, 3, 2, 1), KILN_F64, av, N * C * 5);
+    /* errors name the 1-d op */
+    TU_ASSERT_ERROR(kiln_conv1d(kiln_ones(ctx, KILN_F64, TU_S(2, 4)), wt, NULL, 1, 0, 1, 1),
+                    KILN_ERR_SHAPE, "kiln_conv1d");
+    TU_ASSERT_ERROR(kiln_conv1d(xt, wt, NULL, 0, 0, 1, G), KILN_ERR_ARG, "kiln_conv1d");
+    TU_ASSERT_ERROR(kiln_max_pool1d(xt, 3, 2, 2), KILN_ERR_ARG, "kiln_max_pool1d");
+}
