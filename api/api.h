@@ -59,6 +59,11 @@ kiln_tensor *api_check(const char *op, int n, kiln_tensor *const *ts, kiln_ctx *
 /* Normalises a possibly negative axis; false when out of [-ndim, ndim). */
 bool api_axis(int axis, int ndim, int *out);
 
+/* Normalises one axis argument of op over t's dims into *out; NULL when it
+ * is in range, else the KILN_ERR_ARG error handle naming it and the shape. */
+kiln_tensor *api_one_axis(const char *op, kiln_ctx *ctx, const graph_node *t, int axis,
+                          int *out);
+
 /* Turns (naxes, axes) into a bit mask over ndim axes; NULL or naxes 0 with
  * NULL means all. Returns NULL on success, else an error handle for op. */
 kiln_tensor *api_axes(const char *op, kiln_ctx *ctx, const graph_node *t, int naxes,

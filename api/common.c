@@ -52,6 +52,14 @@ bool api_axis(int axis, int ndim, int *out) {
     return true;
 }
 
+kiln_tensor *api_one_axis(const char *op, kiln_ctx *ctx, const graph_node *t, int axis,
+                          int *out) {
+    if (!api_axis(axis, t->ndim, out))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for shape %s", op, axis,
+                        api_shape_str(t));
+    return NULL;
+}
+
 kiln_tensor *api_axes(const char *op, kiln_ctx *ctx, const graph_node *t, int naxes,
                       const int *axes, uint32_t *mask) {
     if (!axes) {
@@ -66,10 +74,10 @@ kiln_tensor *api_axes(const char *op, kiln_ctx *ctx, const graph_node *t, int na
                         api_shape_str(t));
     *mask = 0;
     for (int i = 0; i < naxes; i++) {
-        int a;
-        if (!api_axis(axes[i], t->ndim, &a))
-            return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for shape %s", op,
-                            axes[i], api_shape_str(t));
+        int a = 0;
+        kiln_tensor *e = api_one_axis(op, ctx, t, axes[i], &a);
+        if (e)
+            return e;
         if (*mask & (1u << a))
             return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is repeated (shape %s)", op,
                             axes[i], api_shape_str(t));

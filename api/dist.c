@@ -95,10 +95,7 @@ static kiln_tensor *axis_of(const char *op, kiln_ctx *ctx, const graph_node *n, 
     if (n->ndim == 0)
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: a 0-d tensor has no axis %d to join along", op,
                         axis);
-    if (!api_axis(axis, n->ndim, out))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for shape %s", op, axis,
-                        api_shape_str(n));
-    return NULL;
+    return api_one_axis(op, ctx, n, axis, out);
 }
 
 static kiln_tensor *record(kiln_ctx *ctx, const char *op, graph_op gop, kiln_tensor *t,

@@ -22,9 +22,9 @@ static kiln_tensor *check_index(const char *op, kiln_ctx *ctx, const graph_node 
     if (!api_index_dtype(idx->dtype))
         return api_fail(ctx, KILN_ERR_DTYPE, "%s: index %s is %s; it must be i32, i64 or u8", op,
                         api_shape_str(idx), kiln_dtype_name(idx->dtype));
-    if (t->ndim == 0 || !api_axis(axis, t->ndim, ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(t));
+    kiln_tensor *e = api_one_axis(op, ctx, t, axis, ax);
+    if (e)
+        return e;
     bool fits = idx->ndim == t->ndim && t->ndim + 1 <= KILN_MAX_DIMS;
     for (int d = 0; fits && d < t->ndim; d++)
         fits = d == *ax || idx->shape[d] <= t->shape[d];
@@ -100,9 +100,8 @@ kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index) {
     if (index->node->ndim != 1)
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: index %s is not a vector", op,
                         api_shape_str(index->node));
-    if (t->node->ndim == 0 || !api_axis(axis, t->node->ndim, &ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(t->node));
+    if ((e = api_one_axis(op, ctx, t->node, axis, &ax)))
+        return e;
     /* the vector along the axis, broadcast over the other dimensions */
     int nd = t->node->ndim;
     int64_t line[KILN_MAX_DIMS], full[KILN_MAX_DIMS];

@@ -173,9 +173,8 @@ kiln_tensor *kiln_repeat_interleave(kiln_tensor *t, int64_t repeats, int axis) {
     if (e || !t)
         return e;
     int nd = t->node->ndim, ax;
-    if (nd == 0 || !api_axis(axis, nd, &ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(t->node));
+    if ((e = api_one_axis(op, ctx, t->node, axis, &ax)))
+        return e;
     if (repeats < 0)
         return api_fail(ctx, KILN_ERR_ARG, "%s: repeats %lld is negative", op,
                         (long long)repeats);
@@ -203,10 +202,9 @@ kiln_tensor *kiln_roll(kiln_tensor *t, int64_t shift, int axis) {
     kiln_tensor *e = api_check(op, 1, &t, &ctx);
     if (e || !t)
         return e;
-    int nd = t->node->ndim, ax;
-    if (nd == 0 || !api_axis(axis, nd, &ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(t->node));
+    int ax;
+    if ((e = api_one_axis(op, ctx, t->node, axis, &ax)))
+        return e;
     int64_t n = t->node->shape[ax];
     int64_t s = n ? ((shift % n) + n) % n : 0;
     if (s == 0)

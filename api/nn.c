@@ -436,9 +436,8 @@ static kiln_tensor *softmax_op(const char *op, kiln_tensor *x, int axis, bool lo
     if (e || !ctx)
         return e;
     int ax;
-    if (!api_axis(axis, x->node->ndim, &ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(x->node));
+    if ((e = api_one_axis(op, ctx, x->node, axis, &ax)))
+        return e;
     /* An empty axis has no maximum to subtract, and nothing to normalise. */
     if (x->node->shape[ax] == 0)
         return api_wrap(ctx, graph_ref(x->node), op);

@@ -42,9 +42,8 @@ static kiln_tensor *scan(const char *op, scan_kind k, kiln_tensor *t, int axis) 
     int nd = t->node->ndim, ax;
     if (nd == 0)
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: a 0-d tensor has no axis %d", op, axis);
-    if (!api_axis(axis, nd, &ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(t->node));
+    if ((e = api_one_axis(op, ctx, t->node, axis, &ax)))
+        return e;
     kiln_dtype dt = t->node->dtype;
     /* as NumPy and PyTorch: integer sums and products in i64, log-sums in a float */
     if ((k == SCAN_SUM || k == SCAN_PROD) && !graph_dtype_is_float(dt))

@@ -45,9 +45,8 @@ static kiln_tensor *sort_network(const char *op, kiln_tensor *t, int axis, bool 
     int nd = t->node->ndim, ax;
     if (nd == 0)
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: a 0-d tensor has no axis %d to sort", op, axis);
-    if (!api_axis(axis, nd, &ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(t->node));
+    if ((e = api_one_axis(op, ctx, t->node, axis, &ax)))
+        return e;
     if (nd + 2 > KILN_MAX_DIMS)
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s: sorting needs two spare dimensions",
                         op, api_shape_str(t->node));
@@ -155,10 +154,9 @@ kiln_tensor *kiln_topk(kiln_tensor *t, int64_t k, int axis, bool largest, kiln_t
     kiln_tensor *e = api_check(op, 1, &t, &ctx);
     if (e || !t)
         return e;
-    int nd = t->node->ndim, ax;
-    if (nd == 0 || !api_axis(axis, nd, &ax))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: axis %d is out of range for input %s", op, axis,
-                        api_shape_str(t->node));
+    int ax;
+    if ((e = api_one_axis(op, ctx, t->node, axis, &ax)))
+        return e;
     if (k < 0 || k > t->node->shape[ax])
         return api_fail(ctx, KILN_ERR_ARG, "%s: k = %lld of an axis of %lld (input %s)", op,
                         (long long)k, (long long)t->node->shape[ax], api_shape_str(t->node));

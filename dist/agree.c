@@ -201,22 +201,15 @@ static kiln_status explain(dist_world *w, int n, const dist_desc *d, const char 
     for (int i = 0; i < n && i < SLOTS; i++)
         encode(&d[i], mine + (size_t)i * ENC);
     kmpi_handle req;
-    kiln_status st = KILN_OK;
     dist_mpi_lock();
     int rc = w->mpi->iallgather(&w->comm, &w->agree_count, counts, 1, KMPI_I64, &req);
     dist_mpi_unlock();
-    if (rc != 0)
-        st = dist_fail_mpi(w, rc, what, "MPI_Iallgather", msg, cap);
-    if (st == KILN_OK)
-        st = dist_wait(w, &req, what, msg, cap);
+    kiln_status st = dist_finish(w, rc, "MPI_Iallgather", &req, what, msg, cap);
     if (st == KILN_OK) {
         dist_mpi_lock();
         rc = w->mpi->iallgather(&w->comm, mine, slots, (int64_t)SLOTS * ENC, KMPI_I64, &req);
         dist_mpi_unlock();
-        if (rc != 0)
-            st = dist_fail_mpi(w, rc, what, "MPI_Iallgather", msg, cap);
-        if (st == KILN_OK)
-            st = dist_wait(w, &req, what, msg, cap);
+        st = dist_finish(w, rc, "MPI_Iallgather", &req, what, msg, cap);
     }
     if (st == KILN_OK) {
         mismatch_message(w, counts, slots, what, msg, cap);
@@ -260,10 +253,7 @@ kiln_status dist_agree(dist_world *w, int n, const dist_desc *d, const char *wha
     dist_mpi_lock();
     int rc = w->mpi->iallreduce(&w->comm, NULL, both, 2, KMPI_U64, KMPI_MAX, &req);
     dist_mpi_unlock();
-    if (rc != 0)
-        st = dist_fail_mpi(w, rc, what, "MPI_Iallreduce", msg, cap);
-    else
-        st = dist_wait(w, &req, what, msg, cap);
+    st = dist_finish(w, rc, "MPI_Iallreduce", &req, what, msg, cap);
     if (st == KILN_OK) {
         if (both[0] != ~both[1])
             st = explain(w, n, d, what, msg, cap);

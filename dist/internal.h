@@ -45,6 +45,10 @@ void dist_mpi_unlock(void);
 /* Waits for req until the world's timeout, polling with backoff. On a
  * timeout or an MPI error the world is broken and the status KILN_ERR_DIST. */
 kiln_status dist_wait(dist_world *w, kmpi_handle *req, const char *what, char *msg, size_t cap);
+/* dist_wait for the request that `step` (an MPI call that returned rc)
+ * started, or its failure when rc is not 0. */
+kiln_status dist_finish(dist_world *w, int rc, const char *step, kmpi_handle *req,
+                        const char *what, char *msg, size_t cap);
 /* The world broke or failed from an MPI code rc (call with w->mu held). */
 kiln_status dist_fail_mpi(dist_world *w, int rc, const char *what, const char *step, char *msg,
                           size_t cap);

@@ -77,14 +77,6 @@ static void *scratch(size_t bytes, const char *what, char *msg, size_t cap, kiln
     return p;
 }
 
-/* Waits for a request that the call returning rc started. */
-static kiln_status finish(dist_world *w, int rc, const char *step, kmpi_handle *req,
-                          const char *what, char *msg, size_t cap) {
-    if (rc != 0)
-        return dist_fail_mpi(w, rc, what, step, msg, cap);
-    return dist_wait(w, req, what, msg, cap);
-}
-
 static kiln_status allreduce_in_place(dist_world *w, void *buf, int64_t count, kmpi_type type,
                                       size_t es, kmpi_op op, const char *what, char *msg,
                                       size_t cap) {
@@ -97,7 +89,7 @@ static kiln_status allreduce_in_place(dist_world *w, void *buf, int64_t count, k
         int rc = w->mpi->iallreduce(&w->comm, NULL, (char *)buf + (size_t)at * es, c, type, op,
                                     &req);
         dist_mpi_unlock();
-        st = finish(w, rc, "MPI_Iallreduce", &req, what, msg, cap);
+        st = dist_finish(w, rc, "MPI_Iallreduce", &req, what, msg, cap);
     }
     return st;
 }
@@ -244,7 +236,7 @@ static kiln_status all_gather(dist_world *w, const dist_desc *d, const void *src
     w->counts.messages++;
     int rc = w->mpi->iallgather(&w->comm, src, buf, bytes / unit, type, &req);
     dist_mpi_unlock();
-    st = finish(w, rc, "MPI_Iallgather", &req, what, msg, cap);
+    st = dist_finish(w, rc, "MPI_Iallgather", &req, what, msg, cap);
     if (outer != 1) {
         size_t inner = (size_t)(bytes / outer);
         for (int r = 0; r < w->size && st == KILN_OK; r++)
@@ -302,7 +294,7 @@ static kiln_status reduce_scatter(dist_world *w, const dist_desc *d, const void 
     int rc = w->mpi->ireduce_scatter_block(&w->comm, send, out ? out : dst, m,
                                            wire_type(t, d->reduce), wire_op(t, d->reduce), &req);
     dist_mpi_unlock();
-    st = finish(w, rc, "MPI_Ireduce_scatter_block", &req, what, msg, cap);
+    st = dist_finish(w, rc, "MPI_Ireduce_scatter_block", &req, what, msg, cap);
     if (st == KILN_OK) {
         if (out)
             narrow(t, out, m, d->reduce == KILN_REDUCE_MEAN ? (float)w->size : 1.0f, dst);
@@ -333,7 +325,7 @@ static kiln_status broadcast(dist_world *w, const dist_desc *d, const void *src,
         w->counts.messages++;
         int rc = w->mpi->ibcast(&w->comm, (char *)dst + at * unit, c, type, d->root, &req);
         dist_mpi_unlock();
-        st = finish(w, rc, "MPI_Ibcast", &req, what, msg, cap);
+        st = dist_finish(w, rc, "MPI_Ibcast", &req, what, msg, cap);
     }
     return st;
 }

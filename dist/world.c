@@ -232,6 +232,13 @@ static double now_s(void) {
 #define SPIN_S 1.0
 enum { MAX_SLEEP_NS = 1000000 };
 
+kiln_status dist_finish(dist_world *w, int rc, const char *step, kmpi_handle *req,
+                        const char *what, char *msg, size_t cap) {
+    if (rc != 0)
+        return dist_fail_mpi(w, rc, what, step, msg, cap);
+    return dist_wait(w, req, what, msg, cap);
+}
+
 kiln_status dist_wait(dist_world *w, kmpi_handle *req, const char *what, char *msg, size_t cap) {
     double start = now_s(), deadline = start + w->timeout_s;
     long sleep_ns = 10000;

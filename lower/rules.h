@@ -38,6 +38,22 @@ static inline int rules_sel(ir_builder *b, kiln_dtype dt, int c, int x, int y) {
     return ir_where(b, dt, c, x, y);
 }
 
+/* A graph op that is one primitive on some dtypes: a table entry per op. */
+typedef struct rules_direct {
+    bool on;
+    lower_prim prim;
+} rules_direct;
+
+/* op as table[op]'s primitive on x (and y, for a binary one), or -1 when the
+ * table has no entry for op. */
+static inline int rules_direct_op(ir_builder *b, const rules_direct *table, graph_op op,
+                                  kiln_dtype dt, int x, int y) {
+    if (op < 0 || op >= GRAPH_NUM_OPS || !table[op].on)
+        return -1;
+    lower_prim p = table[op].prim;
+    return lower_prim_arity(p) == 1 ? rules_p1(b, p, dt, x) : rules_p2(b, p, dt, x, y);
+}
+
 /* A bool primitive (compare or logic) on x and y. */
 static inline int rules_test(ir_builder *b, lower_prim p, int x, int y) {
     return ir_prim(b, p, KILN_BOOL, x, y, -1);

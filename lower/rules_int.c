@@ -76,7 +76,22 @@ static int shift(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
     return rules_sel(b, dt, ok, r, rules_sel(b, dt, rules_test(b, PRIM_LT, y, zero), zero, big));
 }
 
+/* Integer ops that are one primitive each (its arity decides the operands). */
+static const rules_direct int_direct[GRAPH_NUM_OPS] = {
+    [GRAPH_BITAND] = {true, PRIM_AND},
+    [GRAPH_BITOR] = {true, PRIM_OR},
+    [GRAPH_BITXOR] = {true, PRIM_XOR},
+    [GRAPH_FMOD] = {true, PRIM_MOD},
+    [GRAPH_NEG] = {true, PRIM_NEG},
+    [GRAPH_ADD] = {true, PRIM_ADD},
+    [GRAPH_SUB] = {true, PRIM_SUB},
+    [GRAPH_MUL] = {true, PRIM_MUL},
+};
+
 int rules_int(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
+    int direct = rules_direct_op(b, int_direct, op, dt, x, y);
+    if (direct >= 0)
+        return direct;
     switch (op) {
     case GRAPH_FLOOR:
     case GRAPH_CEIL:
@@ -85,37 +100,21 @@ int rules_int(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {
         return x;
     case GRAPH_BITNOT:
         return rules_p2(b, PRIM_XOR, dt, x, rules_i(b, dt, dt == KILN_U8 ? 0xFF : -1));
-    case GRAPH_BITAND:
-        return rules_p2(b, PRIM_AND, dt, x, y);
-    case GRAPH_BITOR:
-        return rules_p2(b, PRIM_OR, dt, x, y);
-    case GRAPH_BITXOR:
-        return rules_p2(b, PRIM_XOR, dt, x, y);
     case GRAPH_SHL:
     case GRAPH_SHR:
         return shift(b, op, dt, x, y);
-    case GRAPH_FMOD:
-        return rules_p2(b, PRIM_MOD, dt, x, y);
     case GRAPH_MOD: { /* the C remainder, plus y past zero */
         int r = rules_p2(b, PRIM_MOD, dt, x, y);
         if (!is_signed(dt))
             return r;
         return rules_sel(b, dt, past_zero(b, dt, r, y), rules_p2(b, PRIM_ADD, dt, r, y), r);
     }
-    case GRAPH_NEG:
-        return rules_p1(b, PRIM_NEG, dt, x);
     case GRAPH_ABS:
         return is_signed(dt) ? rules_p1(b, PRIM_ABS, dt, x) : x;
     case GRAPH_RELU: {
         int zero = rules_i(b, dt, 0);
         return rules_sel(b, dt, rules_test(b, PRIM_LT, zero, x), x, zero);
     }
-    case GRAPH_ADD:
-        return rules_p2(b, PRIM_ADD, dt, x, y);
-    case GRAPH_SUB:
-        return rules_p2(b, PRIM_SUB, dt, x, y);
-    case GRAPH_MUL:
-        return rules_p2(b, PRIM_MUL, dt, x, y);
     case GRAPH_DIV:
         return floor_div(b, dt, x, y);
     case GRAPH_POW:
