@@ -107,6 +107,11 @@ kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_ten
  * keeping only its result r. */
 kiln_tensor *api_finish(kiln_ctx *ctx, kiln_tensor *r);
 
+/* t with axis ax moved last (a permuted view), cut to sizes[d] on the other
+ * axes when sizes is not NULL; api_axis_back moves the last axis back to ax. */
+kiln_tensor *api_axis_last(kiln_tensor *t, int ax, const int64_t *sizes);
+kiln_tensor *api_axis_back(kiln_tensor *t, int ax);
+
 /* Whether dt may hold indices (i32, i64, u8). */
 bool api_index_dtype(kiln_dtype dt);
 /* When idx is realized: NULL if every element lies in [0, limit), else an

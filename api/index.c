@@ -36,26 +36,6 @@ static kiln_tensor *check_index(const char *op, kiln_ctx *ctx, const graph_node 
     return api_check_indices(ctx, op, idx, t->shape[*ax], "index", t);
 }
 
-/* t with its axis ax moved last, cut to sizes[d] on the other axes. */
-static kiln_tensor *axis_last(kiln_tensor *t, int ax, const int64_t *sizes) {
-    int nd = kiln_ndim(t), perm[KILN_MAX_DIMS], k = 0;
-    for (int d = 0; d < nd; d++)
-        if (d != ax) {
-            if (sizes && sizes[d] != kiln_shape(t)[d])
-                t = kiln_slice(t, d, 0, sizes[d], 1);
-            perm[k++] = d;
-        }
-    perm[nd - 1] = ax;
-    return kiln_permute(t, perm);
-}
-
-static kiln_tensor *axis_back(kiln_tensor *t, int ax) {
-    int nd = kiln_ndim(t), perm[KILN_MAX_DIMS];
-    for (int d = 0, k = 0; d < nd; d++)
-        perm[d] = d == ax ? nd - 1 : k++;
-    return kiln_permute(t, perm);
-}
-
 /* [..., J] indices against 0..K-1: a [..., J, K] bool of where each points. */
 static kiln_tensor *points(kiln_tensor *idx, int64_t K) {
     kiln_tensor *cols = kiln_arange(kiln_ctx_of(idx), KILN_I64, 0, (double)K, 1);
@@ -84,9 +64,9 @@ kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index) {
     int64_t K = t->node->shape[ax];
     kiln_scope_begin(ctx);
     /* [..., 1, K] values against [..., J, K] pointers, summed over K */
-    kiln_tensor *x = kiln_unsqueeze(axis_last(t, ax, index->node->shape), -2);
-    kiln_tensor *r = pick_sum(points(axis_last(index, ax, NULL), K), x, -1);
-    return api_finish(ctx, axis_back(r, ax));
+    kiln_tensor *x = kiln_unsqueeze(api_axis_last(t, ax, index->node->shape), -2);
+    kiln_tensor *r = pick_sum(points(api_axis_last(index, ax, NULL), K), x, -1);
+    return api_finish(ctx, api_axis_back(r, ax));
 }
 
 kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index) {
@@ -145,8 +125,8 @@ kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln
     for (int d = 0; d < I->ndim; d++)
         if (S->shape[d] != I->shape[d])
             s = kiln_slice(s, d, 0, I->shape[d], 1);
-    kiln_tensor *sl = kiln_unsqueeze(kiln_cast(axis_last(s, ax, NULL), kiln_dtype_of(t)), -1);
-    kiln_tensor *add = axis_back(pick_sum(points(axis_last(index, ax, NULL), K), sl, -2), ax);
+    kiln_tensor *sl = kiln_unsqueeze(kiln_cast(api_axis_last(s, ax, NULL), kiln_dtype_of(t)), -1);
+    kiln_tensor *add = api_axis_back(pick_sum(points(api_axis_last(index, ax, NULL), K), sl, -2), ax);
     /* the index covers at most t's sizes off the axis: zeros past them */
     int64_t pads[2 * KILN_MAX_DIMS] = {0};
     bool pad = false;

@@ -81,6 +81,27 @@ static kiln_tensor *triangle(const char *op, kiln_tensor *t, int64_t k, bool low
 kiln_tensor *kiln_tril(kiln_tensor *t, int64_t k) { return triangle("kiln_tril", t, k, true); }
 kiln_tensor *kiln_triu(kiln_tensor *t, int64_t k) { return triangle("kiln_triu", t, k, false); }
 
+/* ---- helpers of the compositions over one axis (api.h) ---- */
+
+kiln_tensor *api_axis_last(kiln_tensor *t, int ax, const int64_t *sizes) {
+    int nd = kiln_ndim(t), perm[KILN_MAX_DIMS], k = 0;
+    for (int d = 0; d < nd; d++)
+        if (d != ax) {
+            if (sizes && sizes[d] != kiln_shape(t)[d])
+                t = kiln_slice(t, d, 0, sizes[d], 1);
+            perm[k++] = d;
+        }
+    perm[nd - 1] = ax;
+    return kiln_permute(t, perm);
+}
+
+kiln_tensor *api_axis_back(kiln_tensor *t, int ax) {
+    int nd = kiln_ndim(t), perm[KILN_MAX_DIMS];
+    for (int d = 0, k = 0; d < nd; d++)
+        perm[d] = d == ax ? nd - 1 : k++;
+    return kiln_permute(t, perm);
+}
+
 /* ---- joining, repeating and rolling: views, expands and cats ---- */
 
 kiln_tensor *kiln_stack(int n, kiln_tensor *const *ts, int axis) {

@@ -53,17 +53,9 @@ static kiln_tensor *sort_network(const char *op, kiln_tensor *t, int axis, bool 
     kiln_dtype dt = t->node->dtype;
     int64_t n = t->node->shape[ax];
     kiln_scope_begin(ctx);
-    /* the axis last: [..., n] */
-    int perm[KILN_MAX_DIMS], inv[KILN_MAX_DIMS], k = 0;
-    for (int d = 0; d < nd; d++)
-        if (d != ax)
-            perm[k++] = d;
-    perm[nd - 1] = ax;
-    for (int d = 0; d < nd; d++)
-        inv[perm[d]] = d;
     kiln_dtype kdt = dt == KILN_BOOL ? KILN_U8 : dt;
     bool fl = graph_dtype_is_float(kdt);
-    kiln_tensor *x = kiln_cast(kiln_permute(t, perm), kdt);
+    kiln_tensor *x = kiln_cast(api_axis_last(t, ax, NULL), kdt); /* [..., n] */
     int64_t lead[KILN_MAX_DIMS];
     memcpy(lead, kiln_shape(x), sizeof(int64_t) * (size_t)nd);
     int64_t m = 1;
@@ -115,8 +107,8 @@ static kiln_tensor *sort_network(const char *op, kiln_tensor *t, int axis, bool 
         x = kiln_slice(x, nd - 1, 0, n, 1);
         idx = kiln_slice(idx, nd - 1, 0, n, 1);
     }
-    x = kiln_cast(kiln_permute(x, inv), dt);
-    idx = kiln_permute(idx, inv);
+    x = kiln_cast(api_axis_back(x, ax), dt);
+    idx = api_axis_back(idx, ax);
     kiln_tensor *keep[2] = {x, idx};
     for (int i = 0; i < 2; i++)
         kiln_keep(keep[i]);
