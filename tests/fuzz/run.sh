@@ -31,6 +31,13 @@ trap 'rm -rf "$scratch"' EXIT
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
+# FUZZ_RUNS and FUZZ_SEED make a run repeatable (the test command's: the same
+# inputs on every machine, so that CI passes or fails on the code, not on luck);
+# without them a run explores afresh for SECONDS per target.
+limits=(-max_total_time="$SECONDS_EACH")
+[[ -n ${FUZZ_RUNS:-} ]] && limits+=(-runs="$FUZZ_RUNS")
+[[ -n ${FUZZ_SEED:-} ]] && limits+=(-seed="$FUZZ_SEED")
+
 passed=0 failed=0
 for t in "${targets[@]}"; do
     bin="$OUT/bin/$t" log="$scratch/$t.log" ok=true start=$SECONDS
@@ -44,7 +51,7 @@ for t in "${targets[@]}"; do
         echo "run.sh: $t fails on a regression input of $crashers:" >&2
         tail -n 40 "$log" >&2
     fi
-    if $ok && ! "$bin" -max_total_time="$SECONDS_EACH" -timeout=10 -rss_limit_mb=2048 \
+    if $ok && ! "$bin" "${limits[@]}" -timeout=10 -rss_limit_mb=2048 \
         -artifact_prefix="$crashers/" -print_final_stats=1 "$scratch/$t" "tests/fuzz/corpus/$t" \
         >"$log" 2>&1; then
         ok=false
