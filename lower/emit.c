@@ -41,23 +41,47 @@ typedef struct emitter {
     memo_entry *memo; /* open addressing, a power of two in size */
     int nmemo, memo_cap;
     graph_node **fused; /* the nodes computed in the kernel, each once */
+    int *repeats;       /* per fused node, how often it was lowered */
     int nfused, fused_cap;
     bool failed;
 } emitter;
 
-/* Only the kernel's description reads the list: out of memory, it lists fewer. */
+/* How often a fused node may be lowered at different indices in one kernel
+ * before it is materialised instead. A row kernel legitimately computes a
+ * shared node once per pass over its row (softmax: 3 passes), and a cat or
+ * pad reads its source at a few offsets; but a chain of nodes each reading
+ * the one before at two indices (a bitonic sorting network's stages, fused
+ * into a row kernel after it) doubles per link: 2^k copies of the first.
+ * Past this many, computing it once in its own kernel is both faster and the
+ * only way the kernel's IR stays finite. */
+enum { EMIT_REPEAT_LIMIT = 16 };
+
+/* Lists n among the kernel's fused nodes (out of memory, the description
+ * lists fewer) and counts how often it was lowered: past EMIT_REPEAT_LIMIT,
+ * names it for the driver to materialise. */
 static void note_fused(emitter *e, graph_node *n) {
     for (int i = 0; i < e->nfused; i++)
-        if (e->fused[i] == n)
+        if (e->fused[i] == n) {
+            if (++e->repeats[i] > EMIT_REPEAT_LIMIT && n->op != GRAPH_VIEW &&
+                n->op != GRAPH_CONST && !sched_of(e->s, n)->materialized && !e->retry) {
+                e->retry = n;
+                e->failed = true;
+            }
             return;
+        }
     if (e->nfused == e->fused_cap) {
         int cap = e->fused_cap ? e->fused_cap * 2 : 16;
         graph_node **f = realloc(e->fused, sizeof *f * (size_t)cap);
-        if (!f)
+        if (f)
+            e->fused = f;
+        int *r = realloc(e->repeats, sizeof *r * (size_t)cap);
+        if (r)
+            e->repeats = r;
+        if (!f || !r)
             return;
-        e->fused = f;
         e->fused_cap = cap;
     }
+    e->repeats[e->nfused] = 1;
     e->fused[e->nfused++] = n;
 }
 
@@ -281,6 +305,8 @@ static bool memo_reserve(emitter *e) {
 
 /* Memoised, so that a node read twice in one kernel (x*x) is lowered once. */
 static int emit(emitter *e, graph_node *n, const ix *at, int valid) {
+    if (e->failed) /* the program is lowered again: stop walking */
+        return 0;
     if (e->memo_cap) {
         memo_entry *m = memo_slot(e->memo, e->memo_cap, n, at, valid);
         if (m->node)
@@ -522,6 +548,7 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     else
         lower_describe_fused(k, e.nfused, e.fused);
     free(e.fused);
+    free(e.repeats);
     *retry = e.retry;
     k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
     if (ok) {

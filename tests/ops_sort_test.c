@@ -110,3 +110,25 @@ TU_TEST(sort, topk) {
         TU_EXPECT_VALS(kiln_grad(w), KILN_F64, 30, 10, 40, 20, 50);
     }
 }
+
+/* A sorting network read by a row kernel after it: a reduction over an axis
+ * of size 1 (or over no axes) makes a row kernel, in which shared nodes are
+ * recomputed per pass; each stage reads the one before at two indices, so
+ * without emission's repeat limit (lower/emit.c EMIT_REPEAT_LIMIT) the three
+ * networks below lower to 2^18 copies of the first stage (found by the
+ * api_sequence fuzzer: tests/fuzz/crashers/api_sequence/). Ranks twice: the
+ * ranks of ranks are the ranks. */
+TU_TEST(sort, networks_through_a_row_kernel) {
+    TU_RNG(r);
+    double x[8], v[8], idx[8], rank[8];
+    kiln_tensor *t = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(8), -5, 5, x);
+    ref_sort(x, 1, 8, false, v, idx);
+    for (int i = 0; i < 8; i++)
+        rank[(int)idx[i]] = i;
+    kiln_tensor *ranks = kiln_argsort(kiln_argsort(t, 0, false), 0, false);
+    kiln_tensor *rows = kiln_sum(kiln_reshape(ranks, 2, (int64_t[]){8, 1}), 1, (int[]){1}, false);
+    TU_EXPECT_EXACT(rows, KILN_I64, rank, 8);
+    TU_EXPECT_EXACT(kiln_argsort(kiln_argsort(rows, 0, false), 0, false), KILN_I64, rank, 8);
+    kiln_tensor *none = kiln_sum(ranks, 0, (int[]){0}, true); /* no axes: the identity */
+    TU_EXPECT_EXACT(kiln_argsort(kiln_argsort(none, 0, false), 0, false), KILN_I64, rank, 8);
+}

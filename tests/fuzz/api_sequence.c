@@ -70,7 +70,34 @@ typedef struct state {
     kiln_tensor *t[SLOTS];
 } state;
 
-static kiln_tensor *pick(state *s, input *in) { return s->t[byte(in) % SLOTS]; }
+/* FUZZ_TRACE=1 prints each call's slots, kind and result: what reproducing
+ * a found input as a plain test needs. */
+static bool trace;
+
+static kiln_tensor *pick(state *s, input *in) {
+    int k = byte(in) % SLOTS;
+    if (trace)
+        fprintf(stderr, " t%d", k);
+    return s->t[k];
+}
+
+static void trace_result(const char *what, const kiln_tensor *r, int slot) {
+    if (!trace)
+        return;
+    fprintf(stderr, " %s -> ", what);
+    if (!r) {
+        fprintf(stderr, "NULL\n");
+        return;
+    }
+    if (kiln_error(r) != KILN_OK) {
+        fprintf(stderr, "error: %s\n", kiln_error_message(r));
+        return;
+    }
+    fprintf(stderr, "%s[", kiln_dtype_name(kiln_dtype_of(r)));
+    for (int d = 0; d < kiln_ndim(r); d++)
+        fprintf(stderr, "%s%lld", d ? "," : "", (long long)kiln_shape(r)[d]);
+    fprintf(stderr, "] in t%d\n", slot);
+}
 
 static void fail(const char *what, const kiln_tensor *t) {
     fprintf(stderr, "api_sequence: %s (%s)\n", what, t ? kiln_error_message(t) : "NULL");
@@ -130,6 +157,7 @@ static void check(const kiln_tensor *r, bool none) {
 static void store(state *s, input *in, kiln_tensor *r, bool none) {
     check(r, none);
     int k = byte(in) % SLOTS;
+    trace_result("", r, k);
     if (r && kiln_error(r) == KILN_OK && kiln_numel(r) > MAX_ELEMS) {
         kiln_release(r);
         return;
@@ -325,7 +353,10 @@ static void step(state *s, input *in) {
     int64_t dims[KILN_MAX_DIMS * 2];
     int ax[KILN_MAX_DIMS], n;
     bool none = !a;
-    switch (byte(in) % 24) {
+    int kind = byte(in) % 24;
+    if (trace)
+        fprintf(stderr, " call %d", kind);
+    switch (kind) {
     case 0:
     case 1:
         r = create(s, in), none = false;
@@ -403,6 +434,8 @@ static void step(state *s, input *in) {
         r = kiln_cast(a, dtype(in));
         break;
     case 16:
+        if (trace)
+            fprintf(stderr, " sync\n");
         sync_check(a, in);
         return;
     case 17:
@@ -484,6 +517,7 @@ static void step(state *s, input *in) {
 
 int LLVMFuzzerInitialize(int *argc, char ***argv) {
     (void)argc, (void)argv;
+    trace = getenv("FUZZ_TRACE") && getenv("FUZZ_TRACE")[0] == '1';
     /* The reference evaluator compiles nothing, but a context may still look
      * at its cache directory: a private one keeps the user's out of it. */
     setenv("KILN_CACHE_DIR", fuzz_tmpdir("api"), 1);
@@ -500,8 +534,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     for (int i = 0; i < MAX_CALLS && in.n; i++)
         step(&s, &in);
     /* Whatever the calls left pending must sync, or fail cleanly. */
-    for (int k = 0; k < SLOTS; k++)
+    for (int k = 0; k < SLOTS; k++) {
+        if (trace && s.t[k])
+            fprintf(stderr, " sync t%d at the end\n", k);
         sync_check(s.t[k], &in);
+    }
     kiln_ctx_free(s.ctx[0]);
     kiln_ctx_free(s.ctx[1]);
     return 0;
