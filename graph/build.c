@@ -156,7 +156,116 @@ graph_node *graph_where(graph_node *c, graph_node *a, graph_node *b) {
     return with_sources(&p, 3, srcs);
 }
 
+/* The axes along which n's value cannot change, looking at most `budget`
+ * nodes deep: size-1 axes, a view's stride-0 axes (a broadcast) that its
+ * mask leaves alone, every axis of a view of a constant, and what all the
+ * sources of an elementwise node share. */
+static uint32_t constant_axes(const graph_node *n, int *budget) {
+    uint32_t c = 0;
+    for (int d = 0; d < n->ndim; d++)
+        if (n->shape[d] == 1)
+            c |= 1u << d;
+    if (--*budget < 0 || n->buf)
+        return c;
+    uint32_t all = n->ndim ? (uint32_t)((1ull << n->ndim) - 1) : 0;
+    if (n->op == GRAPH_VIEW) {
+        const graph_view *v = &n->p.view;
+        if (n->src[0]->op == GRAPH_CONST)
+            return all;
+        for (int d = 0; d < n->ndim; d++)
+            if (v->strides[d] == 0 &&
+                (!v->masked || (v->mask_lo[d] <= 0 && v->mask_hi[d] >= n->shape[d])))
+                c |= 1u << d;
+        return c;
+    }
+    if (!graph_op_is_unary(n->op) && !graph_op_is_binary(n->op) && n->op != GRAPH_WHERE &&
+        n->op != GRAPH_CAST)
+        return c;
+    uint32_t shared = all;
+    for (int j = 0; j < n->nsrc && shared & ~c; j++)
+        shared &= constant_axes(n->src[j], budget);
+    return c | shared;
+}
+
+/* graph_slice(n, ...) with the slice moved below n's elementwise nodes (at
+ * most `budget` of them), so that they are computed over the slice only:
+ * an executor that materialises each op (eager mode) then never computes
+ * the broadcast's elements either. */
+static graph_node *slice_through(graph_node *n, const int64_t *start, const int64_t *step,
+                                 const int64_t *len, int *budget) {
+    bool elementwise = graph_op_is_unary(n->op) || graph_op_is_binary(n->op) ||
+                       n->op == GRAPH_WHERE || n->op == GRAPH_CAST;
+    if (n->buf || !elementwise || --*budget < 0)
+        return graph_slice(n, start, step, len);
+    graph_node *s[3] = {NULL, NULL, NULL};
+    graph_node *r = NULL;
+    bool ok = true;
+    for (int j = 0; j < n->nsrc && ok; j++)
+        ok = (s[j] = slice_through(n->src[j], start, step, len, budget)) != NULL;
+    if (ok)
+        r = n->op == GRAPH_CAST    ? graph_cast(s[0], n->dtype)
+            : n->op == GRAPH_WHERE ? graph_where(s[0], s[1], s[2])
+            : n->nsrc == 1         ? graph_unary(n->op, s[0])
+                                   : graph_binary(n->op, s[0], s[1]);
+    for (int j = 0; j < 3; j++)
+        graph_unref(s[j]);
+    return r;
+}
+
+/* A reduction over axes along which its source is constant (a broadcast, a
+ * size-1 axis) reads one element of each: the sum is that element times
+ * the count, the max and min are the element, the arg-reductions 0 when
+ * every reduced axis is such. Without this, sum(expand(x, [1e6, 1e6]))
+ * passes over 10^12 elements (minutes) for what one multiply gives, with
+ * less rounding. Returns NULL when the rule does not apply. */
+static graph_node *reduce_constant_axes(graph_op op, graph_node *a, uint32_t axes,
+                                        kiln_dtype dt) {
+    int budget = 64;
+    uint32_t c = axes & constant_axes(a, &budget);
+    for (int d = 0; d < a->ndim; d++)
+        if (a->shape[d] == 0)
+            c &= ~(1u << d); /* nothing to read one element of */
+    bool arg = op == GRAPH_ARGMAX || op == GRAPH_ARGMIN;
+    if (!c || (arg && c != axes))
+        return NULL;
+    int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS], len[KILN_MAX_DIMS], count = 1;
+    for (int d = 0; d < a->ndim; d++) {
+        bool one = c & (1u << d);
+        start[d] = 0;
+        step[d] = 1;
+        len[d] = one ? 1 : a->shape[d];
+        if (one)
+            count *= a->shape[d];
+    }
+    if (arg)
+        return graph_full(a->g, dt, a->ndim, len, (graph_scalar){.i = 0});
+    budget = 64;
+    graph_node *one = slice_through(a, start, step, len, &budget);
+    if (!one)
+        return NULL;
+    graph_node *r = one;
+    if (axes & ~c) {
+        r = graph_reduce(op, one, axes & ~c, dt);
+        graph_unref(one);
+    } else if (one->dtype != dt) {
+        r = graph_cast(one, dt);
+        graph_unref(one);
+    }
+    if (!r || op != GRAPH_SUM || count == 1)
+        return r;
+    graph_node *n = graph_full(a->g, dt, r->ndim, r->shape,
+                               graph_dtype_is_float(dt) ? (graph_scalar){.f = (double)count}
+                                                        : (graph_scalar){.i = count});
+    graph_node *m = n ? graph_binary(GRAPH_MUL, r, n) : NULL;
+    graph_unref(n);
+    graph_unref(r);
+    return m;
+}
+
 graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt) {
+    graph_node *folded = reduce_constant_axes(op, a, axes, dt);
+    if (folded)
+        return folded;
     graph_node p = graph_proto(op, dt, a->ndim, a->shape);
     for (int d = 0; d < a->ndim; d++)
         if (axes & (1u << d))

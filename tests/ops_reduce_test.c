@@ -579,3 +579,56 @@ TU_TEST(reduce, large_ties_and_late_nan) {
     free(in);
     free(fin);
 }
+
+/* Reductions over broadcast axes read one element per row of them
+ * (graph/build.c reduce_constant_axes): a sum over 10^12 broadcast elements
+ * once ran for minutes; it is now the element times the count, on every
+ * executor, the float64 oracle included. Mixed axes (some broadcast, some
+ * not), elementwise work between the broadcast and the reduction, a padded
+ * broadcast (not constant along its padded axis) and size-1 axes. */
+TU_TEST(reduce, broadcast_axes_cost_nothing) {
+    TU_RNG(r);
+    double xv[3];
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(3, 1), -2, 2, xv);
+    const int64_t big[2] = {3, 1000000};
+    kiln_tensor *e = kiln_expand(x, 2, big); /* [3, 10^6] */
+    kiln_tensor *huge = kiln_expand(kiln_reshape(x, 3, TU_DIMS(3, 1, 1)), 3,
+                                    TU_DIMS(3, 1000000, 1000000)); /* 3 x 10^12 */
+    double s[3], m = -INFINITY, total = 0;
+    for (int i = 0; i < 3; i++) {
+        s[i] = xv[i] * 1e12;
+        m = fmax(m, xv[i]);
+        total += xv[i] * 1e6;
+    }
+    TU_EXPECT(kiln_sum(huge, TU_AXES(1, 2), false), KILN_F64, s, 3);
+    TU_EXPECT(kiln_mean(huge, TU_AXES(1, 2), false), KILN_F64, xv, 3);
+    TU_EXPECT_EXACT(kiln_max(huge, TU_AXES(1, 2), false), KILN_F64, xv, 3);
+    TU_EXPECT_EXACT(kiln_argmin(huge, TU_AXES(1, 2), false), KILN_I64, ((double[]){0, 0, 0}), 3);
+    /* axis 0 is not broadcast: reduced for real, axis 1 by the count */
+    TU_EXPECT_NEAR_VALS(kiln_sum(e, 0, NULL, false), KILN_F64, total);
+    TU_EXPECT_VALS(kiln_max(e, 0, NULL, false), KILN_F64, m);
+    /* exp(2x) is as constant along the broadcast as x is */
+    double ex[3];
+    for (int i = 0; i < 3; i++)
+        ex[i] = exp(2 * xv[i]) * 1e6;
+    /* (eager computes each op: the sum then adds 10^6 terms for real) */
+    TU_EXPECT_TOL(kiln_sum(kiln_exp(kiln_mul_scalar(e, 2)), TU_AXES(1), false), KILN_F64, ex, 3,
+                  1e-20);
+    /* padding makes the axis vary: [x, x, 0] per row, reduced for real */
+    kiln_tensor *p = kiln_pad(kiln_expand(x, 2, TU_DIMS(3, 2)), TU_DIMS(0, 0, 0, 1), 0);
+    double ps[3], pm[3];
+    for (int i = 0; i < 3; i++) {
+        ps[i] = 2 * xv[i];
+        pm[i] = fmin(xv[i], 0);
+    }
+    TU_EXPECT(kiln_sum(p, TU_AXES(1), false), KILN_F64, ps, 3);
+    TU_EXPECT_EXACT(kiln_min(p, TU_AXES(1), false), KILN_F64, pm, 3);
+    /* argmax over a broadcast axis and a real one: the real rule applies */
+    kiln_tensor *v = kiln_expand(kiln_reshape(x, 2, TU_DIMS(1, 3)), 2, TU_DIMS(4, 3));
+    int best = xv[0] >= xv[1] && xv[0] >= xv[2] ? 0 : xv[1] >= xv[2] ? 1 : 2;
+    TU_EXPECT_VALS(kiln_argmax(v, 0, NULL, false), KILN_I64, best);
+    /* integers: the count multiplies exactly */
+    kiln_tensor *ints = kiln_expand(tu_tensor(ctx, KILN_I32, TU_S(1), (double[]){-7}), 1,
+                                    TU_DIMS(3000000000));
+    TU_EXPECT_VALS(kiln_sum(ints, 0, NULL, false), KILN_I64, -21000000000.0);
+}
