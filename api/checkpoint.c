@@ -393,6 +393,91 @@ static bool json_u64(json_object *v, uint64_t *out) {
     return true;
 }
 
+/* ---- names given twice ----
+ * json-c keeps the last of two members with one name, silently; a file that
+ * names a tensor twice is ambiguous (which one did its writer mean?), so the
+ * header's text is scanned for its top-level names first. The text has
+ * passed json-c's strict parser, so the scan only needs to find where
+ * strings and nested values end. */
+
+static size_t skip_ws(const char *t, size_t i, size_t n) {
+    while (i < n && (t[i] == ' ' || t[i] == '\t' || t[i] == '\n' || t[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* t[i] is a string's opening quote: the index after its closing one. */
+static size_t skip_string(const char *t, size_t i, size_t n) {
+    for (i++; i < n && t[i] != '"'; i++)
+        if (t[i] == '\\')
+            i++;
+    return i + 1;
+}
+
+/* The index after the value starting at t[i]. */
+static size_t skip_value(const char *t, size_t i, size_t n) {
+    if (t[i] == '"')
+        return skip_string(t, i, n);
+    int depth = 0;
+    for (; i < n; i++) {
+        if (t[i] == '"') {
+            i = skip_string(t, i, n) - 1;
+        } else if (t[i] == '{' || t[i] == '[') {
+            depth++;
+        } else if (t[i] == '}' || t[i] == ']') {
+            if (depth == 0)
+                return i;
+            if (--depth == 0)
+                return i + 1;
+        } else if (t[i] == ',' && depth == 0) {
+            return i;
+        }
+    }
+    return i;
+}
+
+/* KILN_OK unless a top-level name of the header's text occurs twice. */
+static kiln_status check_unique_names(kiln_ctx *ctx, const char *op, const char *path,
+                                      const char *t, size_t n, int parsed) {
+    size_t cap = (size_t)parsed + 2, count = 0;
+    size_t *at = malloc(sizeof *at * cap), *len = malloc(sizeof *len * cap);
+    kiln_status st = KILN_OK;
+    if (!at || !len) {
+        st = fail(ctx, KILN_ERR_OOM, "%s: out of memory reading the header of %s", op, path);
+        goto done;
+    }
+    size_t i = skip_ws(t, 0, n) + 1; /* past the '{' */
+    while ((i = skip_ws(t, i, n)) < n && t[i] == '"') {
+        size_t end = skip_string(t, i, n);
+        if (count == cap) { /* more names than json-c kept: a repeat */
+            break;
+        }
+        at[count] = i + 1;
+        len[count++] = end - i - 2;
+        i = skip_ws(t, end, n) + 1; /* past the ':' */
+        i = skip_value(t, skip_ws(t, i, n), n);
+        i = skip_ws(t, i, n) + 1;   /* past the ',' or '}' */
+    }
+    if (count <= (size_t)parsed)
+        goto done;
+    for (size_t a = 1; a < count; a++)
+        for (size_t b = 0; b < a; b++)
+            if (len[a] == len[b] && !memcmp(t + at[a], t + at[b], len[a])) {
+                st = fail(ctx, KILN_ERR_IO,
+                          "%s: %s: the name \"%.*s\" is given twice in the header: which "
+                          "tensor it names is ambiguous",
+                          op, path, (int)(len[a] > 200 ? 200 : len[a]), t + at[a]);
+                goto done;
+            }
+    st = fail(ctx, KILN_ERR_IO,
+              "%s: %s: a name is given twice in the header (spelt with different escapes)", op,
+              path);
+done:
+    free(at);
+    free(len);
+    return st;
+}
+
 static kiln_status parse_entry(kiln_ctx *ctx, const char *op, const ckpt_file *f,
                                const char *name, json_object *v, ckpt_entry *e) {
     e->name = name;
@@ -490,8 +575,8 @@ static int cmp_entry_offsets(const void *a, const void *b) {
 }
 
 /* The tensors must tile the data exactly, as the format requires: no two
- * overlap and no byte belongs to none. json-c keeps the last of repeated
- * keys, so a name given twice shows up here as bytes that nothing covers. */
+ * overlap and no byte belongs to none (a name given twice was refused
+ * before, by check_unique_names). */
 static kiln_status check_layout(kiln_ctx *ctx, const char *op, const ckpt_file *f) {
     const ckpt_entry **by = malloc(sizeof *by * (size_t)(f->n ? f->n : 1));
     if (!by)
@@ -511,15 +596,13 @@ static kiln_status check_layout(kiln_ctx *ctx, const char *op, const ckpt_file *
                       (unsigned long long)by[i - 1]->begin, (unsigned long long)by[i - 1]->end);
         else if (by[i]->begin > pos)
             st = fail(ctx, KILN_ERR_IO,
-                      "%s: %s: data bytes [%llu, %llu] belong to no tensor (is a name repeated "
-                      "in the header?)",
+                      "%s: %s: data bytes [%llu, %llu] belong to no tensor",
                       op, f->path, (unsigned long long)pos, (unsigned long long)by[i]->begin);
         pos = by[i]->end;
     }
     if (st == KILN_OK && pos != f->data_len)
         st = fail(ctx, KILN_ERR_IO,
-                  "%s: %s: the last %llu bytes of data belong to no tensor (is a name repeated "
-                  "in the header?)",
+                  "%s: %s: the last %llu bytes of data belong to no tensor",
                   op, f->path, (unsigned long long)(f->data_len - pos));
     free(by);
     return st;
@@ -583,16 +666,23 @@ static kiln_status open_file(kiln_ctx *ctx, const char *op, const char *path, ck
     enum json_tokener_error jerr = json_tokener_get_error(tok);
     size_t end = json_tokener_get_parse_end(tok);
     json_tokener_free(tok);
-    free(text);
-    if (!f->root || jerr != json_tokener_success || end != hlen)
+    if (!f->root || jerr != json_tokener_success || end != hlen) {
+        free(text);
         return fail(ctx, KILN_ERR_IO, "%s: %s: the header is not valid JSON (%s at byte %zu)",
                     op, path,
                     jerr != json_tokener_success ? json_tokener_error_desc(jerr)
                                                  : "unexpected text after the object",
                     end);
-    if (!json_object_is_type(f->root, json_type_object))
+    }
+    if (!json_object_is_type(f->root, json_type_object)) {
+        free(text);
         return fail(ctx, KILN_ERR_IO, "%s: %s: the header is not a JSON object", op, path);
+    }
     int count = json_object_object_length(f->root);
+    kiln_status unique = check_unique_names(ctx, op, path, text, (size_t)hlen, count);
+    free(text);
+    if (unique != KILN_OK)
+        return unique;
     f->entries = calloc((size_t)(count ? count : 1), sizeof *f->entries);
     if (!f->entries)
         return fail(ctx, KILN_ERR_OOM, "%s: out of memory reading %s", op, path);

@@ -487,12 +487,24 @@ Test(checkpoint, damaged_files) {
              data, 12);
     expect_load_error(path, KILN_ERR_IO, "overlaps", "\"a\"");
 
-    /* a name given twice: the first entry's data belongs to nobody */
+    /* a name given twice, with other offsets ... */
     write_st(path,
              "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
              "\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}",
              data, 16);
-    expect_load_error(path, KILN_ERR_IO, "belong to no tensor", "repeated");
+    expect_load_error(path, KILN_ERR_IO, "\"a\" is given twice", "ambiguous");
+    /* ... and with the same offsets, which json-c would take as one */
+    write_st(path,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"b\":{\"x\":[\"a\",{\"a\":\"}\\\"\"}]}, \"a\" : "
+             "{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+             data, 8);
+    expect_load_error(path, KILN_ERR_IO, "\"a\" is given twice", NULL);
+    write_st(path,
+             "{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+             "\"\\u0061\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}",
+             data, 8);
+    expect_load_error(path, KILN_ERR_IO, "given twice", "escapes");
     /* trailing bytes nobody owns */
     write_st(path, HDR("[0,8]"), data, 12);
     expect_load_error(path, KILN_ERR_IO, "last 4 bytes", NULL);
