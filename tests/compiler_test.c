@@ -172,6 +172,38 @@ Test(compiler, unusable_cache_directory_falls_back) {
 }
 
 /* A disk cache that is off is said, once, at KILN_DEBUG=1, with the reason. */
+/* Lines of /proc/self/maps that map a file of a private build directory
+ * (where objects are built when the disk cache cannot keep them). */
+static int build_mappings(void) {
+    FILE *f = fopen("/proc/self/maps", "r");
+    cr_assert(f);
+    char line[4096];
+    int n = 0;
+    while (fgets(line, sizeof line, f))
+        n += strstr(line, "/kiln-build-") != NULL;
+    fclose(f);
+    return n;
+}
+
+/* A memory-only cache (the disk level off) once built and mapped each
+ * program again for every context, and the mappings of RTLD_NODELETE
+ * objects are never undone: a process making contexts in a loop grew
+ * without bound. The process now keeps one mapping per program. */
+Test(compiler, memory_only_contexts_share_their_objects) {
+    fresh_dir();
+    setenv("KILN_CACHE_MAX_BYTES", "lots", 1);
+    kiln_stats first = run_program();
+    cr_assert(first.compiles >= 1);
+    int after_one = build_mappings();
+    cr_assert(after_one >= 1, "the object is not mapped from a build directory");
+    for (int i = 0; i < 4; i++) {
+        kiln_stats again = run_program();
+        cr_assert_eq(again.compiles, 0, "context %d compiled again", i + 2);
+    }
+    cr_assert_eq(build_mappings(), after_one, "mappings grew from %d to %d", after_one,
+                 build_mappings());
+}
+
 Test(compiler, disk_cache_off_is_said_once) {
     fresh_dir();
     setenv("KILN_CACHE_MAX_BYTES", "lots", 1);

@@ -270,12 +270,70 @@ static bool build_dir(const char *base, char *dir, size_t cap) {
     return false;
 }
 
-/* Objects are loaded RTLD_NODELETE: they link OpenMP's runtime, whose worker
- * threads outlive any one program, and unloading it under them would crash. */
+/* ---- the process's objects ----
+ * Objects are loaded RTLD_NODELETE: they link an OpenMP runtime (libgomp, or
+ * libomp under KILN_CC=clang, which kiln itself does not hold), whose worker
+ * threads outlive any one program, and unloading it under them would crash.
+ * So an object stays mapped for the process's life, and every one loaded is
+ * kept here by key: a program built again (a memory-only cache, or a disk
+ * cache that could not take the file) reuses the mapping instead of adding
+ * one per context, so the mappings are bounded by the distinct programs, as
+ * they are with a disk cache, whose paths the loader itself shares. */
+
+static void *load_or_build(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
+                           size_t cap);
+
+typedef struct loaded {
+    cache_key key;
+    void *handle;
+} loaded;
+
+static pthread_mutex_t loaded_lock = PTHREAD_MUTEX_INITIALIZER;
+static loaded *loaded_objects;
+static size_t nloaded, loaded_cap;
+
+static void *find_loaded(cache_key key) {
+    void *h = NULL;
+    pthread_mutex_lock(&loaded_lock);
+    for (size_t i = 0; i < nloaded && !h; i++)
+        if (loaded_objects[i].key.hi == key.hi && loaded_objects[i].key.lo == key.lo)
+            h = loaded_objects[i].handle;
+    pthread_mutex_unlock(&loaded_lock);
+    return h;
+}
+
+/* Out of memory, h is simply not shared. */
+static void keep_loaded(cache_key key, void *h) {
+    pthread_mutex_lock(&loaded_lock);
+    if (nloaded == loaded_cap) {
+        size_t cap = loaded_cap ? loaded_cap * 2 : 64;
+        loaded *l = realloc(loaded_objects, sizeof *l * cap);
+        if (l) {
+            loaded_objects = l;
+            loaded_cap = cap;
+        }
+    }
+    if (nloaded < loaded_cap)
+        loaded_objects[nloaded++] = (loaded){key, h};
+    pthread_mutex_unlock(&loaded_lock);
+}
+
+/* Handles are the process's (above): a program's code never closes one. */
 void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
                    size_t cap) {
-    char path[4096];
     *compiled = false;
+    void *h = find_loaded(key);
+    if (h)
+        return h;
+    h = load_or_build(c, src, key, compiled, msg, cap);
+    if (h)
+        keep_loaded(key, h);
+    return h;
+}
+
+static void *load_or_build(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
+                           size_t cap) {
+    char path[4096];
     if (cache_disk_path(c, key, "so", path, sizeof path) == 0) {
         void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
         if (h)
