@@ -49,7 +49,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")"
 # distributed tests; libkiln itself never links it (dist/load.c). The fuzzers
 # need clang with its sanitizer and libFuzzer runtimes (libclang-rt-dev, only
 # recommended by clang, and --no-install-recommends skips it) and its OpenMP.
-PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake clang libclang-rt-dev libomp-dev)
+PACKAGES=(bazel-bootstrap libcriterion-dev libxxhash-dev pkg-config gcc llvm-14-dev libjson-c-dev zlib1g-dev dataset-fashion-mnist libopenmpi-dev openmpi-bin libdlpack-dev cmake clang libclang-rt-dev libomp-dev python3-numpy)
 
 usage() {
     echo "usage:" >&2
@@ -363,6 +363,9 @@ smoke_test() {
     check "the kiln::kiln_static program runs" app_runs "$tmp/app/build/app_cmake_static"
     check "CMake finds kiln in a copy of the prefix" \
         cmake_relocates "$tmp/app" "$prefix" "$tmp/moved"
+    # Debian's python3, whose python3-numpy ensure_packages installs.
+    check "NumPy's from_dlpack and __dlpack__ exchange tensors with libkiln.so" \
+        env KILN_CACHE_DIR="$tmp/kernels" /usr/bin/python3 tests/dlpack_numpy.py "$prefix/lib/libkiln.so"
 
     rm -rf "$tmp"
     count "$CHECK_PASSED" "$CHECK_FAILED" "smoke test"

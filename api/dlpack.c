@@ -38,9 +38,11 @@ static void export_delete(DLManagedTensor *m) {
     free(e);
 }
 
-/* DLPack 0.6 has no bool code (later versions add kDLBool = 6): kiln's bool
- * is exported as uint8 holding 0 or 1, and an incoming bool is refused as an
- * unknown code rather than read as bytes kiln would have to renormalise. */
+/* DLPack 0.6 (Debian's header) has no bool; 0.8 on has kDLBool = 6 with 8
+ * bits, which NumPy (1.25 on) and PyTorch use, so kiln's bool goes out as
+ * that, 0 or 1 per byte. */
+enum { DL_BOOL = 6 };
+
 static DLDataType dl_dtype(kiln_dtype dt) {
     switch (dt) {
     case KILN_F32: return (DLDataType){kDLFloat, 32, 1};
@@ -49,8 +51,8 @@ static DLDataType dl_dtype(kiln_dtype dt) {
     case KILN_BF16: return (DLDataType){kDLBfloat, 16, 1};
     case KILN_I32: return (DLDataType){kDLInt, 32, 1};
     case KILN_I64: return (DLDataType){kDLInt, 64, 1};
-    case KILN_U8:
-    case KILN_BOOL: return (DLDataType){kDLUInt, 8, 1};
+    case KILN_U8: return (DLDataType){kDLUInt, 8, 1};
+    case KILN_BOOL: return (DLDataType){DL_BOOL, 8, 1};
     }
     return (DLDataType){kDLUInt, 8, 1};
 }
@@ -147,6 +149,7 @@ static bool kiln_dtype_for(DLDataType t, kiln_dtype *dt) {
     case kDLBfloat: *dt = KILN_BF16; return t.bits == 16;
     case kDLInt: *dt = t.bits == 32 ? KILN_I32 : KILN_I64; return t.bits == 32 || t.bits == 64;
     case kDLUInt: *dt = KILN_U8; return t.bits == 8;
+    case DL_BOOL: *dt = KILN_BOOL; return t.bits == 8;
     }
     return false;
 }
@@ -224,7 +227,7 @@ kiln_tensor *kiln_from_dlpack(kiln_ctx *ctx, DLManagedTensor *m) {
     if (!kiln_dtype_for(t->dtype, &dt))
         return import_fail(ctx, m, KILN_ERR_DTYPE,
                            "dtype code %u bits %u lanes %u has no kiln dtype (kiln takes float "
-                           "16/32/64, bfloat 16, int 32/64 and uint 8, one lane)",
+                           "16/32/64, bfloat 16, int 32/64, uint 8 and bool 8, one lane)",
                            (unsigned)t->dtype.code, (unsigned)t->dtype.bits,
                            (unsigned)t->dtype.lanes);
     if (t->ndim < 0 || t->ndim > KILN_MAX_DIMS)
@@ -258,7 +261,9 @@ kiln_tensor *kiln_from_dlpack(kiln_ctx *ctx, DLManagedTensor *m) {
     const char *first = n > 0 ? (const char *)t->data + t->byte_offset : NULL;
     bool contiguous = n == 0 || row_major(ndim, shape, t->strides);
 
-    if (n > 0 && contiguous && jit_backend_host_memory(ctx->rt) &&
+    /* A bool's bytes may be anything but 0 and 1 (a producer's business);
+     * kiln's bools are 0 or 1, so they are copied and normalised. */
+    if (n > 0 && contiguous && dt != KILN_BOOL && jit_backend_host_memory(ctx->rt) &&
         (uintptr_t)first % ALIGN == 0) {
         graph_buffer *b = graph_buffer_adopt((void *)first, nbytes, NULL, dl_release);
         if (!b)
@@ -272,11 +277,16 @@ kiln_tensor *kiln_from_dlpack(kiln_ctx *ctx, DLManagedTensor *m) {
     }
 
     char *packed = NULL;
-    if (!contiguous) {
+    if (!contiguous || (dt == KILN_BOOL && n > 0)) {
         if (!(packed = malloc(nbytes)))
             return import_fail(ctx, m, KILN_ERR_OOM,
                                "out of memory gathering %zu bytes of a strided tensor", nbytes);
-        gather(packed, first, esize, ndim, shape, t->strides, n);
+        if (contiguous)
+            memcpy(packed, first, nbytes);
+        else
+            gather(packed, first, esize, ndim, shape, t->strides, n);
+        for (size_t i = 0; dt == KILN_BOOL && i < nbytes; i++)
+            packed[i] = packed[i] != 0;
     }
     kiln_status st;
     char msg[512];

@@ -514,9 +514,9 @@ KILN_API void kiln_release(kiln_tensor *t);
 /* ---- Exchanging tensors with other libraries (DLPack, api/dlpack.c) -------
  * DLPack's DLManagedTensor is declared by dlpack/dlpack.h (version 0.6 or
  * later), which only a caller of these two functions needs to include. Its
- * dtypes map to kiln's as float 16/32/64, bfloat 16, int 32/64, uint 8; DLPack
- * 0.6 has no bool, so kiln's bool goes out as uint 8 (0 or 1) and comes back
- * as u8. */
+ * dtypes map to kiln's as float 16/32/64, bfloat 16, int 32/64, uint 8 and
+ * bool (code 6, kDLBool of DLPack 0.8 on, 8 bits: what NumPy and PyTorch
+ * exchange; an incoming bool is always copied, each byte read as != 0). */
 struct DLManagedTensor;
 
 /* Realizes t (a sync point) and hands it over as a DLPack tensor in *out, on

@@ -59,7 +59,8 @@ static DLDataType expected_dl(kiln_dtype dt) {
     case KILN_BF16: return (DLDataType){kDLBfloat, 16, 1};
     case KILN_I32: return (DLDataType){kDLInt, 32, 1};
     case KILN_I64: return (DLDataType){kDLInt, 64, 1};
-    default: return (DLDataType){kDLUInt, 8, 1}; /* u8, and bool: DLPack 0.6 has no bool */
+    case KILN_BOOL: return (DLDataType){6, 8, 1}; /* kDLBool, after DLPack 0.6 */
+    default: return (DLDataType){kDLUInt, 8, 1};
     }
 }
 
@@ -109,10 +110,10 @@ TU_TEST(dlpack, roundtrip_every_dtype_and_shape) {
             kiln_tensor *u = kiln_from_dlpack(ctx, m);
             TU_ASSERT_SHAPE_N(u, ndim, dims);
             kiln_dtype back = dt == KILN_BOOL ? KILN_U8 : dt;
-            TU_ASSERT_DTYPE(u, back);
-            TU_EXPECT_EXACT(u, back, v, n);
-            /* The imported tensor computes like any other. */
-            kiln_tensor *w = kiln_add(u, u);
+            TU_ASSERT_DTYPE(u, dt);
+            TU_EXPECT_EXACT(u, dt, v, n);
+            /* The imported tensor computes like any other (bool as u8). */
+            kiln_tensor *w = kiln_add(kiln_cast(u, back), kiln_cast(u, back));
             double twice[64];
             for (int64_t i = 0; i < n; i++)
                 twice[i] = tu_round(back, 2 * v[i]);
@@ -371,9 +372,16 @@ TU_TEST(dlpack, import_errors_call_the_deleter_once) {
     TU_ASSERT_ERROR(kiln_from_dlpack(ctx, &h.m), KILN_ERR_DTYPE, "code 2", "lanes 4");
     cr_assert_eq(h.deletes, 1);
 
-    /* Later DLPack's bool (code 6) is not DLPack 0.6's, and is refused. */
-    handmade_init(&h, (DLDataType){6, 8, 1}, 1, TU_DIMS(2), 2);
-    TU_ASSERT_ERROR(kiln_from_dlpack(ctx, &h.m), KILN_ERR_DTYPE, "code 6", "bits 8");
+    /* kDLBool (code 6) comes in as bool, copied, any nonzero byte true; with
+     * other than 8 bits it is refused. */
+    handmade_init(&h, (DLDataType){6, 8, 1}, 1, TU_DIMS(4), 4);
+    memcpy(h.mem, (unsigned char[]){0, 1, 2, 255}, 4);
+    kiln_tensor *flags = kiln_from_dlpack(ctx, &h.m);
+    cr_assert_eq(h.deletes, 1, "a bool is copied, so deleted at once");
+    TU_EXPECT_VALS(flags, KILN_BOOL, 0, 1, 1, 1);
+    TU_EXPECT_VALS(kiln_cast(flags, KILN_U8), KILN_U8, 0, 1, 1, 1);
+    handmade_init(&h, (DLDataType){6, 1, 1}, 1, TU_DIMS(2), 1);
+    TU_ASSERT_ERROR(kiln_from_dlpack(ctx, &h.m), KILN_ERR_DTYPE, "code 6", "bits 1");
     cr_assert_eq(h.deletes, 1);
 
     handmade_init(&h, (DLDataType){kDLComplex, 64, 1}, 1, TU_DIMS(2), 16);
