@@ -907,6 +907,31 @@ Test(cache_disk, evict_whole_entries) {
     cache_close(c);
 }
 
+/* A loadable file's bytes and its sidecar's both count against the budget:
+ * with the budget between the file alone and file plus sidecar (next to
+ * the newest entry), evicting the oldest entry is not enough and the file
+ * must go too; counting either part alone keeps it. */
+Test(cache_disk, evict_counts_file_and_sidecar) {
+    cache *c0 = open_cache(0);
+    put_blob(c0, key_of(1), "bin", 1000, 1);
+    cr_assert_eq(cache_disk_put_file(c0, key_of(2), "so", make_src("lib", 1100, 2)), 0);
+    set_used(entry(key_of(1), "bin", ""), 3000);
+    set_used(entry(key_of(2), "so", ""), 2000);
+    off_t blob = file_size(entry(key_of(1), "bin", ""));
+    off_t file = file_size(entry(key_of(2), "so", "")), meta = file_size(entry(key_of(2), "so", ".meta"));
+    cr_assert(meta >= 2, "a sidecar of %lld bytes", (long long)meta);
+    cache_close(c0);
+    /* the next blob is as large as the first */
+    cache *c = open_cache((uint64_t)(blob + file + meta / 2));
+    put_blob(c, key_of(3), "bin", 1000, 3);
+    cr_assert(!exists(entry(key_of(1), "bin", "")), "the oldest goes first");
+    cr_assert(!exists(entry(key_of(2), "so", "")), "file + sidecar %lld + %lld bytes were not "
+              "counted whole", (long long)file, (long long)meta);
+    cr_assert(!exists(entry(key_of(2), "so", ".meta")));
+    cr_assert(exists(entry(key_of(3), "bin", "")));
+    cache_close(c);
+}
+
 Test(cache_disk, evict_stale_temporaries) {
     cache *c = open_cache(0);
     char old[PATH_MAX], young[PATH_MAX];

@@ -173,3 +173,33 @@ TU_TEST(ir_simplify, broadcast_slice_values) {
     TU_EXPECT_VALS(kiln_slice(grid, 0, 3, 9, 1), KILN_F32, 31.5, -2, 8, 18, 28, 7);
     TU_EXPECT_VALS(kiln_sum(kiln_slice(flat, 0, 0, 8, 1), 0, NULL, false), KILN_F32, -2);
 }
+
+/* Instructions are interned on every operand: two selects that share their
+ * condition and first value but not their second are two instructions (an
+ * interning that ignored the third operand made where(m, x, y) + where(m,
+ * x, z) twice the first), and so are two loads that differ only in their
+ * valid flag. */
+Test(ir_simplify, interning_compares_every_operand) {
+    ir_builder b;
+    ir_init(&b);
+    int i = ir_gidx(&b, 64);
+    int m = ir_ilt(&b, i, ir_index(&b, 10));
+    int x = ir_load(&b, KILN_F32, 0, i, -1), y = ir_load(&b, KILN_F32, 1, i, -1);
+    int z = ir_load(&b, KILN_F32, 2, i, -1);
+    int w1 = ir_where(&b, KILN_F32, m, x, y), w2 = ir_where(&b, KILN_F32, m, x, z);
+    cr_assert_neq(w1, w2, "where(m, x, y) and where(m, x, z) interned as one");
+    cr_assert_eq(ir_where(&b, KILN_F32, m, x, y), w1, "the same select twice is one");
+    int v1 = ir_load(&b, KILN_F32, 0, i, m);
+    cr_assert_neq(v1, x, "a load under a condition interned with the plain load");
+    /* The table is probed linearly, so the comparison meets instructions of
+     * other hashes too: 2000 selects that differ only in their last operand
+     * are 2000 instructions. */
+    enum { K = 2000 };
+    static int ids[K];
+    for (int k = 0; k < K; k++)
+        ids[k] = ir_where(&b, KILN_F32, m, x, ir_load(&b, KILN_F32, 3 + k, i, -1));
+    for (int k = 1; k < K; k++)
+        cr_assert(ids[k] > ids[k - 1], "select %d interned with an earlier one", k);
+    cr_assert(!b.failed);
+    ir_free(&b);
+}

@@ -387,3 +387,16 @@ TU_TEST(create, tril_triu) {
         TU_EXPECT(kiln_grad(w), KILN_F32, lo, 24);
     }
 }
+
+/* Two aranges of one length and start that differ only in their step are
+ * different programs: the step is part of the graph's signature (with it
+ * dropped, the second sync reused the first's compiled program and its
+ * step). Eager mode compiles the arange itself; lazy mode a fused kernel. */
+TU_TEST(create, arange_step_is_part_of_the_program) {
+    TU_EXPECT_VALS(kiln_mul_scalar(kiln_arange(ctx, KILN_F32, 1, 6, 1), 3), KILN_F32, 3, 6, 9,
+                   12, 15);
+    TU_EXPECT_VALS(kiln_mul_scalar(kiln_arange(ctx, KILN_F32, 1, 11, 2), 3), KILN_F32, 3, 9, 15,
+                   21, 27);
+    TU_EXPECT_VALS(kiln_mul_scalar(kiln_arange(ctx, KILN_F32, 1, 3.5, 0.5), 3), KILN_F32, 3, 4.5,
+                   6, 7.5, 9);
+}

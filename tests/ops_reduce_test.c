@@ -266,6 +266,14 @@ TU_TEST(reduce, half_accumulation) {
         kiln_tensor *y = kiln_ones(ctx, halves[k], TU_S(3, 2048));
         TU_EXPECT_VALS(kiln_mean(y, TU_AXES(1), false), halves[k], 1, 1, 1);
     }
+    /* f16 values near 100: their sum (about 4e5) overflows f16, their mean
+     * does not; an f16 accumulator would give inf */
+    TU_RNG(r);
+    double big[4096], m = 0;
+    kiln_tensor *h = tu_rand_tensor(ctx, &r, KILN_F16, TU_S(4096), 90, 110, big);
+    for (int k = 0; k < 4096; k++)
+        m += big[k] / 4096;
+    TU_EXPECT(kiln_mean(h, 0, NULL, false), KILN_F16, &m, 1);
     /* mean of integers is computed in floating point */
     kiln_tensor *i = tu_tensor(ctx, KILN_I32, TU_S(2, 2), (double[]){1, 2, 4, 7});
     TU_EXPECT_VALS(kiln_mean(i, TU_AXES(1), false), KILN_F32, 1.5, 5.5);

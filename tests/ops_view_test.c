@@ -936,3 +936,58 @@ TU_TEST(view, views_differing_only_in_mask_end) {
                                    2),
                    KILN_F32, 2, -4, 6, 8, 0);
 }
+
+/* Views of padded views against ht, which shares nothing with graph/view.c
+ * (the reference evaluator does, so comparing with it cannot catch a wrong
+ * mask): positive-step slices whose mask ends between two steps, flips,
+ * a transpose of a tensor padded differently on each axis, reshapes that
+ * merge a padded outer axis with a full inner one, and chains of them. */
+TU_TEST(view, views_of_padded_views) {
+    TU_RNG(r);
+    ht a = ht_random(&r, KILN_F32, 2, TU_DIMS(3, 4));
+    kiln_tensor *t = tu_tensor(ctx, KILN_F32, 2, a.dims, a.v);
+    const int64_t both[4] = {2, 1, 1, 3}, rows[4] = {2, 1, 0, 0};
+    const int64_t *pads[2] = {both, rows};
+    for (int q = 0; q < 2; q++) {
+        ht p = ht_pad(&a, pads[q], 0);
+        kiln_tensor *tp = kiln_pad(t, pads[q], 0);
+        for (int axis = 0; axis < 2; axis++)
+            for (int64_t step = 2; step <= 3; step++)
+                for (int64_t start = 0; start < 3; start++) {
+                    ht s = ht_slice(&p, axis, start, p.dims[axis], step);
+                    EXPECT_HT(kiln_slice(tp, axis, start, KILN_END, step), KILN_F32, s);
+                    ht_free(&s);
+                }
+        for (uint32_t mask = 1; mask <= 3; mask++) {
+            ht f = ht_flip(&p, mask);
+            int axes[2], n = 0;
+            for (int d = 0; d < 2; d++)
+                if (mask & (1u << d))
+                    axes[n++] = d;
+            kiln_tensor *tf = kiln_flip(tp, n, axes);
+            EXPECT_HT(tf, KILN_F32, f);
+            /* a slice of the flip */
+            ht fs = ht_slice(&f, 1, 1, f.dims[1], 2);
+            EXPECT_HT(kiln_slice(tf, 1, 1, KILN_END, 2), KILN_F32, fs);
+            ht_free(&fs);
+            ht_free(&f);
+        }
+        ht tr = ht_transpose(&p, 0, 1);
+        kiln_tensor *ttr = kiln_transpose(tp, 0, 1);
+        EXPECT_HT(ttr, KILN_F32, tr);
+        int64_t flat = ht_numel(&p);
+        ht flat_p = ht_reshape(&p, 1, &flat);
+        EXPECT_HT(kiln_reshape(tp, 1, &flat), KILN_F32, flat_p);
+        const int64_t split[3] = {2, 3, p.dims[1]};
+        ht sp = ht_reshape(&p, 3, split);
+        EXPECT_HT(kiln_reshape(tp, 3, split), KILN_F32, sp);
+        ht trf = ht_reshape(&tr, 1, &flat);
+        EXPECT_HT(kiln_reshape(ttr, 1, &flat), KILN_F32, trf);
+        ht_free(&trf);
+        ht_free(&sp);
+        ht_free(&flat_p);
+        ht_free(&tr);
+        ht_free(&p);
+    }
+    ht_free(&a);
+}
