@@ -114,11 +114,34 @@ kiln_tensor *api_axis_back(kiln_tensor *t, int ax);
 
 /* Whether dt may hold indices (i32, i64, u8). */
 bool api_index_dtype(kiln_dtype dt);
-/* When idx is realized: NULL if every element lies in [0, limit), else an
- * error for op naming the first that does not (what: "indices"; other: the
- * tensor indexed, for the message). Lazy indices are not read (no sync). */
+/* When idx is realized: NULL if every element lies in [0, limit) (or
+ * equals *ignore, when ignore is not NULL), else an error for op naming the
+ * first that does not (what: "indices"; other: the tensor indexed, for the
+ * message). Lazy indices are not read (no sync). */
 kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx,
-                               int64_t limit, const char *what, const graph_node *other);
+                               int64_t limit, const char *what, const graph_node *other,
+                               const int64_t *ignore);
+
+/* ---- the neural-network ops' shared checks (api/nn.c) ---- */
+
+typedef struct nn_arg {
+    kiln_tensor *t;
+    const char *name;
+    bool optional;  /* may be NULL */
+    bool any_dtype; /* otherwise a float dtype is required */
+} nn_arg;
+
+/* NULL when the arguments are usable (then *ctxp is their context, or NULL
+ * when every argument is NULL and there is nothing to return), else the
+ * handle to return: a NULL required argument, an error passed on, another
+ * context, or a non-float dtype. */
+kiln_tensor *api_nn_args(const char *op, int n, const nn_arg *a, kiln_ctx **ctxp);
+bool api_valid_reduction(kiln_reduction r);
+/* t's mean or sum over everything, or t itself (KILN_REDUCTION_NONE). */
+kiln_tensor *api_reduce_loss(kiln_tensor *t, kiln_reduction r);
+/* The bool one-hot [..., n] of integer indices [...]: true where the index
+ * equals the column. */
+kiln_tensor *api_one_hot(kiln_tensor *idx, int64_t n);
 
 /* Whether dt is one of kiln_dtype's values. */
 bool api_valid_dtype(kiln_dtype dt);

@@ -33,7 +33,7 @@ static kiln_tensor *check_index(const char *op, kiln_ctx *ctx, const graph_node 
                         "%s: index %s does not fit input %s along axis %d: it needs the input's "
                         "dimensions, each at most the input's size except on the axis",
                         op, api_shape_str(idx), api_shape_str(t), axis);
-    return api_check_indices(ctx, op, idx, t->shape[*ax], "index", t);
+    return api_check_indices(ctx, op, idx, t->shape[*ax], "index", t, NULL);
 }
 
 /* [..., J] indices against 0..K-1: a [..., J, K] bool of where each points. */

@@ -314,7 +314,11 @@ KILN_API kiln_tensor *kiln_triu(kiln_tensor *t, int64_t k);
  * and kiln_argmin give i64 indices of the first extreme element, counted
  * row-major over the reduced axes taken in increasing order (the flat index
  * when all axes are reduced); NaN counts as the extreme. A repeated or out of
- * range axis is KILN_ERR_ARG. */
+ * range axis is KILN_ERR_ARG. Axes along which the input is constant (an
+ * expand's broadcast axes, size-1 axes, and what elementwise ops of such
+ * inputs keep) are not read element by element: a sum over them is one
+ * element times their count (so sum(expand(x, [10^6, 10^6])) costs one
+ * multiply and rounds once), a max or min the element itself. */
 KILN_API kiln_tensor *kiln_sum(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
 KILN_API kiln_tensor *kiln_mean(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
 KILN_API kiln_tensor *kiln_max(kiln_tensor *t, int naxes, const int *axes, bool keepdim);
@@ -335,6 +339,10 @@ KILN_API kiln_tensor *kiln_var(kiln_tensor *t, int naxes, const int *axes, doubl
                                bool keepdim);
 KILN_API kiln_tensor *kiln_std(kiln_tensor *t, int naxes, const int *axes, double correction,
                                bool keepdim);
+/* kiln_std and, in *mean (when mean is not NULL), kiln_mean over the same
+ * axes, in the std's dtype: PyTorch's std_mean. On failure *mean is NULL. */
+KILN_API kiln_tensor *kiln_std_mean(kiln_tensor *t, int naxes, const int *axes,
+                                    double correction, bool keepdim, kiln_tensor **mean);
 
 /* Cumulative ops along an axis, of the input's shape: element i combines
  * elements 0..i. kiln_cumsum and kiln_cumprod give i64 for integer and bool
@@ -715,6 +723,58 @@ KILN_API kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targe
  * shape (KILN_ERR_SHAPE). */
 KILN_API kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduction);
 
+/* An ignore_index that ignores nothing. */
+#define KILN_IGNORE_NONE INT64_MIN
+
+/* Cross-entropy with PyTorch's options (api/loss.c). logits are [N, C] or
+ * [N, C, d...] (classes on axis 1), targets [N] or [N, d...] of i32 or i64
+ * class indices; weight [C] (or NULL) weighs each class; rows whose target
+ * is ignore_index (KILN_IGNORE_NONE: none) contribute 0 and no weight;
+ * label_smoothing e in [0, 1] mixes in the uniform distribution: row i's
+ * loss is (1 - e) w[t_i] (-log p_i[t_i]) + e / C sum_c w[c] (-log p_i[c]).
+ * KILN_REDUCTION_MEAN divides the sum by the sum of the rows' w[t_i] (NaN
+ * when every row is ignored, as PyTorch); KILN_REDUCTION_NONE gives the
+ * targets' shape. A realized target outside [0, C) that is not ignore_index
+ * is KILN_ERR_ARG; a lazy one matches no class and adds 0 (and, with a
+ * weight, no weight). Computed from reductions of the logits (log-sum-exp,
+ * the target's logit, the weighted row sum): no [rows, C] log-softmax is
+ * materialised. kiln_nll_loss takes log-probabilities (say, kiln_log_softmax
+ * along axis 1) in place of logits, with the same rules and no smoothing. */
+KILN_API kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *targets,
+                                            kiln_tensor *weight, int64_t ignore_index,
+                                            double label_smoothing, kiln_reduction reduction);
+KILN_API kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *targets,
+                                    kiln_tensor *weight, int64_t ignore_index,
+                                    kiln_reduction reduction);
+
+/* Binary cross-entropy of targets y in [0, 1] under logits x (same shape),
+ * in PyTorch's stable form (1 - y) x + (1 + (pw - 1) y) log(1 + exp(-x)),
+ * times weight; weight and pos_weight (pw, the positive class's weight,
+ * typically [C] over the last axis) may be NULL and must broadcast to x's
+ * shape (KILN_ERR_SHAPE). Exact for large |x| (no log of 0). */
+KILN_API kiln_tensor *kiln_binary_cross_entropy_with_logits(kiln_tensor *logits,
+                                                            kiln_tensor *targets,
+                                                            kiln_tensor *weight,
+                                                            kiln_tensor *pos_weight,
+                                                            kiln_reduction reduction);
+
+/* KL divergence of target from input, PyTorch's kl_div: input holds
+ * log-probabilities; pointwise t log t - t x with 0 log 0 = 0 (a negative
+ * target gives NaN), or exp(t) (t - x) with log_target. Same shapes.
+ * KILN_REDUCTION_MEAN averages over every element (PyTorch's "mean"); for
+ * its "batchmean", divide the KILN_REDUCTION_SUM by the batch size. */
+KILN_API kiln_tensor *kiln_kl_div(kiln_tensor *input, kiln_tensor *target, bool log_target,
+                                  kiln_reduction reduction);
+
+/* Huber: 0.5 d^2 where |d| < delta, else delta (|d| - delta / 2), d = a - b
+ * (delta finite and > 0). Smooth L1: 0.5 d^2 / beta where |d| < beta, else
+ * |d| - beta / 2 (beta finite and >= 0; 0 is the L1 loss). Same shapes
+ * (KILN_ERR_SHAPE), bad parameters KILN_ERR_ARG. */
+KILN_API kiln_tensor *kiln_huber_loss(kiln_tensor *a, kiln_tensor *b, double delta,
+                                      kiln_reduction reduction);
+KILN_API kiln_tensor *kiln_smooth_l1_loss(kiln_tensor *a, kiln_tensor *b, double beta,
+                                          kiln_reduction reduction);
+
 /* The tanh approximation of GELU: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
  * x^3))). kiln_gelu is the exact erf form. */
 KILN_API kiln_tensor *kiln_gelu_tanh(kiln_tensor *x);
@@ -744,10 +804,20 @@ KILN_API kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight);
  * S, D], v [..., S, Dv] with batch axes that broadcast; the result is [...,
  * L, Dv]. scale 0 means 1/sqrt(D); it must be finite (KILN_ERR_ARG). causal
  * masks key j for query i when j > i (the top-left aligned lower triangle of
- * PyTorch's is_causal), with -inf before the softmax. */
+ * PyTorch's is_causal), with -inf before the softmax. Grouped-query heads:
+ * when k and v have Hkv > 1 heads on axis -3 and q has a multiple Hq of them,
+ * each kv head serves Hq / Hkv consecutive query heads (PyTorch's
+ * enable_gqa); they are repeated, not copied per element. */
 KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k,
                                                         kiln_tensor *v, bool causal,
                                                         double scale);
+/* The same with a mask (NULL: none) broadcasting to the scores [..., L, S]:
+ * bool keeps the scores where true and puts -inf where false (PyTorch's
+ * boolean attn_mask); q's float dtype is added to the scores. A query whose
+ * keys are all masked gets NaN, as in PyTorch. Other dtypes are
+ * KILN_ERR_DTYPE, other shapes KILN_ERR_SHAPE. */
+KILN_API kiln_tensor *kiln_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
+                                     kiln_tensor *mask, bool causal, double scale);
 
 /* ---- Optimisers and checkpoints -------------------------------------------- */
 

@@ -6,6 +6,7 @@
  * every intermediate handle and keeps only the result. */
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "api/api.h"
 
@@ -13,18 +14,7 @@
  * arithmetic; no tensor that fits in memory needs them. */
 #define NN_MAX_PARAM ((int64_t)1 << 40)
 
-typedef struct nn_arg {
-    kiln_tensor *t;
-    const char *name;
-    bool optional;  /* may be NULL */
-    bool any_dtype; /* otherwise a float dtype is required */
-} nn_arg;
-
-/* NULL when the arguments are usable (then *ctxp is their context, or NULL
- * when every argument is NULL and there is nothing to return), else the
- * handle to return: a NULL required argument, an error passed on, another
- * context, or a non-float dtype. */
-static kiln_tensor *check_args(const char *op, int n, const nn_arg *a, kiln_ctx **ctxp) {
+kiln_tensor *api_nn_args(const char *op, int n, const nn_arg *a, kiln_ctx **ctxp) {
     kiln_ctx *ctx = NULL;
     for (int i = 0; i < n && !ctx; i++)
         if (a[i].t)
@@ -54,7 +44,8 @@ static kiln_tensor *check_args(const char *op, int n, const nn_arg *a, kiln_ctx 
 /* Index tensors that already hold data are checked here, where the user can
  * be told; pending ones cannot be read without a sync. */
 kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx,
-                               int64_t limit, const char *what, const graph_node *other) {
+                               int64_t limit, const char *what, const graph_node *other,
+                               const int64_t *ignore) {
     if (!idx->buf)
         return NULL;
     int64_t n = graph_numel(idx);
@@ -69,7 +60,7 @@ kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *
     kiln_tensor *bad = NULL;
     for (int64_t i = 0; i < n && !bad; i++) {
         int64_t v = graph_scalar_load(data, idx->dtype, i).i;
-        if (v < 0 || v >= limit)
+        if ((v < 0 || v >= limit) && !(ignore && v == *ignore))
             bad = api_fail(ctx, KILN_ERR_ARG,
                            "%s: %s %s holds %lld at flat position %lld, outside [0, %lld) "
                            "(%s)",
@@ -99,7 +90,7 @@ kiln_tensor *kiln_linear(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b) {
     const nn_arg args[] = {
         {x, "input", false, false}, {w, "weight", false, false}, {b, "bias", true, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 3, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 3, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node, *W = w->node;
@@ -148,7 +139,7 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t
     const nn_arg args[] = {
         {x, "input", false, false}, {w, "weight", false, false}, {b, "bias", true, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 3, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 3, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node, *W = w->node;
@@ -218,7 +209,7 @@ static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t 
                            int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
     const nn_arg args[] = {{x, "input", false, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 1, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 1, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node;
@@ -288,7 +279,7 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight, kiln_te
     const nn_arg args[] = {
         {x, "input", false, false}, {weight, "weight", true, false}, {bias, "bias", true, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 3, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 3, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node;
@@ -341,7 +332,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
                            {weight, "weight", true, false},
                            {bias, "bias", true, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 5, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 5, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node;
@@ -432,7 +423,7 @@ static kiln_tensor *softmax_of(kiln_tensor *x, int ax, bool log) {
 static kiln_tensor *softmax_op(const char *op, kiln_tensor *x, int axis, bool log) {
     const nn_arg args[] = {{x, "input", false, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 1, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 1, args, &ctx);
     if (e || !ctx)
         return e;
     int ax;
@@ -453,11 +444,11 @@ kiln_tensor *kiln_log_softmax(kiln_tensor *x, int axis) {
     return softmax_op("kiln_log_softmax", x, axis, true);
 }
 
-static bool valid_reduction(kiln_reduction r) {
+bool api_valid_reduction(kiln_reduction r) {
     return r == KILN_REDUCTION_MEAN || r == KILN_REDUCTION_SUM || r == KILN_REDUCTION_NONE;
 }
 
-static kiln_tensor *reduce_loss(kiln_tensor *t, kiln_reduction r) {
+kiln_tensor *api_reduce_loss(kiln_tensor *t, kiln_reduction r) {
     if (r == KILN_REDUCTION_MEAN)
         return kiln_mean(t, 0, NULL, false);
     if (r == KILN_REDUCTION_SUM)
@@ -467,7 +458,7 @@ static kiln_tensor *reduce_loss(kiln_tensor *t, kiln_reduction r) {
 
 /* The bool one-hot [..., n] of integer indices [...]: true where the index
  * equals the column. Compared in i64, so that u8 indices meet every column. */
-static kiln_tensor *one_hot(kiln_tensor *idx, int64_t n) {
+kiln_tensor *api_one_hot(kiln_tensor *idx, int64_t n) {
     kiln_tensor *cols = kiln_arange(kiln_ctx_of(idx), KILN_I64, 0, (double)n, 1);
     return kiln_eq(kiln_unsqueeze(kiln_cast(idx, KILN_I64), -1), cols);
 }
@@ -477,7 +468,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
     const char *op = "kiln_cross_entropy";
     const nn_arg args[] = {{logits, "logits", false, false}, {targets, "targets", false, true}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 2, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 2, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *L = logits->node, *T = targets->node;
@@ -485,7 +476,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
         return api_fail(ctx, KILN_ERR_DTYPE,
                         "kiln_cross_entropy: targets %s are %s; class indices must be i32 or i64",
                         api_shape_str(T), kiln_dtype_name(T->dtype));
-    if (!valid_reduction(reduction))
+    if (!api_valid_reduction(reduction))
         return api_fail(ctx, KILN_ERR_ARG,
                         "kiln_cross_entropy: logits %s, targets %s: unknown reduction %d",
                         api_shape_str(L), api_shape_str(T), (int)reduction);
@@ -494,7 +485,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
                         "kiln_cross_entropy: logits %s and targets %s must be [N, C] and [N] "
                         "with C >= 1",
                         api_shape_str(L), api_shape_str(T));
-    if ((e = api_check_indices(ctx, op, T, L->shape[1], "targets", L)))
+    if ((e = api_check_indices(ctx, op, T, L->shape[1], "targets", L, NULL)))
         return e;
     kiln_scope_begin(ctx);
     /* -log_softmax at the target is logsumexp(row) - row[target]: both are
@@ -505,7 +496,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
     kiln_tensor *m = kiln_detach(kiln_max(logits, 1, &one, true)); /* as in softmax_of */
     kiln_tensor *lse =
         kiln_add(kiln_log(kiln_sum(kiln_exp(kiln_sub(logits, m)), 1, &one, true)), m);
-    kiln_tensor *hit = one_hot(targets, L->shape[1]);
+    kiln_tensor *hit = api_one_hot(targets, L->shape[1]);
     kiln_tensor *picked =
         kiln_sum(kiln_where(hit, logits, kiln_scalar(ctx, L->dtype, 0)), 1, &one, false);
     kiln_tensor *loss = kiln_sub(kiln_reshape(lse, 1, T->shape), picked);
@@ -513,18 +504,18 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
     kiln_tensor *zero = kiln_scalar(ctx, kiln_dtype_of(loss), 0);
     loss = kiln_where(kiln_ge_scalar(targets, 0),
                       kiln_where(kiln_lt_scalar(targets, (double)L->shape[1]), loss, zero), zero);
-    return api_finish(ctx, reduce_loss(loss, reduction));
+    return api_finish(ctx, api_reduce_loss(loss, reduction));
 }
 
 kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduction) {
     const char *op = "kiln_mse_loss";
     const nn_arg args[] = {{a, "input", false, false}, {b, "target", false, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 2, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 2, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *A = a->node, *B = b->node;
-    if (!valid_reduction(reduction))
+    if (!api_valid_reduction(reduction))
         return api_fail(ctx, KILN_ERR_ARG, "kiln_mse_loss: %s and %s: unknown reduction %d",
                         api_shape_str(A), api_shape_str(B), (int)reduction);
     bool same = A->ndim == B->ndim;
@@ -535,7 +526,7 @@ kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduct
                         api_shape_str(A), api_shape_str(B));
     kiln_scope_begin(ctx);
     kiln_tensor *d = kiln_sub(a, b);
-    return api_finish(ctx, reduce_loss(kiln_mul(d, d), reduction));
+    return api_finish(ctx, api_reduce_loss(kiln_mul(d, d), reduction));
 }
 
 /* ---- activations, dropout, embedding ---- */
@@ -543,7 +534,7 @@ kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduct
 kiln_tensor *kiln_gelu_tanh(kiln_tensor *x) {
     const nn_arg args[] = {{x, "input", false, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args("kiln_gelu_tanh", 1, args, &ctx);
+    kiln_tensor *e = api_nn_args("kiln_gelu_tanh", 1, args, &ctx);
     if (e || !ctx)
         return e;
     kiln_scope_begin(ctx);
@@ -560,7 +551,7 @@ kiln_tensor *kiln_gelu_tanh(kiln_tensor *x) {
 kiln_tensor *kiln_hardswish(kiln_tensor *x) {
     const nn_arg args[] = {{x, "input", false, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args("kiln_hardswish", 1, args, &ctx);
+    kiln_tensor *e = api_nn_args("kiln_hardswish", 1, args, &ctx);
     if (e || !ctx)
         return e;
     kiln_scope_begin(ctx);
@@ -572,7 +563,7 @@ kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training
     const char *op = "kiln_dropout";
     const nn_arg args[] = {{x, "input", false, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 1, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 1, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node;
@@ -593,7 +584,7 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
     const char *op = "kiln_embedding";
     const nn_arg args[] = {{indices, "indices", false, true}, {weight, "weight", false, false}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 2, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 2, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *I = indices->node, *W = weight->node;
@@ -606,22 +597,26 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
                         "kiln_embedding: indices %s and weight %s: the weight must be [V, D] "
                         "and the indices have at most %d dimensions",
                         api_shape_str(I), api_shape_str(W), KILN_MAX_DIMS - 1);
-    if ((e = api_check_indices(ctx, op, I, W->shape[0], "indices", W)))
+    if ((e = api_check_indices(ctx, op, I, W->shape[0], "indices", W, NULL)))
         return e;
     kiln_scope_begin(ctx);
-    kiln_tensor *hot = kiln_cast(one_hot(indices, W->shape[0]), W->dtype);
+    kiln_tensor *hot = kiln_cast(api_one_hot(indices, W->shape[0]), W->dtype);
     return api_finish(ctx, kiln_matmul(hot, weight));
 }
 
 /* ---- attention ---- */
 
-kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
-                                               bool causal, double scale) {
-    const char *op = "kiln_scaled_dot_product_attention";
-    const nn_arg args[] = {
-        {q, "query", false, false}, {k, "key", false, false}, {v, "value", false, false}};
+/* softmax(q @ k^T * scale + mask) @ v; mask (or NULL) bool (false: -inf)
+ * or of q's dtype (added), broadcasting to the scores; k and v with fewer
+ * heads (axis -3) than q are repeated to q's (grouped-query attention). */
+static kiln_tensor *attention(const char *op, kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
+                              kiln_tensor *mask, bool causal, double scale) {
+    const nn_arg args[] = {{q, "query", false, false},
+                           {k, "key", false, false},
+                           {v, "value", false, false},
+                           {mask, "mask", true, true}};
     kiln_ctx *ctx;
-    kiln_tensor *e = check_args(op, 3, args, &ctx);
+    kiln_tensor *e = api_nn_args(op, 4, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *Q = q->node, *K = k->node, *V = v->node;
@@ -630,30 +625,81 @@ kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, k
                         "%s: query %s, key %s, value %s: scale %g is not "
                         "finite",
                         op, api_shape_str(Q), api_shape_str(K), api_shape_str(V), scale);
+    /* Grouped-query heads: kv heads dividing q's are each shared by a
+     * group of consecutive query heads, as PyTorch's enable_gqa. */
+    int64_t groups = 1;
+    if (Q->ndim >= 3 && K->ndim >= 3 && V->ndim >= 3) {
+        int64_t hq = Q->shape[Q->ndim - 3], hk = K->shape[K->ndim - 3];
+        if (hk > 1 && hk != hq && hq % hk == 0 && V->shape[V->ndim - 3] == hk)
+            groups = hq / hk;
+    }
     int n1, nb;
-    int64_t b1[KILN_MAX_DIMS], bshape[KILN_MAX_DIMS];
+    int64_t b1[KILN_MAX_DIMS], bshape[KILN_MAX_DIMS], kb[KILN_MAX_DIMS], vb[KILN_MAX_DIMS];
+    for (int d = 0; d < K->ndim - 2; d++)
+        kb[d] = K->shape[d] * (d == K->ndim - 3 ? groups : 1);
+    for (int d = 0; d < V->ndim - 2; d++)
+        vb[d] = V->shape[d] * (d == V->ndim - 3 ? groups : 1);
     bool ok = Q->ndim >= 2 && K->ndim >= 2 && V->ndim >= 2 &&
               Q->shape[Q->ndim - 1] == K->shape[K->ndim - 1] &&
               K->shape[K->ndim - 2] == V->shape[V->ndim - 2] &&
-              api_broadcast_shape(Q->ndim - 2, Q->shape, K->ndim - 2, K->shape, &n1, b1) &&
-              api_broadcast_shape(n1, b1, V->ndim - 2, V->shape, &nb, bshape);
+              api_broadcast_shape(Q->ndim - 2, Q->shape, K->ndim - 2, kb, &n1, b1) &&
+              api_broadcast_shape(n1, b1, V->ndim - 2, vb, &nb, bshape);
     if (!ok)
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "%s: query %s, key %s and value %s must be [..., L, D], [..., S, D] and "
-                        "[..., S, Dv] with batch axes that broadcast",
+                        "[..., S, Dv] with batch axes that broadcast (or key and value heads "
+                        "dividing the query's)",
                         op, api_shape_str(Q), api_shape_str(K), api_shape_str(V));
     int64_t l = Q->shape[Q->ndim - 2], d = Q->shape[Q->ndim - 1], s = K->shape[K->ndim - 2];
+    if (mask) {
+        graph_node *M = mask->node;
+        int64_t sshape[KILN_MAX_DIMS], out[KILN_MAX_DIMS];
+        memcpy(sshape, bshape, sizeof(int64_t) * (size_t)nb);
+        sshape[nb] = l;
+        sshape[nb + 1] = s;
+        int no;
+        bool fits = nb + 2 <= KILN_MAX_DIMS &&
+                    api_broadcast_shape(nb + 2, sshape, M->ndim, M->shape, &no, out) &&
+                    no == nb + 2 && !memcmp(out, sshape, sizeof(int64_t) * (size_t)no);
+        if (!fits)
+            return api_fail(ctx, KILN_ERR_SHAPE,
+                            "%s: mask %s does not broadcast to the scores [..., L, S] of query "
+                            "%s and key %s",
+                            op, api_shape_str(M), api_shape_str(Q), api_shape_str(K));
+        if (M->dtype != KILN_BOOL && M->dtype != Q->dtype)
+            return api_fail(ctx, KILN_ERR_DTYPE,
+                            "%s: mask %s is %s; it must be bool or the query's %s", op,
+                            api_shape_str(M), kiln_dtype_name(M->dtype),
+                            kiln_dtype_name(Q->dtype));
+    }
     if (scale == 0)
         scale = d ? 1.0 / sqrt((double)d) : 1.0;
     kiln_scope_begin(ctx);
+    if (groups > 1) {
+        k = kiln_repeat_interleave(k, groups, -3);
+        v = kiln_repeat_interleave(v, groups, -3);
+    }
     kiln_tensor *scores = kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -1, -2)), scale);
+    kiln_tensor *ninf = kiln_scalar(ctx, kiln_dtype_of(scores), -INFINITY);
     if (causal) {
         int64_t col[2] = {l, 1};
         kiln_tensor *i = kiln_reshape(kiln_arange(ctx, KILN_I64, 0, (double)l, 1), 2, col);
         kiln_tensor *j = kiln_arange(ctx, KILN_I64, 0, (double)s, 1);
-        kiln_tensor *ninf = kiln_scalar(ctx, kiln_dtype_of(scores), -INFINITY);
         scores = kiln_where(kiln_gt(j, i), ninf, scores);
     }
+    if (mask)
+        scores = mask->node->dtype == KILN_BOOL ? kiln_where(mask, scores, ninf)
+                                                : kiln_add(scores, mask);
     kiln_tensor *attn = s ? softmax_of(scores, kiln_ndim(scores) - 1, false) : scores;
     return api_finish(ctx, kiln_matmul(attn, v));
+}
+
+kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v,
+                                               bool causal, double scale) {
+    return attention("kiln_scaled_dot_product_attention", q, k, v, NULL, causal, scale);
+}
+
+kiln_tensor *kiln_attention(kiln_tensor *q, kiln_tensor *k, kiln_tensor *v, kiln_tensor *mask,
+                            bool causal, double scale) {
+    return attention("kiln_attention", q, k, v, mask, causal, scale);
 }

@@ -414,6 +414,53 @@ static const fd_case view_cases[] = {
 
 GRAD_TEST(views) { fd_run(ctx, view_cases, sizeof view_cases / sizeof view_cases[0]); }
 
+static kiln_tensor *f_ce_ex(kiln_tensor **x) {
+    kiln_ctx *c = kiln_ctx_of(x[0]);
+    kiln_tensor *t = tu_tensor(c, KILN_I64, TU_S(4), (double[]){2, -100, 0, 1});
+    kiln_tensor *w = tu_tensor(c, KILN_F64, TU_S(3), (double[]){0.5, 2, 1.25});
+    return kiln_cross_entropy_ex(x[0], t, w, -100, 0.2, KILN_REDUCTION_NONE);
+}
+static kiln_tensor *f_ce_ex_mean(kiln_tensor **x) {
+    kiln_ctx *c = kiln_ctx_of(x[0]);
+    kiln_tensor *t = tu_tensor(c, KILN_I64, TU_S(2, 3), (double[]){0, 1, -100, 2, 2, 0});
+    return kiln_reshape(kiln_cross_entropy_ex(x[0], t, NULL, -100, 0.1, KILN_REDUCTION_MEAN), 1,
+                        TU_DIMS(1));
+}
+static kiln_tensor *f_bce(kiln_tensor **x) {
+    kiln_ctx *c = kiln_ctx_of(x[0]);
+    kiln_tensor *pw = tu_tensor(c, KILN_F64, TU_S(4), (double[]){0.5, 1, 2, 3});
+    return kiln_binary_cross_entropy_with_logits(x[0], kiln_sigmoid(x[1]), NULL, pw,
+                                                 KILN_REDUCTION_NONE);
+}
+static kiln_tensor *f_huber(kiln_tensor **x) {
+    return kiln_add(kiln_huber_loss(x[0], x[1], 0.7, KILN_REDUCTION_NONE),
+                    kiln_smooth_l1_loss(x[0], x[1], 0.4, KILN_REDUCTION_NONE));
+}
+static kiln_tensor *f_kl(kiln_tensor **x) {
+    return kiln_add(kiln_kl_div(kiln_log_softmax(x[0], 1), kiln_softmax(x[1], 1), false,
+                                KILN_REDUCTION_NONE),
+                    kiln_kl_div(x[0], x[1], true, KILN_REDUCTION_NONE));
+}
+static kiln_tensor *f_attention(kiln_tensor **x) {
+    kiln_ctx *c = kiln_ctx_of(x[0]);
+    kiln_tensor *keep = tu_tensor(c, KILN_BOOL, TU_S(2, 3), (double[]){1, 0, 1, 1, 1, 0});
+    return kiln_attention(x[0], x[1], x[2], keep, false, 0);
+}
+
+static const fd_case loss_cases[] = {
+    {"cross_entropy_ex weights, ignore, smoothing", 1, {2}, {{4, 3}}, GEN_UNIFORM, -2, 2, f_ce_ex,
+     0, 0},
+    {"cross_entropy_ex over a map, mean", 1, {3}, {{2, 3, 3}}, GEN_UNIFORM, -2, 2, f_ce_ex_mean, 0,
+     0},
+    {"bce with logits, pos_weight", 2, {2, 2}, {{3, 4}, {3, 4}}, GEN_UNIFORM, -3, 3, f_bce, 0, 0},
+    {"huber and smooth l1", 2, {1, 1}, {{8}, {8}}, GEN_UNIFORM, -2, 2, f_huber, 0, 0},
+    {"kl_div", 2, {2, 2}, {{2, 4}, {2, 4}}, GEN_UNIFORM, -2, 2, f_kl, 0, 0},
+    {"attention, bool mask, grouped heads", 3, {4, 4, 4}, {{1, 4, 2, 3}, {1, 2, 3, 3}, {1, 2, 3, 2}},
+     GEN_UNIFORM, -1, 1, f_attention, 0, 0},
+};
+
+GRAD_TEST(losses) { fd_run(ctx, loss_cases, sizeof loss_cases / sizeof loss_cases[0]); }
+
 static kiln_tensor *f_matmul(kiln_tensor **x) { return kiln_matmul(x[0], x[1]); }
 static kiln_tensor *f_linear(kiln_tensor **x) {
     return kiln_tanh(kiln_add(kiln_matmul(x[0], x[1]), x[2]));
