@@ -107,7 +107,8 @@ static kiln_tensor *parse(const einsum_ctx *e, int n, raw_term *in, raw_term *ou
                 cur->ellipsis = true;
                 p += 2;
             }
-            if (cur->n > KILN_MAX_DIMS)
+            /* room for KILN_MAX_DIMS letters and the ellipsis */
+            if (!ell && cur->n - (cur->ellipsis ? 1 : 0) == KILN_MAX_DIMS)
                 cur->too_long = true;
             else
                 cur->tok[cur->n++] = ell ? ELLIPSIS : letter_label(c);
