@@ -66,7 +66,10 @@ kiln_tensor *kiln_unfold(kiln_tensor *t, int axis, int64_t size, int64_t step) {
      * that is row w + q, column r of x cut into rows of step: windows are q
      * = 0..Q-1 row slices of that [M, step] view, side by side, cut to size.
      * Q = ceil(size / step) slices; one (a pure view) when step >= size. */
-    int64_t nw = (n - size) / step + 1, Q = (size + step - 1) / step, M = nw + Q - 1;
+    int64_t nw = (n - size) / step + 1;
+    if (nw == 1) /* one window: whatever the step, it reads elements 0..size-1 */
+        step = size;
+    int64_t Q = (size + step - 1) / step, M = nw + Q - 1;
     kiln_scope_begin(ctx);
     kiln_tensor *x = api_axis_last(t, ax, NULL); /* [..., n] */
     if (M * step <= n) {

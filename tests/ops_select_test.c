@@ -94,6 +94,14 @@ TU_TEST(select, unfold) {
             for (int j = 0; j < 4; j++)
                 want[(i * 3 + w) * 4 + j] = x[i * 8 + w * 2 + j];
     TU_EXPECT_EXACT(kiln_unfold(t, -1, 4, 2), KILN_F64, want, 36);
+    /* one window, whatever the step */
+    double first[12];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            first[i * 4 + j] = x[i * 8 + j];
+    kiln_tensor *one = kiln_unfold(t, 1, 4, INT64_MAX);
+    TU_ASSERT_SHAPE(one, 3, 1, 4);
+    TU_EXPECT_EXACT(one, KILN_F64, first, 12);
     /* the first axis of a vector */
     kiln_tensor *v = tu_tensor(ctx, KILN_I64, TU_S(5), (double[]){1, 2, 3, 4, 5});
     TU_EXPECT_VALS(kiln_unfold(v, 0, 2, 2), KILN_I64, 1, 2, 3, 4);
@@ -160,6 +168,13 @@ TU_TEST(select, masked_select) {
     kiln_tensor *sel = kiln_masked_select(kiln_exp(xt), kiln_gt_scalar(xt, 0));
     TU_ASSERT_SHAPE(sel, c);
     TU_EXPECT(sel, KILN_F64, want, c);
+    /* a transposed view: its own row-major order */
+    double xs[6];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(2, 3), -1, 1, xs);
+    kiln_tensor *mt = tu_tensor(ctx, KILN_BOOL, TU_S(3, 2), (double[]){1, 1, 0, 1, 1, 0});
+    TU_EXPECT_VALS(kiln_masked_select(kiln_transpose(tx, 0, 1), mt), KILN_F32, xs[0], xs[3],
+                   xs[4], xs[2]);
+    TU_EXPECT_VALS(kiln_nonzero(kiln_transpose(mt, 0, 1)), KILN_I64, 0, 0, 0, 2, 1, 0, 1, 1);
     /* argument errors come before any sync */
     kiln_stats before = kiln_ctx_stats(ctx);
     kiln_tensor *lazy = kiln_exp(xt);
