@@ -384,6 +384,73 @@ KILN_API kiln_tensor *kiln_argsort(kiln_tensor *t, int axis, bool descending);
 KILN_API kiln_tensor *kiln_topk(kiln_tensor *t, int64_t k, int axis, bool largest,
                                 kiln_tensor **indices);
 
+/* ---- Einsum, masks and windows (api/einsum.c, api/select.c) --------------- */
+
+/* Einstein summation over n operands, as NumPy's and PyTorch's einsum:
+ * "ij,jk->ik" is a matrix product, "bij,bjk->bik" a batched one, "i,j->ij"
+ * an outer product, "ii->" a trace, "ii->i" a diagonal, "ij->ji" a
+ * transpose, "ij->" a sum. A term has one letter (a-z, A-Z) per axis of its
+ * operand; spaces are ignored. A letter repeated within one operand takes
+ * the diagonal of those axes (equal sizes required); a letter in several
+ * operands pairs their axes, whose sizes must be equal or 1 (broadcast);
+ * letters not in the output are summed. Without "->" the output is the
+ * letters that appear once, in ASCII order (A-Z before a-z), after the
+ * ellipsis. "..." stands for the axes a term does not name, broadcast
+ * across operands from the right as NumPy's; an explicit output without
+ * "..." sums them (PyTorch's rule). The dtype is the promotion of the
+ * operands' (integers wrap to it; bool is KILN_ERR_DTYPE). Composed of
+ * diagonals, sums, permutes, reshapes and one kiln_matmul per operand after
+ * the first, contracting left to right (so the order of the operands is the
+ * order of the work), hence differentiable. Errors name kiln_einsum, the
+ * subscripts and the operands' shapes: KILN_ERR_ARG for a character that is
+ * not a letter, ',', "..." or "->", a second "...", a term count other than
+ * n, an output letter that no input has or that is repeated, NULL
+ * subscripts; KILN_ERR_SHAPE for a term whose letters do not match its
+ * operand's dimensions, sizes that do not broadcast, or an output or
+ * intermediate of more than KILN_MAX_DIMS dimensions. n <= 0 or a NULL
+ * operands array gives NULL (no context to report in). */
+KILN_API kiln_tensor *kiln_einsum(const char *subscripts, int n, kiln_tensor *const *operands);
+
+/* t with value (converted to t's dtype as kiln_full converts it) where mask
+ * is true. mask is bool (KILN_ERR_DTYPE otherwise) and broadcasts to t's
+ * shape, which the result keeps (KILN_ERR_SHAPE otherwise). A kiln_where:
+ * it fuses, and its gradient is t's where mask is false, 0 elsewhere. */
+KILN_API kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value);
+
+/* A tensor of the shape whose values are zeros: kiln has no uninitialised
+ * memory to hand out, so this is kiln_zeros (a lazy constant that costs
+ * nothing until it is read), for code written against PyTorch's empty. */
+KILN_API kiln_tensor *kiln_empty(kiln_ctx *ctx, kiln_dtype dtype, int ndim, const int64_t *dims);
+
+/* Sliding windows, as PyTorch's Tensor.unfold: along axis, windows of size
+ * elements every step elements, (n - size) / step + 1 of them (rounded
+ * down) in place of the axis's n, with a new last axis of length size:
+ * result[..., w, ..., j] = t[..., w * step + j, ...]. A reshape, a slice or
+ * padding, ceil(size / step) slices and one cat (only a view when step >=
+ * size), so it fuses with its reader; differentiable (overlapping windows
+ * add their gradients). size <= 0, step <= 0 or size above n is
+ * KILN_ERR_ARG; a 0-d t or one of KILN_MAX_DIMS dimensions is
+ * KILN_ERR_SHAPE. */
+KILN_API kiln_tensor *kiln_unfold(kiln_tensor *t, int axis, int64_t size, int64_t step);
+
+/* The ops whose result's size depends on the data. Each is a sync point: it
+ * realizes its inputs (and the context's pending assignments) in one sync,
+ * copies them to the host, counts there and returns a new tensor holding
+ * the answer (as kiln_from_data), so it costs a round trip to the device
+ * and ends the lazy graph: the result carries no gradient. Argument errors
+ * come before any sync; a failed sync or read comes back as an error
+ * handle naming the op (t and mask keep whatever was computed). */
+/* The elements of t where mask is true, as a 1-d tensor in row-major order
+ * of their broadcast shape (t and mask broadcast together, as PyTorch's),
+ * t's dtype; empty when mask holds no true. mask is bool (KILN_ERR_DTYPE
+ * otherwise); shapes that do not broadcast are KILN_ERR_SHAPE. */
+KILN_API kiln_tensor *kiln_masked_select(kiln_tensor *t, kiln_tensor *mask);
+/* The indices of t's nonzero elements (true for bool; NaN counts as
+ * nonzero, -0 as zero), as an i64 [count, ndim(t)] tensor, one row per
+ * element in row-major order (NumPy's argwhere, PyTorch's nonzero): [0,
+ * ndim] when there is none, [1, 0] or [0, 0] for a 0-d t. Any dtype. */
+KILN_API kiln_tensor *kiln_nonzero(kiln_tensor *t);
+
 /* ---- Views -----------------------------------------------------------------
  * Movement ops never copy: they make a view (shape, strides, offset, and a
  * mask for padding) over their source. Axes may be negative. */

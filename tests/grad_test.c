@@ -476,6 +476,40 @@ static const fd_case matmul_cases[] = {
 
 GRAD_TEST(matmul) { fd_run(ctx, matmul_cases, sizeof matmul_cases / sizeof matmul_cases[0]); }
 
+/* ---- einsum, masks and windows --------------------------------------------- */
+
+static kiln_tensor *f_einsum_bilinear(kiln_tensor **x) { return kiln_einsum("bn,anm,bm->ba", 3, x); }
+static kiln_tensor *f_einsum_ellipsis(kiln_tensor **x) {
+    return kiln_einsum("...ij,...jk->...ik", 2, x);
+}
+/* a diagonal, a trace and an implicit product with a broadcast letter */
+static kiln_tensor *f_einsum_diag(kiln_tensor **x) {
+    kiln_tensor *d = kiln_add(kiln_einsum("ii->i", 1, x), kiln_einsum("jj", 1, x));
+    kiln_tensor *p[2] = {kiln_sin(x[0]), x[1]};
+    return kiln_mul(d, kiln_einsum("ij,jk", 2, p)); /* [3] * [3,3] */
+}
+static kiln_tensor *f_masked_fill(kiln_tensor **x) {
+    const unsigned char m[4] = {1, 0, 0, 1};
+    kiln_tensor *mask = kiln_from_data(kiln_ctx_of(x[0]), KILN_BOOL, 2, TU_DIMS(1, 4), m);
+    return kiln_masked_fill(kiln_exp(x[0]), mask, 2.5);
+}
+static kiln_tensor *f_unfold_overlap(kiln_tensor **x) {
+    kiln_tensor *u = kiln_unfold(x[0], 1, 3, 1);
+    return kiln_mul(u, kiln_sin(u));
+}
+static kiln_tensor *f_unfold_gaps(kiln_tensor **x) { return kiln_exp(kiln_unfold(x[0], 0, 2, 3)); }
+
+static const fd_case select_cases[] = {
+    {"einsum bn,anm,bm->ba", 3, {2, 3, 2}, {{2, 4}, {3, 4, 5}, {2, 5}}, GEN_UNIFORM, -1, 1, f_einsum_bilinear, 0, 0},
+    {"einsum ...ij,...jk->...ik", 2, {4, 3}, {{2, 1, 3, 4}, {4, 4, 2}}, GEN_UNIFORM, -1, 1, f_einsum_ellipsis, 0, 0},
+    {"einsum ii->i, jj, ij,jk", 2, {2, 2}, {{3, 3}, {1, 3}}, GEN_UNIFORM, -1, 1, f_einsum_diag, 0, 0},
+    {"masked_fill", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_masked_fill, 0, 0},
+    {"unfold overlapping", 1, {2}, {{2, 7}}, GEN_UNIFORM, -2, 2, f_unfold_overlap, 0, 0},
+    {"unfold with gaps", 1, {2}, {{8, 2}}, GEN_UNIFORM, -2, 2, f_unfold_gaps, 0, 0},
+};
+
+GRAD_TEST(einsum_select) { fd_run(ctx, select_cases, sizeof select_cases / sizeof select_cases[0]); }
+
 /* ---- second order ---------------------------------------------------------- */
 
 /* f(x) = sum(tanh(x) * x^2) + sum(x)^2 / 2: its Hessian couples elements. */
