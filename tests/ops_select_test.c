@@ -123,7 +123,7 @@ static void check_masked_select(kiln_ctx *ctx, tu_rng *r, kiln_dtype dt, int nt,
     double x[64], m[64], want[64];
     kiln_tensor *t = tu_rand_tensor(ctx, r, dt, nt, ts, -9, 9, x);
     kiln_tensor *mask = tu_rand_tensor(ctx, r, KILN_BOOL, nm, ms, 0, 1, m);
-    int nd;
+    int nd = 0;
     int64_t shape[KILN_MAX_DIMS], idx[KILN_MAX_DIMS];
     cr_assert(tu_broadcast(nt, ts, nm, ms, &nd, shape));
     int64_t count = 0;
