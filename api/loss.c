@@ -95,82 +95,96 @@ static kiln_tensor *row_weights(kiln_tensor *hit, kiln_tensor *weight, kiln_tens
     return keep ? kiln_where(keep, w, zero) : w;
 }
 
+/* A class loss's rows, set up inside the scope the loss records in. */
+typedef struct class_rows_of {
+    kiln_ctx *ctx;
+    kiln_tensor *x;    /* input rows [M, C] */
+    kiln_tensor *hit;  /* the targets' one-hot [M, C] */
+    kiln_tensor *keep; /* rows not ignored [M], or NULL */
+    kiln_tensor *w;    /* row weights [M] (0 where ignored) */
+    kiln_tensor *zero; /* 0 in the rows' dtype */
+    int64_t m, c;
+    kiln_dtype dt;
+} class_rows_of;
+
+/* Checks a class loss's arguments and, when they fit, opens its scope and
+ * fills r; otherwise returns the handle to return (NULL with r->ctx NULL
+ * when every argument is NULL). */
+static kiln_tensor *class_begin(const char *op, const char *what, kiln_tensor *input,
+                                kiln_tensor *targets, kiln_tensor *weight, int64_t ignore_index,
+                                kiln_reduction reduction, class_rows_of *r) {
+    const nn_arg args[] = {{input, what, false, false},
+                           {targets, "targets", false, true},
+                           {weight, "weight", true, false}};
+    kiln_tensor *e = api_nn_args(op, 3, args, &r->ctx);
+    if (e || !r->ctx)
+        return e;
+    bool ignoring = ignore_index != KILN_IGNORE_NONE;
+    if ((e = check_class_args(op, r->ctx, input, targets, weight,
+                              ignoring ? &ignore_index : NULL, reduction)))
+        return e;
+    r->c = input->node->shape[1];
+    kiln_scope_begin(r->ctx);
+    r->x = class_rows(input);
+    r->m = kiln_shape(r->x)[0];
+    r->dt = kiln_dtype_of(r->x);
+    kiln_tensor *t = kiln_reshape(kiln_cast(targets, KILN_I64), 1, &r->m);
+    r->hit = api_one_hot(t, r->c);
+    r->keep = ignoring ? kiln_ne_scalar(t, (double)ignore_index) : NULL;
+    r->w = row_weights(r->hit, weight, r->keep, r->dt, r->m);
+    r->zero = kiln_scalar(r->ctx, r->dt, 0);
+    return NULL;
+}
+
 kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *targets,
                                    kiln_tensor *weight, int64_t ignore_index,
                                    double label_smoothing, kiln_reduction reduction) {
     const char *op = "kiln_cross_entropy_ex";
-    const nn_arg args[] = {{logits, "logits", false, false},
-                           {targets, "targets", false, true},
-                           {weight, "weight", true, false}};
-    kiln_ctx *ctx;
-    kiln_tensor *e = api_nn_args(op, 3, args, &ctx);
-    if (e || !ctx)
+    if (logits && targets && !(label_smoothing >= 0 && label_smoothing <= 1) &&
+        !kiln_error(logits) && !kiln_error(targets))
+        return api_fail(kiln_ctx_of(logits), KILN_ERR_ARG,
+                        "%s: logits %s: label_smoothing %g is outside [0, 1]", op,
+                        api_shape_str(logits->node), label_smoothing);
+    class_rows_of r;
+    kiln_tensor *e =
+        class_begin(op, "logits", logits, targets, weight, ignore_index, reduction, &r);
+    if (e || !r.ctx)
         return e;
-    bool ignoring = ignore_index != KILN_IGNORE_NONE;
-    if ((e = check_class_args(op, ctx, logits, targets, weight, ignoring ? &ignore_index : NULL,
-                              reduction)))
-        return e;
-    if (!(label_smoothing >= 0 && label_smoothing <= 1))
-        return api_fail(ctx, KILN_ERR_ARG, "%s: logits %s: label_smoothing %g is outside [0, 1]",
-                        op, api_shape_str(logits->node), label_smoothing);
-    int64_t c = logits->node->shape[1];
-    kiln_scope_begin(ctx);
-    kiln_tensor *x = class_rows(logits); /* [M, C] */
-    int64_t m = kiln_shape(x)[0];
-    kiln_tensor *t = kiln_reshape(kiln_cast(targets, KILN_I64), 1, &m);
-    kiln_dtype dt = kiln_dtype_of(x);
+    kiln_tensor *x = r.x;
     int one = 1;
     /* -log_softmax(x)[i, j] = lse_i - x_ij: every part below is a reduction
      * of the logits themselves (as kiln_cross_entropy) */
     kiln_tensor *mx = kiln_detach(kiln_max(x, 1, &one, true));
     kiln_tensor *lse = kiln_add(kiln_log(kiln_sum(kiln_exp(kiln_sub(x, mx)), 1, &one, true)), mx);
-    kiln_tensor *hit = api_one_hot(t, c);
-    kiln_tensor *zero = kiln_scalar(ctx, dt, 0);
-    kiln_tensor *picked = kiln_sum(kiln_where(hit, x, zero), 1, &one, false);
-    kiln_tensor *lse_row = kiln_reshape(lse, 1, &m);
+    kiln_tensor *picked = kiln_sum(kiln_where(r.hit, x, r.zero), 1, &one, false);
+    kiln_tensor *lse_row = kiln_reshape(lse, 1, &r.m);
     /* a target matching no class (lazily out of range) contributes 0 */
-    kiln_tensor *any = kiln_gt_scalar(kiln_sum(kiln_cast(hit, KILN_I32), 1, &one, false), 0);
-    kiln_tensor *nll = kiln_where(any, kiln_sub(lse_row, picked), zero);
-    kiln_tensor *keep = ignoring ? kiln_ne_scalar(t, (double)ignore_index) : NULL;
-    kiln_tensor *w = row_weights(hit, weight, keep, dt, m);
+    kiln_tensor *any = kiln_gt_scalar(kiln_sum(kiln_cast(r.hit, KILN_I32), 1, &one, false), 0);
+    kiln_tensor *nll = kiln_where(any, kiln_sub(lse_row, picked), r.zero);
     kiln_tensor *smooth = NULL;
     if (label_smoothing > 0) {
         /* sum over classes of w_c (lse_i - x_ic) = lse_i W - sum_c w_c x_ic */
-        kiln_tensor *wc = weight ? kiln_cast(weight, dt) : NULL;
-        kiln_tensor *wsum = wc ? kiln_sum(wc, 0, NULL, false) : kiln_scalar(ctx, dt, (double)c);
+        kiln_tensor *wc = weight ? kiln_cast(weight, r.dt) : NULL;
+        kiln_tensor *wsum =
+            wc ? kiln_sum(wc, 0, NULL, false) : kiln_scalar(r.ctx, r.dt, (double)r.c);
         kiln_tensor *wx = kiln_sum(wc ? kiln_mul(x, wc) : x, 1, &one, false);
         smooth = kiln_sub(kiln_mul(lse_row, wsum), wx);
     }
-    return api_finish(ctx, class_loss(nll, smooth, w, keep, label_smoothing, c, reduction,
-                                      targets));
+    return api_finish(r.ctx, class_loss(nll, smooth, r.w, r.keep, label_smoothing, r.c,
+                                        reduction, targets));
 }
 
 kiln_tensor *kiln_nll_loss(kiln_tensor *log_probs, kiln_tensor *targets, kiln_tensor *weight,
                            int64_t ignore_index, kiln_reduction reduction) {
-    const char *op = "kiln_nll_loss";
-    const nn_arg args[] = {{log_probs, "input", false, false},
-                           {targets, "targets", false, true},
-                           {weight, "weight", true, false}};
-    kiln_ctx *ctx;
-    kiln_tensor *e = api_nn_args(op, 3, args, &ctx);
-    if (e || !ctx)
+    class_rows_of r;
+    kiln_tensor *e =
+        class_begin("kiln_nll_loss", "input", log_probs, targets, weight, ignore_index, reduction,
+                    &r);
+    if (e || !r.ctx)
         return e;
-    bool ignoring = ignore_index != KILN_IGNORE_NONE;
-    if ((e = check_class_args(op, ctx, log_probs, targets, weight,
-                              ignoring ? &ignore_index : NULL, reduction)))
-        return e;
-    int64_t c = log_probs->node->shape[1];
-    kiln_scope_begin(ctx);
-    kiln_tensor *x = class_rows(log_probs);
-    int64_t m = kiln_shape(x)[0];
-    kiln_tensor *t = kiln_reshape(kiln_cast(targets, KILN_I64), 1, &m);
-    kiln_dtype dt = kiln_dtype_of(x);
     int one = 1;
-    kiln_tensor *hit = api_one_hot(t, c);
-    kiln_tensor *nll = kiln_neg(kiln_sum(kiln_where(hit, x, kiln_scalar(ctx, dt, 0)), 1, &one, false));
-    kiln_tensor *keep = ignoring ? kiln_ne_scalar(t, (double)ignore_index) : NULL;
-    kiln_tensor *w = row_weights(hit, weight, keep, dt, m);
-    return api_finish(ctx, class_loss(nll, NULL, w, keep, 0, c, reduction, targets));
+    kiln_tensor *nll = kiln_neg(kiln_sum(kiln_where(r.hit, r.x, r.zero), 1, &one, false));
+    return api_finish(r.ctx, class_loss(nll, NULL, r.w, r.keep, 0, r.c, reduction, targets));
 }
 
 /* ---- elementwise losses ---- */
