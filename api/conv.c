@@ -365,11 +365,16 @@ static kiln_tensor *pool_nd(const char *op, bool is_max, kiln_tensor *x, const p
     int64_t maxout = 1;
     for (int d = 0; d < nsp; d++)
         maxout = out[d] > maxout ? out[d] : maxout;
+    int64_t nout = 1;
+    for (int d = 0; d < nsp; d++)
+        nout *= out[d];
     int64_t *host_i = malloc(sizeof(int64_t) * (size_t)maxout);
     double *host_d = malloc(sizeof(double) * (size_t)maxout);
-    if (!host_i || !host_d) {
+    int64_t *host_pos = is_max && indices ? malloc(sizeof(int64_t) * (size_t)nout) : NULL;
+    if (!host_i || !host_d || (is_max && indices && !host_pos)) {
         free(host_i);
         free(host_d);
+        free(host_pos);
         return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory for input %s", op, api_shape_str(X));
     }
     kiln_dtype dt = X->dtype;
@@ -405,16 +410,17 @@ static kiln_tensor *pool_nd(const char *op, bool is_max, kiln_tensor *x, const p
         kiln_tensor *take = kiln_bitwise_or(kiln_gt(v, acc), kiln_ne(v, v));
         acc = kiln_where(take, v, acc);
         if (idx) {
-            kiln_tensor *pos = NULL;
-            for (int d = 0; d < nsp; d++) {
-                int64_t rshape[3] = {1, 1, 1};
-                rshape[d] = out[d];
-                kiln_tensor *a = kiln_arange(ctx, KILN_I64, 0, (double)out[d], 1);
-                a = kiln_add_scalar(kiln_mul_scalar(a, (double)c->s[d]), (double)(off[d] - c->p[d]));
-                a = kiln_mul_scalar(kiln_reshape(a, nsp, rshape), (double)plane[d]);
-                pos = pos ? kiln_add(pos, a) : a;
+            /* The tap's positions as a constant leaf: index arithmetic in
+             * the graph would cost kernels of its own. */
+            for (int64_t f = 0; f < nout; f++) {
+                int64_t rest = f, flat = 0;
+                for (int d = nsp - 1; d >= 0; d--) {
+                    flat += ((rest % out[d]) * c->s[d] + off[d] - c->p[d]) * plane[d];
+                    rest /= out[d];
+                }
+                host_pos[f] = flat;
             }
-            idx = kiln_where(take, pos, idx);
+            idx = kiln_where(take, kiln_from_data(ctx, KILN_I64, nsp, out, host_pos), idx);
         }
     }
     if (!is_max) {
@@ -437,6 +443,7 @@ static kiln_tensor *pool_nd(const char *op, bool is_max, kiln_tensor *x, const p
     }
     free(host_i);
     free(host_d);
+    free(host_pos);
     if (idx) {
         int64_t full[KILN_MAX_DIMS];
         memcpy(full, X->shape, sizeof(int64_t) * (size_t)first);
@@ -572,9 +579,20 @@ static kiln_tensor *apply_along(kiln_tensor *t, int ax, kiln_tensor *m) {
     return kiln_matmul(m, t);
 }
 
-/* A host-built [out, in] f64 matrix as a tensor of dtype dt; frees m. */
+/* A host-built [out, in] f64 matrix as a tensor of dtype dt (converted here
+ * for f32, so that no cast kernel runs); frees m. */
 static kiln_tensor *matrix_of(kiln_ctx *ctx, kiln_dtype dt, double *m, int64_t out, int64_t in) {
-    kiln_tensor *t = kiln_cast(kiln_from_data(ctx, KILN_F64, 2, (const int64_t[]){out, in}, m), dt);
+    const int64_t shp[2] = {out, in};
+    kiln_tensor *t;
+    float *f = dt == KILN_F32 ? malloc(sizeof(float) * (size_t)(out * in)) : NULL;
+    if (f) {
+        for (int64_t i = 0; i < out * in; i++)
+            f[i] = (float)m[i];
+        t = kiln_from_data(ctx, KILN_F32, 2, shp, f);
+        free(f);
+    } else {
+        t = kiln_cast(kiln_from_data(ctx, KILN_F64, 2, shp, m), dt);
+    }
     free(m);
     return t;
 }
