@@ -368,11 +368,9 @@ static kiln_tensor *pool_nd(const char *op, bool is_max, kiln_tensor *x, const p
     int64_t nout = 1;
     for (int d = 0; d < nsp; d++)
         nout *= out[d];
-    int64_t *host_i = malloc(sizeof(int64_t) * (size_t)maxout);
     double *host_d = malloc(sizeof(double) * (size_t)maxout);
     int64_t *host_pos = is_max && indices ? malloc(sizeof(int64_t) * (size_t)nout) : NULL;
-    if (!host_i || !host_d || (is_max && indices && !host_pos)) {
-        free(host_i);
+    if (!host_d || (is_max && indices && !host_pos)) {
         free(host_d);
         free(host_pos);
         return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory for input %s", op, api_shape_str(X));
@@ -384,16 +382,18 @@ static kiln_tensor *pool_nd(const char *op, bool is_max, kiln_tensor *x, const p
     if (is_max && indices) {
         /* PyTorch's index before any element wins: the window's first
          * position inside the input. */
-        for (int d = 0; d < nsp; d++) {
-            for (int64_t o = 0; o < out[d]; o++) {
-                int64_t start = o * c->s[d] - c->p[d];
+        for (int64_t f = 0; f < nout; f++) {
+            int64_t rest = f, flat = 0;
+            for (int d = nsp - 1; d >= 0; d--) {
+                int64_t start = (rest % out[d]) * c->s[d] - c->p[d];
                 while (start < 0)
                     start += c->d[d];
-                host_i[o] = start * plane[d];
+                flat += start * plane[d];
+                rest /= out[d];
             }
-            kiln_tensor *v = axis_vector(ctx, KILN_I64, d, nsp, out[d], host_i);
-            idx = idx ? kiln_add(idx, v) : v;
+            host_pos[f] = flat;
         }
+        idx = kiln_from_data(ctx, KILN_I64, nsp, out, host_pos);
     }
     for (int64_t t = 0; t < ntaps; t++) {
         int64_t ti[3], off[3];
@@ -441,7 +441,6 @@ static kiln_tensor *pool_nd(const char *op, bool is_max, kiln_tensor *x, const p
         }
         acc = kiln_div(acc, kiln_cast(div, dt));
     }
-    free(host_i);
     free(host_d);
     free(host_pos);
     if (idx) {
