@@ -745,6 +745,121 @@ KILN_API kiln_tensor *kiln_max_pool1d(kiln_tensor *x, int64_t kernel, int64_t st
 KILN_API kiln_tensor *kiln_avg_pool1d(kiln_tensor *x, int64_t kernel, int64_t stride,
                                       int64_t pad);
 
+/* ---- More convolution and pooling (api/conv.c) -----------------------------
+ * Composed like the ops above (pads, strided slices, one cat and one matmul
+ * per convolution), so they fuse and are differentiable. Parameter arrays
+ * hold one entry per spatial axis in order (D, H, W); a NULL array is
+ * KILN_ERR_ARG. */
+
+/* 3-d cross-correlation, as PyTorch's conv3d: x [N, C, D, H, W], w [OC,
+ * C/groups, KD, KH, KW], b [OC] or NULL; the result is [N, OC, OD, OH, OW]
+ * with each size (in + 2*pad - dil*(k-1) - 1) / stride + 1 (rounded down).
+ * The rules and errors of kiln_conv2d; the im2col matrix [N, groups,
+ * C/groups*KD*KH*KW, OD*OH*OW] is materialised. */
+KILN_API kiln_tensor *kiln_conv3d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b,
+                                  const int64_t *stride, const int64_t *pad,
+                                  const int64_t *dilation, int64_t groups);
+
+/* Transposed convolutions, as PyTorch's conv_transpose1d/2d/3d (the
+ * gradient of the convolution with respect to its input): x [N, C, s...], w
+ * [C, OC/groups, k...], b [OC] or NULL; the result is [N, OC, o...] with o =
+ * (s-1)*stride - 2*pad + dil*(k-1) + output_padding + 1 per axis. Input
+ * channel group g feeds output channels g*OC/groups to (g+1)*OC/groups - 1.
+ * Strides, dilations and groups must be >= 1, paddings and output paddings
+ * >= 0, and each output padding smaller than its stride or its dilation
+ * (KILN_ERR_ARG); C must be a multiple of groups and equal w's first size,
+ * and every output size >= 1 (KILN_ERR_SHAPE). Computed as the forward
+ * convolution, with the kernel flipped and its channels swapped, of the
+ * input with stride - 1 zeros between neighbours, padded by dil*(k-1) - pad
+ * (plus output_padding after; cut where negative): the zeros are
+ * multiplied too, stride^nsp times the work of a scatter. */
+KILN_API kiln_tensor *kiln_conv_transpose1d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b,
+                                            int64_t stride, int64_t pad, int64_t output_padding,
+                                            int64_t dilation, int64_t groups);
+KILN_API kiln_tensor *kiln_conv_transpose2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b,
+                                            const int64_t *stride, const int64_t *pad,
+                                            const int64_t *output_padding,
+                                            const int64_t *dilation, int64_t groups);
+KILN_API kiln_tensor *kiln_conv_transpose3d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b,
+                                            const int64_t *stride, const int64_t *pad,
+                                            const int64_t *output_padding,
+                                            const int64_t *dilation, int64_t groups);
+
+/* Pooling with PyTorch's options over the last 1, 2 or 3 axes of x [N, C,
+ * s...] or [C, s...]: windows of kernel elements (spaced by dilation, max
+ * only) moved by stride over the input padded by pad on both sides; o =
+ * (in + 2*pad - dil*(k-1) - 1) / stride + 1 per axis, rounded down, or with
+ * ceil_mode rounded up unless that last window would start past the input
+ * and its left padding (in + pad). Kernel sizes, strides and dilations must
+ * be >= 1 and each padding at most half its kernel size (KILN_ERR_ARG); a
+ * window that does not fit is KILN_ERR_SHAPE.
+ * Max pooling keeps the first maximum of each window in row-major window
+ * order (NaN wins), which also takes the whole gradient; with indices not
+ * NULL, *indices gets the i64 flat index of that element within its input
+ * plane (of H*W, or D*H*W, or L elements), PyTorch's return_indices (NULL
+ * on failure). A window with no element above -inf reports its first
+ * position inside the input.
+ * Average pooling divides each window's sum by its size clipped to the
+ * padded input (count_include_pad) or to the input alone. */
+KILN_API kiln_tensor *kiln_max_pool1d_ex(kiln_tensor *x, int64_t kernel, int64_t stride,
+                                         int64_t pad, int64_t dilation, bool ceil_mode,
+                                         kiln_tensor **indices);
+KILN_API kiln_tensor *kiln_avg_pool1d_ex(kiln_tensor *x, int64_t kernel, int64_t stride,
+                                         int64_t pad, bool ceil_mode, bool count_include_pad);
+KILN_API kiln_tensor *kiln_max_pool2d_ex(kiln_tensor *x, const int64_t *kernel,
+                                         const int64_t *stride, const int64_t *pad,
+                                         const int64_t *dilation, bool ceil_mode,
+                                         kiln_tensor **indices);
+KILN_API kiln_tensor *kiln_avg_pool2d_ex(kiln_tensor *x, const int64_t *kernel,
+                                         const int64_t *stride, const int64_t *pad,
+                                         bool ceil_mode, bool count_include_pad);
+KILN_API kiln_tensor *kiln_max_pool3d(kiln_tensor *x, const int64_t *kernel,
+                                      const int64_t *stride, const int64_t *pad,
+                                      const int64_t *dilation, bool ceil_mode,
+                                      kiln_tensor **indices);
+KILN_API kiln_tensor *kiln_avg_pool3d(kiln_tensor *x, const int64_t *kernel,
+                                      const int64_t *stride, const int64_t *pad, bool ceil_mode,
+                                      bool count_include_pad);
+
+/* The inverse of kiln_max_pool2d_ex with indices, as PyTorch's max_unpool2d:
+ * x [N, C, H, W] or [C, H, W] and indices (i32, i64 or u8, of x's shape)
+ * give [..., out_h, out_w] zeros with each x element put at its flat index
+ * within its plane; elements with the same index add up. Realized indices
+ * outside [0, out_h*out_w) are KILN_ERR_ARG, a size below 1 too. A
+ * kiln_scatter_add; differentiable in x. */
+KILN_API kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, int64_t out_h,
+                                        int64_t out_w);
+
+/* Adaptive pooling, as PyTorch's: over x [N, C, L] or [C, L] (1d) or [N, C,
+ * H, W] or [C, H, W] (2d) to the given output sizes, output i of an axis
+ * covering input elements floor(i*in/out) to ceil((i+1)*in/out) - 1.
+ * Sizes below 1 or an empty spatial axis are KILN_ERR_ARG. Average pooling
+ * is one matmul per axis with an [out, in] matrix built here; max pooling
+ * is one max per output position per axis and a cat. */
+KILN_API kiln_tensor *kiln_adaptive_avg_pool1d(kiln_tensor *x, int64_t out_l);
+KILN_API kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+KILN_API kiln_tensor *kiln_adaptive_max_pool1d(kiln_tensor *x, int64_t out_l);
+KILN_API kiln_tensor *kiln_adaptive_max_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+
+/* Resizing of x [N, C, L] (ndim_spatial 1) or [N, C, H, W] (2) to sizes
+ * (ndim_spatial entries), as PyTorch's interpolate with size given:
+ * KILN_INTERP_NEAREST takes input floor(o * in/out) (single precision, as
+ * PyTorch); KILN_INTERP_LINEAR (linear, bilinear) and KILN_INTERP_BICUBIC
+ * (2 spatial axes only; Keys' cubic with A = -0.75) read the source point
+ * o*(in-1)/(out-1) with align_corners, else (o + 0.5)*in/out - 0.5 (linear
+ * clamps it at 0), the neighbours clamped to the border. Separable: nearest
+ * is one kiln_index_select per axis, the others one matmul per axis with an
+ * [out, in] weight matrix built here. Another ndim_spatial, bicubic over
+ * one axis, align_corners with nearest, an unknown mode, NULL sizes or a
+ * size below 1 are KILN_ERR_ARG; x of the wrong rank KILN_ERR_SHAPE. */
+typedef enum kiln_interp_mode {
+    KILN_INTERP_NEAREST = 0,
+    KILN_INTERP_LINEAR,
+    KILN_INTERP_BICUBIC,
+} kiln_interp_mode;
+KILN_API kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *sizes,
+                                       kiln_interp_mode mode, bool align_corners);
+
 /* Normalises x over its last n axes (1 <= n <= ndim(x), KILN_ERR_ARG
  * otherwise): (x - mean) / sqrt(var + eps) with the biased variance, then
  * times weight and plus bias, each of shape x.shape[-n:] or NULL. eps must be

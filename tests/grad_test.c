@@ -512,6 +512,94 @@ GRAD_TEST(einsum_select) { fd_run(ctx, select_cases, sizeof select_cases / sizeo
 
 /* ---- second order ---------------------------------------------------------- */
 
+
+/* ---- api/conv.c: convolutions, pooling, resizing ---- */
+
+static kiln_tensor *f_conv3d(kiln_tensor **x) {
+    kiln_tensor *v = kiln_reshape(x[0], 5, TU_DIMS(1, 2, 4, 4, 3));
+    kiln_tensor *w = kiln_reshape(x[1], 5, TU_DIMS(3, 2, 2, 2, 2));
+    return kiln_conv3d(v, w, x[2], TU_DIMS(1, 2, 1), TU_DIMS(1, 0, 1), TU_DIMS(1, 1, 2), 1);
+}
+static kiln_tensor *f_conv_t2d(kiln_tensor **x) {
+    return kiln_conv_transpose2d(x[0], x[1], x[2], TU_DIMS(2, 1), TU_DIMS(1, 1), TU_DIMS(1, 0),
+                                 TU_DIMS(1, 2), 2);
+}
+static kiln_tensor *f_conv_t1d(kiln_tensor **x) {
+    /* padding above dil*(k-1): the zero-inserted input is cut */
+    return kiln_conv_transpose1d(x[0], x[1], NULL, 3, 2, 1, 1, 1);
+}
+static kiln_tensor *f_conv_t3d(kiln_tensor **x) {
+    kiln_tensor *v = kiln_reshape(x[0], 5, TU_DIMS(1, 2, 2, 2, 3));
+    kiln_tensor *w = kiln_reshape(x[1], 5, TU_DIMS(2, 1, 2, 2, 2));
+    return kiln_conv_transpose3d(v, w, NULL, TU_DIMS(2, 1, 2), TU_DIMS(0, 1, 1), TU_DIMS(1, 0, 0),
+                                 TU_DIMS(1, 1, 1), 1);
+}
+static kiln_tensor *f_pools_2d(kiln_tensor **x) {
+    kiln_tensor *m = kiln_max_pool2d_ex(x[0], TU_DIMS(2, 3), TU_DIMS(2, 2), TU_DIMS(1, 1),
+                                        TU_DIMS(2, 1), true, NULL);
+    kiln_tensor *a = kiln_avg_pool2d_ex(x[0], TU_DIMS(3, 2), TU_DIMS(2, 2), TU_DIMS(1, 1), true,
+                                        false);
+    return kiln_add(kiln_sum(m, 0, NULL, false), kiln_mul(a, a));
+}
+static kiln_tensor *f_pools_3d(kiln_tensor **x) {
+    kiln_tensor *m = kiln_max_pool3d(x[0], TU_DIMS(2, 2, 2), TU_DIMS(2, 1, 2), TU_DIMS(1, 0, 1),
+                                     TU_DIMS(1, 1, 1), true, NULL);
+    kiln_tensor *a = kiln_avg_pool3d(x[0], TU_DIMS(2, 3, 2), TU_DIMS(1, 1, 2), TU_DIMS(1, 1, 0),
+                                     false, true);
+    return kiln_add(kiln_sum(m, 0, NULL, false), kiln_sum(kiln_exp(a), 0, NULL, false));
+}
+static kiln_tensor *f_pools_1d(kiln_tensor **x) {
+    kiln_tensor *m = kiln_max_pool1d_ex(x[0], 3, 2, 1, 2, true, NULL);
+    kiln_tensor *a = kiln_avg_pool1d_ex(x[0], 2, 3, 1, true, false);
+    return kiln_add(kiln_sum(m, 0, NULL, false), kiln_sum(kiln_mul(a, a), 0, NULL, false));
+}
+static kiln_tensor *f_unpool(kiln_tensor **x) {
+    kiln_tensor *idx;
+    kiln_tensor *p = kiln_max_pool2d_ex(x[0], TU_DIMS(2, 2), TU_DIMS(2, 2), TU_DIMS(0, 0),
+                                        TU_DIMS(1, 1), false, &idx);
+    return kiln_mul(kiln_max_unpool2d(kiln_sin(p), idx, 4, 5), x[0]);
+}
+static kiln_tensor *f_adaptive(kiln_tensor **x) {
+    kiln_tensor *a = kiln_adaptive_avg_pool2d(x[0], 3, 4);
+    kiln_tensor *m = kiln_adaptive_max_pool2d(x[0], 2, 3);
+    return kiln_add(kiln_sum(kiln_mul(a, a), 0, NULL, false), kiln_sum(m, 0, NULL, false));
+}
+static kiln_tensor *f_adaptive_1d(kiln_tensor **x) {
+    kiln_tensor *a = kiln_adaptive_avg_pool1d(x[0], 4);
+    kiln_tensor *m = kiln_adaptive_max_pool1d(x[0], 3);
+    return kiln_add(kiln_sum(kiln_exp(a), 0, NULL, false), kiln_sum(m, 0, NULL, false));
+}
+static kiln_tensor *f_interp_2d(kiln_tensor **x) {
+    kiln_tensor *c = kiln_interpolate(x[0], 2, TU_DIMS(7, 3), KILN_INTERP_BICUBIC, false);
+    kiln_tensor *l = kiln_interpolate(x[0], 2, TU_DIMS(3, 8), KILN_INTERP_LINEAR, true);
+    kiln_tensor *n = kiln_interpolate(x[0], 2, TU_DIMS(6, 4), KILN_INTERP_NEAREST, false);
+    return kiln_add(kiln_add(kiln_sum(kiln_mul(c, c), 0, NULL, false), kiln_sum(l, 0, NULL, false)),
+                    kiln_sum(kiln_exp(n), 0, NULL, false));
+}
+static kiln_tensor *f_interp_1d(kiln_tensor **x) {
+    kiln_tensor *l = kiln_interpolate(x[0], 1, TU_DIMS(9), KILN_INTERP_LINEAR, false);
+    return kiln_mul(l, l);
+}
+
+static const fd_case conv_cases[] = {
+    {"conv3d", 3, {4, 4, 1}, {{2, 4, 4, 3}, {3, 2, 2, 4}, {3}}, GEN_UNIFORM, -1, 1, f_conv3d, 0, 0},
+    {"conv_transpose2d groups", 3, {4, 4, 1}, {{1, 2, 3, 3}, {2, 2, 3, 2}, {4}}, GEN_UNIFORM, -1, 1,
+     f_conv_t2d, 0, 0},
+    {"conv_transpose1d cut", 2, {3, 3}, {{2, 2, 4}, {2, 3, 2}}, GEN_UNIFORM, -1, 1, f_conv_t1d, 0, 0},
+    {"conv_transpose3d", 2, {4, 4}, {{2, 2, 2, 3}, {2, 1, 4, 2}}, GEN_UNIFORM, -1, 1, f_conv_t3d, 0,
+     0},
+    {"max/avg pool2d ex", 1, {4}, {{1, 2, 5, 6}}, GEN_UNIFORM, -2, 2, f_pools_2d, 0, 0},
+    {"max/avg pool3d", 1, {4}, {{2, 3, 4, 4}}, GEN_UNIFORM, -2, 2, f_pools_3d, 0, 0},
+    {"max/avg pool1d ex", 1, {3}, {{2, 2, 9}}, GEN_UNIFORM, -2, 2, f_pools_1d, 0, 0},
+    {"max_unpool2d", 1, {4}, {{1, 2, 4, 5}}, GEN_UNIFORM, -2, 2, f_unpool, 0, 0},
+    {"adaptive pools 2d", 1, {4}, {{1, 2, 5, 7}}, GEN_UNIFORM, -2, 2, f_adaptive, 0, 0},
+    {"adaptive pools 1d", 1, {3}, {{2, 2, 7}}, GEN_UNIFORM, -2, 2, f_adaptive_1d, 0, 0},
+    {"interpolate 2d", 1, {4}, {{1, 2, 4, 5}}, GEN_UNIFORM, -2, 2, f_interp_2d, 0, 0},
+    {"interpolate 1d", 1, {3}, {{1, 2, 5}}, GEN_UNIFORM, -2, 2, f_interp_1d, 0, 0},
+};
+
+GRAD_TEST(conv_extras) { fd_run(ctx, conv_cases, sizeof conv_cases / sizeof conv_cases[0]); }
+
 /* f(x) = sum(tanh(x) * x^2) + sum(x)^2 / 2: its Hessian couples elements. */
 static kiln_tensor *hess_f(kiln_tensor *x) {
     kiln_tensor *s = kiln_sum(x, 0, NULL, false);
