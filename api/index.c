@@ -1,15 +1,14 @@
-/* index.c — indexing by an index tensor: kiln_gather, kiln_index_select and
- * kiln_scatter_add, composed from comparisons with a range, where and sums.
- * Along the indexed axis of size K, each of the J results picks its element
- * by comparing its index with 0..K-1, so the work is J x K per row (one fused
- * reduction kernel, no J x K tensor in memory): right for picking a few
- * elements of long rows (the log-probabilities of a batch's labels) or many
- * of short ones, quadratic for a permutation of a long axis, where a gather
- * kernel kind would be linear (for later). Gradients come from where and sum.
- * Indices already computed are checked (an index outside [0, K) is
- * KILN_ERR_ARG naming it); lazily computed ones cannot be checked without a
- * sync, and one outside the range selects nothing (0; scatter_add: adds
- * nothing). */
+/* index.c — indexing by an index tensor: kiln_gather and kiln_index_select
+ * as GRAPH_GATHER (one load of the index and one of the data per element,
+ * fused with the elementwise work around it; its gradient is a scatter-add),
+ * and kiln_scatter_add, composed from comparisons with a range, where and
+ * sums: along the indexed axis of size K, each of the J source elements of a
+ * row is compared with 0..K-1, so the work is J x K per row (one fused
+ * reduction kernel, no J x K tensor in memory), quadratic for a long axis,
+ * where a scatter kernel would be linear (for later). Indices already
+ * computed are checked (an index outside [0, K) is KILN_ERR_ARG naming it);
+ * lazily computed ones cannot be checked without a sync, and one outside the
+ * range selects nothing (0; scatter_add: adds nothing). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -61,12 +60,7 @@ kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index) {
     int ax;
     if ((e = check_index(op, ctx, t->node, index->node, axis, &ax)))
         return e;
-    int64_t K = t->node->shape[ax];
-    kiln_scope_begin(ctx);
-    /* [..., 1, K] values against [..., J, K] pointers, summed over K */
-    kiln_tensor *x = kiln_unsqueeze(api_axis_last(t, ax, index->node->shape), -2);
-    kiln_tensor *r = pick_sum(points(api_axis_last(index, ax, NULL), K), x, -1);
-    return api_finish(ctx, api_axis_back(r, ax));
+    return api_wrap(ctx, graph_gather(t->node, ax, index->node), op);
 }
 
 kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index) {
@@ -81,6 +75,10 @@ kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index) {
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: index %s is not a vector", op,
                         api_shape_str(index->node));
     if ((e = api_one_axis(op, ctx, t->node, axis, &ax)))
+        return e;
+    /* checked here: the broadcast view kiln_gather gets holds no data itself */
+    if (api_index_dtype(index->node->dtype) &&
+        (e = api_check_indices(ctx, op, index->node, t->node->shape[ax], "index", t->node, NULL)))
         return e;
     /* the vector along the axis, broadcast over the other dimensions */
     int nd = t->node->ndim;

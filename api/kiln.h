@@ -365,8 +365,12 @@ KILN_API kiln_tensor *kiln_logcumsumexp(kiln_tensor *t, int axis);
  * returns t plus src's elements added where the index points (src at least
  * the index's shape). Realized indices outside [0, size) are KILN_ERR_ARG;
  * lazily computed ones are not checked (no sync) and select or add nothing.
- * Each result element compares its index with the whole axis: J x K work per
- * row, one fused kernel. Differentiable in t and src. */
+ * kiln_gather and kiln_index_select cost one load of the index and one of t
+ * per result element, fused with elementwise work on the index and on the
+ * result (t itself is computed first when it is not data already).
+ * kiln_scatter_add compares each source element's index with the whole
+ * axis: J x K work per row, one fused kernel; so does the gradient of a
+ * gather with respect to t. Differentiable in t and src. */
 KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index);
 KILN_API kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index);
 KILN_API kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index,
@@ -975,11 +979,11 @@ KILN_API kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool
 
 /* Rows of weight [V, D] picked by indices (i32, i64 or u8, any shape; other
  * dtypes are KILN_ERR_DTYPE): the result is indices.shape + [D] in weight's
- * dtype. Computed as a one-hot [..., V] matrix times weight, which costs
- * numel(indices) * V * D multiply-adds and numel(indices) * V elements of
- * memory: fine for small vocabularies, wasteful for large ones. An index
- * outside [0, V) is KILN_ERR_ARG when indices already holds data; otherwise
- * it gives a row of zeros. */
+ * dtype. A gather of rows (kiln_gather): one load per result element,
+ * whatever V is. Its gradient with respect to weight compares each index
+ * with 0..V-1 (numel(indices) * V * D work, no [..., V] tensor in memory).
+ * An index outside [0, V) is KILN_ERR_ARG when indices already holds data;
+ * otherwise it gives a row of zeros. */
 KILN_API kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight);
 
 /* softmax(q @ k^T * scale) @ v over the last two axes: q [..., L, D], k [...,

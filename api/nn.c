@@ -599,9 +599,15 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
                         api_shape_str(I), api_shape_str(W), KILN_MAX_DIMS - 1);
     if ((e = api_check_indices(ctx, op, I, W->shape[0], "indices", W, NULL)))
         return e;
+    /* a gather of rows: the flat indices [T, 1], broadcast over D */
+    int64_t T = graph_numel(I), D = W->shape[1], out[KILN_MAX_DIMS];
+    memcpy(out, I->shape, sizeof(int64_t) * (size_t)I->ndim);
+    out[I->ndim] = D;
     kiln_scope_begin(ctx);
-    kiln_tensor *hot = kiln_cast(api_one_hot(indices, W->shape[0]), W->dtype);
-    return api_finish(ctx, kiln_matmul(hot, weight));
+    const int64_t line[2] = {T, 1}, rows[2] = {T, D};
+    kiln_tensor *idx = kiln_expand(kiln_reshape(indices, 2, line), 2, rows);
+    kiln_tensor *r = kiln_gather(weight, 0, idx);
+    return api_finish(ctx, kiln_reshape(r, I->ndim + 1, out));
 }
 
 /* ---- attention ---- */

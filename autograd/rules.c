@@ -242,6 +242,48 @@ static graph_node *cat_vjp(graph_node *n, graph_node *g, int j) {
     return graph_slice(g, start, step, len);
 }
 
+/* A scatter-add of g into zeros of the source's shape, where the index
+ * points: over [outer, J, inner] views of g and the index (the axis J in the
+ * middle), each of the K source positions sums the elements of g whose index
+ * equals it, [outer, J, K, inner] comparisons reduced over J in one fused
+ * kernel, then padded with zeros where the index is smaller than the source
+ * off the axis. Out-of-range indices add nothing. J x K work per row: fine
+ * for the gradients of moderate tables; a scatter kernel would be linear. */
+static graph_node *gather_vjp(graph_node *n, graph_node *g) {
+    graph_node *x = n->src[0];
+    int ax = n->p.axis;
+    int64_t outer = 1, inner = 1, J = n->shape[ax], nk = x->shape[ax];
+    for (int d = 0; d < ax; d++)
+        outer *= n->shape[d];
+    for (int d = ax + 1; d < n->ndim; d++)
+        inner *= n->shape[d];
+    const int64_t line[4] = {outer, J, 1, inner}, wide[4] = {outer, J, nk, inner};
+    const int64_t cols[4] = {1, 1, nk, 1};
+    graph_node *gl = graph_reshape(g, 4, line);
+    graph_node *ge = gl ? graph_expand(gl, wide) : NULL;
+    graph_node *il = autograd_take_reshape(graph_cast(n->src[1], KILN_I64), 4, line);
+    graph_node *ie = il ? graph_expand(il, wide) : NULL;
+    graph_node *kl = autograd_take_reshape(graph_arange(x->g, KILN_I64, nk, 0, 1), 4, cols);
+    graph_node *ke = kl ? graph_expand(kl, wide) : NULL;
+    graph_unref(gl);
+    graph_unref(il);
+    graph_unref(kl);
+    graph_node *sum = autograd_take_reduce(WHERE(CMP(GRAPH_EQ, ie, ke), ge, autograd_full_shape(g, 4, wide, 0)), 1u << 1);
+    int64_t shape[KILN_MAX_DIMS], before[KILN_MAX_DIMS] = {0}, after[KILN_MAX_DIMS];
+    bool pad = false;
+    for (int d = 0; d < n->ndim; d++) {
+        shape[d] = d == ax ? nk : n->shape[d];
+        after[d] = x->shape[d] - shape[d];
+        pad = pad || after[d] > 0;
+    }
+    graph_node *r = autograd_take_reshape(sum, n->ndim, shape);
+    if (!r || !pad)
+        return r;
+    graph_node *p = graph_pad(r, before, after);
+    graph_unref(r);
+    return p;
+}
+
 kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_node **out,
                          char *msg, size_t cap) {
     bool bad = false;
@@ -266,6 +308,8 @@ kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_n
             out[j] = cat_vjp(n, g, j);
         else if (n->op == GRAPH_MATMUL)
             out[j] = matmul_vjp(n, g, j);
+        else if (n->op == GRAPH_GATHER)
+            out[j] = gather_vjp(n, g);
         else if (graph_op_is_collective(n->op))
             out[j] = autograd_collective_vjp(n, g);
         if (!out[j]) {

@@ -303,6 +303,15 @@ graph_node *graph_collective(graph_op op, graph_node *a, int reduce, int axis, i
     return with_sources(&p, 1, srcs);
 }
 
+/* Not folded over a constant source: the index still decides which
+ * elements are 0 (out of range). */
+graph_node *graph_gather(graph_node *a, int axis, graph_node *index) {
+    graph_node p = graph_proto(GRAPH_GATHER, a->dtype, index->ndim, index->shape);
+    p.p.axis = axis;
+    graph_node *srcs[2] = {a, index};
+    return with_sources(&p, 2, srcs);
+}
+
 graph_node *graph_matmul(graph_node *a, graph_node *b) {
     graph_node p = graph_proto(GRAPH_MATMUL, a->dtype, a->ndim, a->shape);
     p.shape[a->ndim - 1] = b->shape[b->ndim - 1];

@@ -93,6 +93,10 @@ typedef enum graph_op {
     GRAPH_VIEW,   /* p.view over src[0] read as a contiguous row-major array */
     GRAPH_CAT,    /* nsrc sources joined along p.axis, all of the node's dtype */
     GRAPH_MATMUL, /* [..., n, k] @ [..., k, m]: sources have equal batch dims */
+    GRAPH_GATHER, /* src[0] data, src[1] an integer index of the node's shape (each axis but
+                     p.axis at most src[0]'s size): element [.., j, ..] is
+                     src[0][.., src[1][.., j, ..], ..] along p.axis, 0 where the index lies
+                     outside [0, src[0]->shape[p.axis]) */
     /* collectives over every rank of the graph_ctx's job (graph_comm), of one
      * source and its dtype */
     GRAPH_ALL_REDUCE,     /* reduction p.reduce over the ranks, elementwise */
@@ -154,7 +158,7 @@ struct graph_node {
         double step;        /* GRAPH_ARANGE */
         uint64_t seed;      /* GRAPH_RAND, GRAPH_RANDN */
         uint32_t axes;      /* reductions: bit d set = axis d reduced */
-        int axis;           /* GRAPH_CAT, GRAPH_ALL_GATHER, GRAPH_REDUCE_SCATTER */
+        int axis;           /* GRAPH_CAT, GRAPH_GATHER, GRAPH_ALL_GATHER, GRAPH_REDUCE_SCATTER */
         int reduce;         /* GRAPH_ALL_REDUCE, GRAPH_REDUCE_SCATTER: a kiln_reduce_op */
         int root;           /* GRAPH_BROADCAST */
         graph_view view;    /* GRAPH_VIEW */
@@ -242,6 +246,9 @@ graph_node *graph_where(graph_node *c, graph_node *a, graph_node *b);
 graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt);
 graph_node *graph_cat(int n, graph_node *const *srcs, int axis);
 graph_node *graph_matmul(graph_node *a, graph_node *b);
+/* A gather of a along axis by index (i32, i64 or u8; index->ndim == a->ndim),
+ * of index's shape and a's dtype: see GRAPH_GATHER. */
+graph_node *graph_gather(graph_node *a, int axis, graph_node *index);
 /* A collective op over a's graph_ctx's job of `size` ranks: reduce (a
  * kiln_reduce_op) for an all-reduce or reduce-scatter, axis for an
  * all-gather or reduce-scatter (whose a->shape[axis] size divides), root for

@@ -133,6 +133,7 @@ void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx) {
         }
         break;
     case GRAPH_CAT:
+    case GRAPH_GATHER:
         feed(ctx, &n->p.axis, sizeof n->p.axis);
         break;
     case GRAPH_ALL_REDUCE:
@@ -191,6 +192,7 @@ static bool node_equal(const graph_node *a, const graph_node *b) {
         return !a->p.view.masked || (same_dims(a->ndim, a->p.view.mask_lo, b->p.view.mask_lo) &&
                                      same_dims(a->ndim, a->p.view.mask_hi, b->p.view.mask_hi));
     case GRAPH_CAT:
+    case GRAPH_GATHER:
         return a->p.axis == b->p.axis;
     case GRAPH_ALL_REDUCE:
     case GRAPH_ALL_GATHER:
@@ -344,6 +346,7 @@ static const char *const op_names[GRAPH_NUM_OPS] = {
     [GRAPH_WHERE] = "where",     [GRAPH_SUM] = "sum",         [GRAPH_RMAX] = "max",
     [GRAPH_RMIN] = "min",        [GRAPH_ARGMAX] = "argmax",   [GRAPH_ARGMIN] = "argmin",
     [GRAPH_VIEW] = "view",       [GRAPH_CAT] = "cat",         [GRAPH_MATMUL] = "matmul",
+    [GRAPH_GATHER] = "gather",
     [GRAPH_FLOOR] = "floor",     [GRAPH_CEIL] = "ceil",       [GRAPH_TRUNC] = "trunc",
     [GRAPH_ROUND] = "round",     [GRAPH_TAN] = "tan",         [GRAPH_ASIN] = "asin",
     [GRAPH_ACOS] = "acos",       [GRAPH_ATAN] = "atan",       [GRAPH_SINH] = "sinh",

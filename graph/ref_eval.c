@@ -153,6 +153,27 @@ static void eval_cat(const graph_node *n, const ev_out *o)
     }
 }
 
+/* Element i of the result reads the source at i's coordinates, with the
+ * index's value on the axis (coordinates off the axis fit the source: the
+ * index is at most its size there). */
+static void eval_gather(const graph_node *n, const ev_out *o)
+{
+    const graph_node *s = n->src[0], *idx = n->src[1];
+    int ax = n->p.axis;
+    int64_t numel = graph_numel(n), K = s->shape[ax];
+    for (int64_t i = 0; i < numel; i++) {
+        int64_t rest = i, at = 0, stride = 1;
+        int64_t k = get(idx, i).i; /* integers are held as int64 */
+        for (int d = n->ndim - 1; d >= 0; d--) {
+            int64_t c = rest % n->shape[d];
+            rest /= n->shape[d];
+            at += (d == ax ? k : c) * stride;
+            stride *= s->shape[d];
+        }
+        put(o, i, k >= 0 && k < K ? get(s, at) : graph_scalar_from_double(0, n->dtype));
+    }
+}
+
 static void eval_matmul(const graph_node *n, const ev_out *o)
 {
     const graph_node *a = n->src[0], *b = n->src[1];
@@ -325,6 +346,9 @@ static bool compute(const graph_node *n, const ev_out *o)
         return true;
     case GRAPH_MATMUL:
         eval_matmul(n, o);
+        return true;
+    case GRAPH_GATHER:
+        eval_gather(n, o);
         return true;
     default:
         break;

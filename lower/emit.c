@@ -181,6 +181,27 @@ static int emit_cat(emitter *e, graph_node *n, const ix *at, int valid) {
     return result;
 }
 
+/* A gather reads its index at `at`, then its source (materialised or a leaf,
+ * fuse.c sees to it) at `at` with that value on the axis: one load each. An
+ * index outside the axis reads 0, through the load's validity (a leaf that
+ * is no load, a constant, is masked by the where). */
+static int emit_gather(emitter *e, graph_node *n, const ix *at, int valid) {
+    ir_builder *b = &e->b;
+    graph_node *s = n->src[0];
+    int ax = n->p.axis;
+    int64_t K = s->shape[ax];
+    int i = emit(e, n->src[1], at, valid);
+    int inside = ir_ivalid(b, i, K);
+    ix sat = *at;
+    sat.flat = -1;
+    sat.d[ax] = ir_iclamp(b, i, K);
+    int mask = ir_and(b, valid, inside);
+    int val = emit(e, s, &sat, mask);
+    if (!b->failed && b->ins[val].op == UOP_LOAD && b->ins[val].b == mask)
+        return val;
+    return ir_where(b, n->dtype, inside, val, ir_imm(b, n->dtype, (graph_scalar){.i = 0}));
+}
+
 /* A reduction inside the kernel: it reduces the kernel's reduced elements of
  * its source at the row `at` names. The row must not depend on the reduced
  * index (a view in between that moves axes would make it so); then the
@@ -238,6 +259,8 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
         return emit_view(e, n, at, valid);
     case GRAPH_CAT:
         return emit_cat(e, n, at, valid);
+    case GRAPH_GATHER:
+        return emit_gather(e, n, at, valid);
     case GRAPH_WHERE: {
         int c = emit(e, n->src[0], at, valid);
         int x = emit(e, n->src[1], at, valid);

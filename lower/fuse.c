@@ -78,6 +78,23 @@ static void boundary_collective_sources(sched *s) {
             sched_of(s, s->order[i]->src[0])->materialized = true;
 }
 
+/* A gather reads its source at coordinates that are data. The scheduler's
+ * decisions (which reductions fit a row, which reads are at a kernel's own
+ * index) rest on index arithmetic it can see, so a source that would be
+ * computed inside the gather's kernel is materialised first; views over it
+ * stay index arithmetic, and the gather costs one load per element. */
+static void boundary_gather_sources(sched *s) {
+    for (int64_t i = 0; i < s->count; i++) {
+        if (s->order[i]->op != GRAPH_GATHER)
+            continue;
+        graph_node *base = s->order[i]->src[0];
+        while (base->op == GRAPH_VIEW && sched_pending(base))
+            base = base->src[0];
+        if (sched_pending(base) && base->op != GRAPH_CONST)
+            sched_of(s, base)->materialized = true;
+    }
+}
+
 /* A matmul reads its operands as strides over a buffer: an operand that
  * strides cannot describe is computed first. Reverse post-order, so that a
  * materialised operand is decided before a view of it is examined. */
@@ -493,6 +510,7 @@ void sched_fuse(sched *s, int n, graph_node *const *targets, bool fuse) {
         if (boundary_op(s->order[i], fuse))
             s->nodes[i].materialized = true;
     boundary_collective_sources(s);
+    boundary_gather_sources(s);
     settle(s);
     if (!fuse)
         return;

@@ -113,8 +113,10 @@ int ir_add(ir_builder *b, lower_ins p) {
             lo = al >= 0 ? 0 : -(bl - 1);
             hi = bl - 1 < ah || al < 0 ? bl - 1 : ah;
         }
-    } else if (p.op == UOP_ILT || p.op == UOP_AND)
+    } else if (p.op == UOP_ILT || p.op == UOP_AND || p.op == UOP_IVALID)
         lo = 0, hi = 1;
+    else if (p.op == UOP_ICLAMP)
+        lo = 0, hi = p.imm.i > 0 ? p.imm.i - 1 : 0;
     p.min = lo;
     p.max = hi;
     b->ins[id] = p;
@@ -258,6 +260,35 @@ int ir_and(ir_builder *b, int x, int y) {
     if (x == y)
         return x;
     return binop(b, UOP_AND, KILN_BOOL, x < y ? x : y, x < y ? y : x);
+}
+
+static bool int_imm(const ir_builder *b, int id, int64_t *v);
+
+int ir_iclamp(ir_builder *b, int x, int64_t n) {
+    if (b->failed)
+        return 0;
+    int64_t v;
+    if (int_imm(b, x, &v))
+        return ir_index(b, v < 0 || n <= 0 ? 0 : v >= n ? n - 1 : v);
+    lower_ins p = proto(UOP_ICLAMP, KILN_I64);
+    p.a = x;
+    p.imm.i = n;
+    return ir_add(b, p);
+}
+
+int ir_ivalid(ir_builder *b, int x, int64_t n) {
+    if (b->failed)
+        return 0;
+    int64_t v;
+    if (int_imm(b, x, &v))
+        return ir_bool(b, v >= 0 && v < n);
+    kiln_dtype dt = b->ins[x].dt;
+    if ((dt == KILN_U8 && n > 255) || (dt == KILN_BOOL && n > 1)) /* never negative */
+        return ir_bool(b, true);
+    lower_ins p = proto(UOP_IVALID, KILN_BOOL);
+    p.a = x;
+    p.imm.i = n;
+    return ir_add(b, p);
 }
 
 int ir_alu(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y) {

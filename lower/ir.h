@@ -32,6 +32,10 @@ int ir_idiv(ir_builder *b, int x, int64_t d);
 int ir_imod(ir_builder *b, int x, int64_t d);
 int ir_ilt(ir_builder *b, int x, int y);
 int ir_and(ir_builder *b, int x, int y); /* y < 0 means "true" */
+/* The integer value x as an index clamped into [0, n), and whether it lies
+ * there; both fold where x is an immediate or its dtype cannot leave it. */
+int ir_iclamp(ir_builder *b, int x, int64_t n);
+int ir_ivalid(ir_builder *b, int x, int64_t n);
 int ir_alu(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y);
 int ir_where(ir_builder *b, kiln_dtype dt, int c, int x, int y);
 int ir_load(ir_builder *b, kiln_dtype dt, int buf, int index, int valid);

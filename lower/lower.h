@@ -36,6 +36,10 @@ typedef enum lower_uop {
     UOP_IMOD,
     UOP_ILT,   /* bool: a < b on i64 */
     UOP_AND,   /* bool: a && b */
+    UOP_ICLAMP, /* i64 index from the integer value a (of a's dtype, loaded or computed):
+                   a clamped into [0, imm.i - 1] (0 when imm.i is 0), the data-dependent
+                   coordinate a gather reads at */
+    UOP_IVALID, /* bool: 0 <= a < imm.i for the integer value a (of a's dtype) */
     UOP_LOAD,  /* dt: input buf at index a when valid b holds (b < 0: always), else 0 */
     UOP_ALU,   /* dt: graph op gop (unary, cast, binary, comparison) on a (and b), as the
                   scheduler emits it; lower_rules() rewrites every one into UOP_PRIMs */

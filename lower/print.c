@@ -8,7 +8,7 @@
 static const char *const uop_names[] = {
     [UOP_GIDX] = "gidx", [UOP_RIDX] = "ridx", [UOP_IMM] = "imm",   [UOP_IADD] = "iadd",
     [UOP_IMUL] = "imul", [UOP_IDIV] = "idiv", [UOP_IMOD] = "imod", [UOP_ILT] = "ilt",
-    [UOP_AND] = "and",   [UOP_LOAD] = "load", [UOP_ALU] = "alu",   [UOP_WHERE] = "where",
+    [UOP_AND] = "and",   [UOP_ICLAMP] = "iclamp", [UOP_IVALID] = "ivalid", [UOP_LOAD] = "load", [UOP_ALU] = "alu",   [UOP_WHERE] = "where",
     [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce", [UOP_ACC] = "acc",   [UOP_PRIM] = "prim",
 };
 _Static_assert(sizeof uop_names / sizeof *uop_names == UOP_NUM_OPS, "a uop without a name");
@@ -122,7 +122,7 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
             fprintf(f, " %s", lower_prim_name(x->prim));
         if (x->op == UOP_IMM && graph_dtype_is_float(x->dt))
             fprintf(f, " %.17g", x->imm.f);
-        else if (x->op == UOP_IMM)
+        else if (x->op == UOP_IMM || x->op == UOP_ICLAMP || x->op == UOP_IVALID)
             fprintf(f, " %lld", (long long)x->imm.i);
         if (x->op == UOP_LOAD)
             fprintf(f, " buf%d", x->buf);

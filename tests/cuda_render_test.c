@@ -170,6 +170,13 @@ static graph_node *reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype 
     return r;
 }
 
+static graph_node *gather(graph_node *a, int axis, graph_node *index) {
+    graph_node *r = graph_gather(a, axis, index);
+    graph_unref(a);
+    graph_unref(index);
+    return r;
+}
+
 static graph_node *expand(graph_node *a, const int64_t *shape) {
     graph_node *r = graph_expand(a, shape);
     graph_unref(a);
@@ -210,6 +217,20 @@ Test(cuda_program, known_programs_compile) {
         schedule(unary(GRAPH_RELU, binary(GRAPH_ADD, mm, expand(leaf(KILN_F16, 2, bias), so)))),
         "matmul with epilogue");
     assert_compiles(schedule(graph_rand(g, GRAPH_RANDN, KILN_BF16, 2, s, 7)), "randn");
+    /* gathers: an embedding's rows by i64 indices broadcast over D, and an
+     * f16 gather by i32 and u8 indices computed in the kernel, then exp'd */
+    int64_t table[2] = {50257, 64}, tok[2] = {9, 1}, rows[2] = {9, 64};
+    assert_compiles(
+        schedule(gather(leaf(KILN_F32, 2, table), 0, expand(leaf(KILN_I64, 2, tok), rows))),
+        "embedding gather");
+    kiln_dtype its[2] = {KILN_I32, KILN_U8};
+    for (int i = 0; i < 2; i++) {
+        int64_t is[2] = {37, 40};
+        graph_node *idx = binary(GRAPH_ADD, leaf(its[i], 2, is),
+                                 graph_full(g, its[i], 2, is, (graph_scalar){.i = 3}));
+        assert_compiles(schedule(unary(GRAPH_EXP, gather(leaf(KILN_F16, 2, s), 1, idx))),
+                        "gather with work around it");
+    }
 }
 
 /* A load from a buffer the kernel does not have: the compiler's error comes

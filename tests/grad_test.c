@@ -357,6 +357,24 @@ static kiln_tensor *f_gather(kiln_tensor **x) {
     kiln_tensor *i = kiln_from_data(ctx, KILN_I64, 2, TU_DIMS(2, 3), (const int64_t[]){3, 0, 3, 1, 1, 2});
     return kiln_gather(kiln_exp(x[0]), 1, i);
 }
+/* along axis 0, the index narrower than the input (its gradient is padded),
+ * repeated indices (theirs add up) and lazily computed ones out of range */
+static kiln_tensor *f_gather_axis0(kiln_tensor **x) {
+    kiln_ctx *ctx = kiln_ctx_of(x[0]);
+    kiln_tensor *i = kiln_from_data(ctx, KILN_I32, 2, TU_DIMS(3, 2), (const int32_t[]){3, 0, 3, 3, 1, 2});
+    kiln_tensor *lazy = kiln_sub_scalar(kiln_mul_scalar(i, 2), 2); /* 4, -2, 4, 4, 0, 2 */
+    return kiln_add(kiln_gather(kiln_sin(x[0]), 0, i), kiln_gather(x[0], 0, lazy));
+}
+static kiln_tensor *f_index_select(kiln_tensor **x) {
+    kiln_ctx *ctx = kiln_ctx_of(x[0]);
+    kiln_tensor *i = kiln_from_data(ctx, KILN_U8, 1, TU_DIMS(4), (const uint8_t[]){2, 0, 2, 1});
+    return kiln_mul(kiln_index_select(x[0], 1, i), kiln_index_select(x[0], 1, i));
+}
+static kiln_tensor *f_embedding(kiln_tensor **x) {
+    kiln_ctx *ctx = kiln_ctx_of(x[0]);
+    kiln_tensor *i = kiln_from_data(ctx, KILN_I64, 2, TU_DIMS(2, 3), (const int64_t[]){4, 0, 4, 2, 2, 4});
+    return kiln_tanh(kiln_embedding(i, x[0]));
+}
 static kiln_tensor *f_scatter_add(kiln_tensor **x) {
     kiln_ctx *ctx = kiln_ctx_of(x[0]);
     kiln_tensor *i = kiln_from_data(ctx, KILN_I64, 2, TU_DIMS(2, 3), (const int64_t[]){3, 0, 3, 1, 1, 2});
@@ -392,6 +410,9 @@ static const fd_case view_cases[] = {
     {"cummax", 1, {2}, {{2, 7}}, GEN_UNIFORM, -2, 2, f_cummax, 0, 0},
     {"logcumsumexp", 1, {2}, {{2, 5}}, GEN_UNIFORM, -3, 3, f_logcumsumexp, 0, 0},
     {"gather", 1, {2}, {{2, 4}}, GEN_UNIFORM, -2, 2, f_gather, 0, 0},
+    {"gather axis 0, narrow and lazy index", 1, {2}, {{5, 3}}, GEN_UNIFORM, -2, 2, f_gather_axis0, 0, 0},
+    {"index_select", 1, {2}, {{2, 3}}, GEN_UNIFORM, -2, 2, f_index_select, 0, 0},
+    {"embedding", 1, {2}, {{5, 3}}, GEN_UNIFORM, -2, 2, f_embedding, 0, 0},
     {"scatter_add", 2, {2, 2}, {{2, 4}, {2, 3}}, GEN_UNIFORM, -2, 2, f_scatter_add, 0, 0},
     {"pad modes", 1, {2}, {{3, 3}}, GEN_UNIFORM, -2, 2, f_pad_modes, 0, 0},
     {"conv1d and 1-d pools", 2, {3, 3}, {{1, 2, 6}, {3, 2, 3}}, GEN_UNIFORM, -2, 2, f_conv1d, 0, 0},

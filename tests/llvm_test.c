@@ -287,6 +287,37 @@ Test(llvm, views_pad_cat) {
         check(tu_dt_name(all_dts[i]), views, &all_dts[i]);
 }
 
+/* ---- gathers: indexed loads of every index dtype ---- */
+
+/* Lazily computed indices of index dtype *arg (in range: eager mode checks
+ * them; ops_index_test_llvm reads out of range lazily), gathering from every
+ * data dtype along two axes, an index_select, and an embedding lookup with
+ * work after it (as f64, joined). */
+static kiln_tensor *gathers(kiln_ctx *c, tu_rng *r, const void *arg) {
+    kiln_dtype it = *(const kiln_dtype *)arg;
+    kiln_tensor *ts[20];
+    int n = 0;
+    for (int i = 0; i < 8; i++) {
+        kiln_tensor *x = rand_t(c, r, all_dts[i], 3, TU_DIMS(4, 10, 3), -9, 9);
+        kiln_tensor *r1 = rand_t(c, r, KILN_I32, 3, TU_DIMS(3, 12, 2), 2, 11);
+        kiln_tensor *r2 = rand_t(c, r, KILN_I32, 3, TU_DIMS(3, 4, 5), 2, 4);
+        ts[n++] = kiln_cast(kiln_gather(x, 1, kiln_cast(kiln_add_scalar(r1, -2), it)), KILN_F64);
+        ts[n++] = kiln_cast(kiln_gather(x, 2, kiln_cast(kiln_add_scalar(r2, -2), it)), KILN_F64);
+    }
+    kiln_tensor *w = rand_t(c, r, KILN_F32, 2, TU_DIMS(300, 8), -1, 1);
+    kiln_tensor *raw = rand_t(c, r, KILN_I32, 2, TU_DIMS(3, 7), 5, 304);
+    kiln_tensor *tok = kiln_cast(kiln_add_scalar(raw, -5), it == KILN_U8 ? KILN_I32 : it);
+    ts[n++] = kiln_cast(kiln_mul_scalar(kiln_exp(kiln_embedding(tok, w)), 3), KILN_F64);
+    ts[n++] = kiln_cast(kiln_index_select(w, 0, kiln_reshape(tok, 1, TU_DIMS(21))), KILN_F64);
+    return join(n, ts);
+}
+
+Test(llvm, gather_every_index_dtype) {
+    const kiln_dtype its[3] = {KILN_I32, KILN_I64, KILN_U8};
+    for (int i = 0; i < 3; i++)
+        check_arg(tu_dt_name(its[i]), gathers, &its[i], false, 1e-12); /* f32 exp: an ulp */
+}
+
 /* ---- random numbers: the same bits as the C path ---- */
 
 Test(llvm, rand_and_randn_equal_the_c_path_bit_for_bit) {

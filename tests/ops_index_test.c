@@ -1,5 +1,8 @@
 /* ops_index_test.c — kiln_gather, kiln_index_select, kiln_scatter_add and
- * kiln_pad_mode on every executor, against values computed here. */
+ * kiln_pad_mode on every executor, against values computed here; the gather
+ * kernel (GRAPH_GATHER): every index dtype and axis, fused with elementwise
+ * work (kernels counted on cpu/lazy), lazily computed indices out of range
+ * reading 0, and large tables (embedding rows, long axes). */
 #include "test_util.h"
 
 TU_TEST(index, gather) {
@@ -57,6 +60,147 @@ TU_TEST(index, index_select_and_scatter_add) {
     TU_EXPECT(kiln_scatter_add(t, 1, it, src), KILN_F64, want, 12);
     TU_ASSERT_ERROR(kiln_scatter_add(t, 1, it, kiln_zeros(ctx, KILN_F64, TU_S(2, 2))),
                     KILN_ERR_SHAPE, "kiln_scatter_add");
+}
+
+/* The element of x [n0, n1, n2] that a gather along ax picks for result
+ * element (i, j, k) of an index shaped `is`, or 0 out of range. */
+static double gather_ref(const double *x, const int64_t *xs, const int64_t *idx,
+                         const int64_t *is, int ax, int64_t i, int64_t j, int64_t k) {
+    int64_t c[3] = {i, j, k};
+    int64_t v = idx[(i * is[1] + j) * is[2] + k];
+    if (v < 0 || v >= xs[ax])
+        return 0;
+    c[ax] = v;
+    return x[(c[0] * xs[1] + c[1]) * xs[2] + c[2]];
+}
+
+TU_TEST(index, gather_every_axis_and_index_dtype) {
+    TU_RNG(r);
+    const int64_t xs[3] = {4, 9, 3}, is[3] = {3, 6, 2};
+    static double x[4 * 9 * 3], want[3 * 6 * 2];
+    int64_t idx[3 * 6 * 2];
+    const kiln_dtype data[3] = {KILN_F64, KILN_F32, KILN_I32};
+    const kiln_dtype dts[3] = {KILN_I32, KILN_I64, KILN_U8};
+    for (int dk = 0; dk < 3; dk++) {
+        kiln_tensor *t = tu_rand_tensor(ctx, &r, data[dk], 3, xs, -50, 50, x);
+        for (int ax = 0; ax < 3; ax++)
+            for (int k = 0; k < 3; k++) {
+                for (int e = 0; e < 36; e++)
+                    idx[e] = tu_int(&r, 0, xs[ax] - 1);
+                for (int64_t a = 0; a < is[0]; a++)
+                    for (int64_t b = 0; b < is[1]; b++)
+                        for (int64_t c = 0; c < is[2]; c++)
+                            want[(a * is[1] + b) * is[2] + c] = gather_ref(x, xs, idx, is, ax, a, b, c);
+                /* the index may be longer than the axis */
+                kiln_tensor *i = tu_tensor_i64(ctx, dts[k], 3, is, idx);
+                kiln_tensor *g = kiln_gather(t, ax, i);
+                TU_ASSERT_SHAPE(g, 3, 6, 2);
+                TU_EXPECT_EXACT(g, data[dk], want, 36);
+            }
+    }
+}
+
+/* kiln_ctx_stats' kernels for realizing t (cpu/lazy is the executor whose
+ * count the scheduler decides; -1 on the others). */
+static int64_t kernels_of(kiln_ctx *ctx, kiln_tensor *t) {
+    int64_t before = kiln_ctx_stats(ctx).kernels;
+    cr_assert_eq(kiln_realize(t), KILN_OK, "[%s] %s", tu_exec_name(), kiln_ctx_last_error(ctx));
+    return strcmp(tu_exec_name(), "cpu/lazy") ? -1 : kiln_ctx_stats(ctx).kernels - before;
+}
+
+TU_TEST(index, gather_fuses_and_lazy_indices_out_of_range_read_zero) {
+    TU_RNG(r);
+    enum { R = 5, K = 40, J = 12 };
+    static double x[R * K], want[R * J], want2[R * J];
+    int64_t raw[R * J];
+    kiln_tensor *t = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(R, K), -2, 2, x);
+    for (int e = 0; e < R * J; e++)
+        raw[e] = tu_int(&r, 0, 20);
+    raw[0] = 3;  /* 3 * 3 - 10 = -1 */
+    raw[1] = 17; /* 41 */
+    raw[2] = 16; /* 38 */
+    /* the index is computed lazily (no check), some of it outside [0, K) */
+    kiln_tensor *ri = tu_tensor_i64(ctx, KILN_I32, TU_S(R, J), raw);
+    kiln_tensor *idx = kiln_sub_scalar(kiln_mul_scalar(ri, 3), 10);
+    cr_assert_eq(kiln_dtype_of(idx), KILN_I32);
+    if (kiln_ctx_mode(ctx) == KILN_EAGER) {
+        /* eager mode computed the index already: it is checked */
+        TU_ASSERT_ERROR(kiln_gather(t, 1, idx), KILN_ERR_ARG, "kiln_gather", "-1");
+        return;
+    }
+    int outside = 0;
+    for (int i = 0; i < R; i++)
+        for (int j = 0; j < J; j++) {
+            int64_t v = raw[i * J + j] * 3 - 10;
+            bool in = v >= 0 && v < K;
+            outside += !in;
+            double g = in ? (double)(float)x[i * K + v] : 0;
+            want[i * J + j] = tanh(g) * 2 + 1;
+            want2[i * J + j] = in ? exp((double)(float)x[i * K + v]) : 0;
+        }
+    cr_assert(outside >= 2);
+    /* work on the index before, on the result after: one kernel */
+    kiln_tensor *y = kiln_add_scalar(kiln_mul_scalar(kiln_tanh(kiln_gather(t, 1, idx)), 2), 1);
+    int64_t n = kernels_of(ctx, y);
+    cr_assert(n < 0 || n == 1, "gather with work before and after ran as %lld kernels",
+              (long long)n);
+    TU_EXPECT(y, KILN_F32, want, R * J);
+    /* work on the data before: it is computed first (its own kernel) */
+    kiln_tensor *z = kiln_gather(kiln_exp(t), 1, idx);
+    n = kernels_of(ctx, z);
+    cr_assert(n < 0 || n == 2, "gather of exp ran as %lld kernels", (long long)n);
+    TU_EXPECT(z, KILN_F32, want2, R * J);
+    /* a gather of a broadcast constant: out-of-range elements are still 0 */
+    kiln_tensor *c = kiln_gather(kiln_full(ctx, KILN_F32, TU_S(R, K), 2.5), 1, idx);
+    for (int e = 0; e < R * J; e++) {
+        int64_t v = raw[e] * 3 - 10;
+        want2[e] = v >= 0 && v < K ? 2.5 : 0;
+    }
+    TU_EXPECT_EXACT(c, KILN_F32, want2, R * J);
+}
+
+TU_TEST(index, index_select_and_embedding_of_large_tables) {
+    TU_RNG(r);
+    enum { V = 3000, D = 16, T = 20 };
+    static double w[V * D], want[T * D];
+    int64_t idx[T];
+    kiln_tensor *tw = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(V, D), -1, 1, w);
+    for (int i = 0; i < T; i++)
+        idx[i] = tu_int(&r, 0, V - 1);
+    idx[0] = 0;
+    idx[1] = V - 1;
+    idx[2] = idx[3];
+    for (int i = 0; i < T; i++)
+        for (int d = 0; d < D; d++)
+            want[i * D + d] = w[idx[i] * D + d];
+    kiln_tensor *e = kiln_embedding(tu_tensor_i64(ctx, KILN_I64, TU_S(4, 5), idx), tw);
+    TU_ASSERT_SHAPE(e, 4, 5, D);
+    TU_EXPECT_EXACT(e, KILN_F32, want, T * D);
+    /* index_select of columns of the transposed table: the same rows */
+    kiln_tensor *cols = kiln_index_select(kiln_transpose(tw, 0, 1), 1,
+                                          tu_tensor_i64(ctx, KILN_I32, TU_S(T), idx));
+    TU_EXPECT_EXACT(kiln_transpose(cols, 0, 1), KILN_F32, want, T * D);
+    /* lazily computed indices: those outside [0, V) give rows of zeros */
+    kiln_tensor *shifted = kiln_add_scalar(tu_tensor_i64(ctx, KILN_I64, TU_S(T), idx), -1);
+    for (int i = 0; i < T; i++)
+        for (int d = 0; d < D; d++)
+            want[i * D + d] = idx[i] >= 1 ? w[(idx[i] - 1) * D + d] : 0;
+    if (kiln_ctx_mode(ctx) == KILN_EAGER) /* computed already, so checked */
+        TU_ASSERT_ERROR(kiln_embedding(shifted, tw), KILN_ERR_ARG, "kiln_embedding", "-1");
+    else
+        TU_EXPECT_EXACT(kiln_embedding(shifted, tw), KILN_F32, want, T * D);
+    /* u8 indices into more than 256 rows (every u8 value is in range) */
+    int64_t small[6] = {255, 0, 7, 255, 128, 1};
+    for (int i = 0; i < 6; i++)
+        for (int d = 0; d < D; d++)
+            want[i * D + d] = w[small[i] * D + d];
+    TU_EXPECT_EXACT(kiln_embedding(tu_tensor_i64(ctx, KILN_U8, TU_S(6), small), tw), KILN_F32,
+                    want, 6 * D);
+    /* realized indices out of range are errors, for index_select too */
+    TU_ASSERT_ERROR(kiln_index_select(tw, 0, tu_tensor_i64(ctx, KILN_I64, TU_S(2), (int64_t[]){1, V})),
+                    KILN_ERR_ARG, "kiln_index_select", "3000");
+    TU_ASSERT_ERROR(kiln_embedding(tu_tensor_i64(ctx, KILN_I32, TU_S(1), (int64_t[]){-1}), tw),
+                    KILN_ERR_ARG, "kiln_embedding");
 }
 
 TU_TEST(index, pad_modes) {

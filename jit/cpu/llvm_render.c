@@ -582,6 +582,19 @@ static void ins_value(gen *g, int i) {
         r = bit(g, band(g, icmp(g, LLVMIntNE, v[x->a], ci(g, g->i8, 0)),
                         icmp(g, LLVMIntNE, v[x->b], ci(g, g->i8, 0))));
         break;
+    case UOP_ICLAMP: {
+        int64_t hi = x->imm.i > 0 ? x->imm.i - 1 : 0;
+        LLVMValueRef w = wide(g, v[x->a], g->k->ins[x->a].dt);
+        w = sel(g, icmp(g, LLVMIntSLT, w, i64c(g, 0)), i64c(g, 0), w);
+        r = sel(g, icmp(g, LLVMIntSGT, w, i64c(g, hi)), i64c(g, hi), w);
+        break;
+    }
+    case UOP_IVALID: {
+        LLVMValueRef w = wide(g, v[x->a], g->k->ins[x->a].dt);
+        r = bit(g, band(g, icmp(g, LLVMIntSGE, w, i64c(g, 0)),
+                        icmp(g, LLVMIntSLT, w, i64c(g, x->imm.i))));
+        break;
+    }
     case UOP_LOAD:
         if (x->b >= 0) {
             /* A masked load reads index 0 where invalid, never out of bounds. */

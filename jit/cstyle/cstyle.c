@@ -302,7 +302,7 @@ void cstyle_load(const cstyle_target *t, kiln_dtype dt, int buf, const char *idx
 bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow, char *out,
                 size_t cap, char *msg, size_t mcap) {
     const lower_ins *x = &ins[i];
-    bool index = x->op <= UOP_IMOD && x->op != UOP_IMM;
+    bool index = (x->op <= UOP_IMOD && x->op != UOP_IMM) || x->op == UOP_ICLAMP;
     /* Index operands in int32 when narrow: 64-bit division by a constant
      * does not vectorise, and views make kernels full of it. */
     char it[32] = "";
@@ -331,6 +331,19 @@ bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow
         break;
     case UOP_AND:
         snprintf(e, sizeof e, "(%s)(v%d && v%d)", t->u8, x->a, x->b);
+        break;
+    case UOP_ICLAMP: {
+        /* The value widened first: a u8 compared with 0 is always false, and
+         * an i64 index must not be cut before it is clamped. */
+        const char *w = t->type[KILN_I64];
+        long long hi = x->imm.i > 0 ? (long long)x->imm.i - 1 : 0;
+        snprintf(e, sizeof e, "%s((%s)v%d < 0 ? 0 : (%s)v%d > %lldLL ? %lldLL : (%s)v%d)", it, w,
+                 x->a, w, x->a, hi, hi, w, x->a);
+        break;
+    }
+    case UOP_IVALID:
+        snprintf(e, sizeof e, "(%s)((%s)v%d >= 0 && (%s)v%d < %lldLL)", t->u8, t->type[KILN_I64],
+                 x->a, t->type[KILN_I64], x->a, (long long)x->imm.i);
         break;
     case UOP_LOAD: {
         char idx[48], ld[160];
