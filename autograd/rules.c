@@ -249,14 +249,55 @@ static graph_node *cat_vjp(graph_node *n, graph_node *g, int j) {
  * kernel, then padded with zeros where the index is smaller than the source
  * off the axis. Out-of-range indices add nothing. J x K work per row: fine
  * for the gradients of moderate tables; a scatter kernel would be linear. */
-static graph_node *gather_vjp(graph_node *n, graph_node *g) {
+/* Whether a gather's index is constant past its axis (an embedding's: one
+ * row index broadcast over the row), so that one index per (outer, j)
+ * picks a whole row of `inner` elements. */
+static bool gathers_rows(const graph_node *n) {
+    const graph_node *i = n->src[1];
+    bool view = i->op == GRAPH_VIEW && !i->buf && !i->p.view.masked;
+    bool any = false;
+    for (int d = n->p.axis + 1; d < n->ndim; d++) {
+        if (i->shape[d] != 1 && !(view && i->p.view.strides[d] == 0))
+            return false;
+        any = any || i->shape[d] > 1;
+    }
+    return any && graph_dtype_is_float(n->dtype);
+}
+
+/* The scatter-add of g by the index, as [outer, nk, inner]. Rows (above): a
+ * one-hot [outer, nk, J] of the row indices times g as [outer, J, inner],
+ * one matmul (an embedding's weight gradient at matmul speed: the general
+ * form below compares and selects J x nk x inner times, without blocking).
+ * Otherwise every index is compared with every position and the matches
+ * summed over J. */
+static graph_node *scatter_add_of(graph_node *n, graph_node *g, int64_t outer, int64_t J,
+                                  int64_t nk, int64_t inner) {
     graph_node *x = n->src[0];
-    int ax = n->p.axis;
-    int64_t outer = 1, inner = 1, J = n->shape[ax], nk = x->shape[ax];
-    for (int d = 0; d < ax; d++)
-        outer *= n->shape[d];
-    for (int d = ax + 1; d < n->ndim; d++)
-        inner *= n->shape[d];
+    if (gathers_rows(n)) {
+        int64_t start[KILN_MAX_DIMS] = {0}, step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
+        for (int d = 0; d < n->ndim; d++) {
+            step[d] = 1;
+            len[d] = d > n->p.axis ? 1 : n->shape[d];
+        }
+        const int64_t row[3] = {outer, 1, J}, wide[3] = {outer, nk, J}, col[3] = {1, nk, 1};
+        const int64_t gshape[3] = {outer, J, inner};
+        graph_node *rows = graph_slice(n->src[1], start, step, len);
+        graph_node *il = rows ? autograd_take_reshape(graph_cast(rows, KILN_I64), 3, row) : NULL;
+        graph_unref(rows);
+        graph_node *ie = il ? graph_expand(il, wide) : NULL;
+        graph_node *kl = autograd_take_reshape(graph_arange(x->g, KILN_I64, nk, 0, 1), 3, col);
+        graph_node *ke = kl ? graph_expand(kl, wide) : NULL;
+        graph_unref(il);
+        graph_unref(kl);
+        graph_node *eq = CMP(GRAPH_EQ, ie, ke);
+        graph_node *oh = eq ? graph_cast(eq, g->dtype) : NULL;
+        graph_unref(eq);
+        graph_node *gm = graph_reshape(g, 3, gshape);
+        graph_node *mm = oh && gm ? graph_matmul(oh, gm) : NULL;
+        graph_unref(oh);
+        graph_unref(gm);
+        return mm;
+    }
     const int64_t line[4] = {outer, J, 1, inner}, wide[4] = {outer, J, nk, inner};
     const int64_t cols[4] = {1, 1, nk, 1};
     graph_node *gl = graph_reshape(g, 4, line);
@@ -268,7 +309,19 @@ static graph_node *gather_vjp(graph_node *n, graph_node *g) {
     graph_unref(gl);
     graph_unref(il);
     graph_unref(kl);
-    graph_node *sum = autograd_take_reduce(WHERE(CMP(GRAPH_EQ, ie, ke), ge, autograd_full_shape(g, 4, wide, 0)), 1u << 1);
+    return autograd_take_reduce(
+        WHERE(CMP(GRAPH_EQ, ie, ke), ge, autograd_full_shape(g, 4, wide, 0)), 1u << 1);
+}
+
+static graph_node *gather_vjp(graph_node *n, graph_node *g) {
+    graph_node *x = n->src[0];
+    int ax = n->p.axis;
+    int64_t outer = 1, inner = 1, J = n->shape[ax], nk = x->shape[ax];
+    for (int d = 0; d < ax; d++)
+        outer *= n->shape[d];
+    for (int d = ax + 1; d < n->ndim; d++)
+        inner *= n->shape[d];
+    graph_node *sum = scatter_add_of(n, g, outer, J, nk, inner);
     int64_t shape[KILN_MAX_DIMS], before[KILN_MAX_DIMS] = {0}, after[KILN_MAX_DIMS];
     bool pad = false;
     for (int d = 0; d < n->ndim; d++) {
