@@ -151,6 +151,22 @@ def dist_section(out_md):
             "", "```", text, "```", ""]
 
 
+def embedding_section(out_md):
+    """bench/embedding's last output (bench/results_embedding.txt, written by run.sh)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(out_md)), "results_embedding.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        text = f.read().strip()
+    return ["## Embedding: a gather of rows against the one-hot matmul it was", "",
+            "From bench/embedding.c in the same run (its load average is its first line): "
+            "256 tokens from a [50257, 768] f32 table, kiln_embedding (one indexed load per "
+            "element, GRAPH_GATHER) against the one-hot [256, 50257] matmul it replaced, "
+            "written with the same public calls; then the weight's gradient through each "
+            "(the gather's rule for rows is one matmul of the rows' one-hot).",
+            "", "```", text, "```", ""]
+
+
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
@@ -312,6 +328,7 @@ def main():
         lines += baseline_section(base_dir, ops, keys)
 
     lines += dist_section(out_md)
+    lines += embedding_section(out_md)
 
     lines += ["## Where kiln loses", ""]
     if losses:

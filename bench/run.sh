@@ -62,7 +62,8 @@ read -r -a startup <<<"${BAZEL_STARTUP_OPTS:-}"
 read -r -a build <<<"${BAZEL_BUILD_OPTS:-}"
 bazel=${BAZEL:-bazel}
 "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
-    --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost
+    --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost \
+    //bench:embedding
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
 base_bin=
@@ -103,6 +104,11 @@ if [[ -n $base_bin ]]; then
 fi
 run kiln_nn "$bin/bench/nn" "${args[@]+"${args[@]}"}"
 run kiln_compile "$bin/bench/compile_cost" "${args[@]+"${args[@]}"}"
+# The embedding lookup and its weight gradient against the one-hot matmul
+# they were (text, beside RESULTS.md, with its own load average).
+stage "embedding"
+{ echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"; "$bin/bench/embedding"; } \
+    >bench/results_embedding.txt || echo "bench/embedding failed" >&2
 # The peers get their best: as many threads as kiln, and a current NumPy or
 # PyTorch with its bundled OpenBLAS is slowed by these two settings.
 peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"
