@@ -9,6 +9,7 @@
  * computed are checked (an index outside [0, K) is KILN_ERR_ARG naming it);
  * lazily computed ones cannot be checked without a sync, and one outside the
  * range selects nothing (0; scatter_add: adds nothing). */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -136,4 +137,133 @@ kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln
     if (pad)
         add = kiln_pad(add, pads, 0);
     return api_finish(ctx, kiln_add(t, add));
+}
+
+/* The lowest value of dt: where a masked max puts what no index points at
+ * (never seen: the result is masked again by `covered`). */
+static double lowest(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_I32: return -2147483648.0;
+    case KILN_I64: return -9223372036854775808.0;
+    case KILN_U8:
+    case KILN_BOOL: return 0;
+    default: return -INFINITY;
+    }
+}
+
+static double highest(kiln_dtype dt) {
+    switch (dt) {
+    case KILN_I32: return 2147483647.0;
+    case KILN_I64: return 9223372036854775807.0; /* rounds to 2^63: casts saturate */
+    case KILN_U8: return 255;
+    case KILN_BOOL: return 1;
+    default: return INFINITY;
+    }
+}
+
+/* kiln_scatter and kiln_scatter_reduce: t with src's elements combined into
+ * the places index points at along ax. The pointers are [..., K, J] (each
+ * destination against every source element of its row), reduced over J. */
+static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_tensor *index,
+                               kiln_tensor *src, int reduce, bool include_self) {
+    kiln_tensor *args[3] = {t, index, src};
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 3, args, &ctx);
+    if (e || !t || !index || !src)
+        return e;
+    if (reduce < -1 || reduce > KILN_SCATTER_MEAN)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: input %s: unknown reduction %d", op,
+                        api_shape_str(t->node), reduce);
+    int ax;
+    if ((e = check_index(op, ctx, t->node, index->node, axis, &ax)))
+        return e;
+    const graph_node *I = index->node, *S = src->node;
+    bool fits = S->ndim == I->ndim;
+    for (int d = 0; fits && d < I->ndim; d++)
+        fits = S->shape[d] >= I->shape[d];
+    if (!fits)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: source %s is smaller than index %s", op,
+                        api_shape_str(S), api_shape_str(I));
+    kiln_dtype dt = t->node->dtype;
+    int64_t K = t->node->shape[ax], J = I->shape[ax];
+    kiln_scope_begin(ctx);
+    kiln_tensor *s = src;
+    for (int d = 0; d < I->ndim; d++)
+        if (S->shape[d] != I->shape[d])
+            s = kiln_slice(s, d, 0, I->shape[d], 1);
+    /* [..., J] -> [..., 1, J] values against [..., K, J] pointers */
+    kiln_tensor *sv = kiln_unsqueeze(kiln_cast(api_axis_last(s, ax, NULL), dt), -2);
+    kiln_tensor *hot = kiln_transpose(points(api_axis_last(index, ax, NULL), K), -1, -2);
+    int last = -1;
+    kiln_tensor *count = kiln_sum(kiln_cast(hot, KILN_I64), 1, &last, false); /* [..., K] */
+    kiln_tensor *covered = kiln_gt_scalar(count, 0);
+    kiln_tensor *r; /* [..., K]: the combination of what points at each place */
+    switch (reduce) {
+    case -1: { /* assignment: the last source element in row order wins */
+        kiln_tensor *j = kiln_arange(ctx, KILN_I64, 0, (double)J, 1);
+        kiln_tensor *at = kiln_max(kiln_where(hot, j, kiln_scalar(ctx, KILN_I64, -1)), 1, &last,
+                                   true);
+        kiln_tensor *one = kiln_bitwise_and(hot, kiln_eq(j, at));
+        r = kiln_cast(kiln_sum(kiln_where(one, sv, kiln_scalar(ctx, dt, 0)), 1, &last, false), dt);
+        include_self = false;
+        break;
+    }
+    case KILN_SCATTER_SUM:
+    case KILN_SCATTER_MEAN: /* integers in i64 (a u8 mean must not wrap) */
+        r = kiln_sum(kiln_where(hot, sv, kiln_scalar(ctx, dt, 0)), 1, &last, false);
+        break;
+    case KILN_SCATTER_PROD:
+        r = kiln_cast(kiln_prod(kiln_where(hot, sv, kiln_scalar(ctx, dt, 1)), 1, &last, false), dt);
+        break;
+    case KILN_SCATTER_AMAX:
+        r = kiln_max(kiln_where(hot, sv, kiln_scalar(ctx, dt, lowest(dt))), 1, &last, false);
+        break;
+    default:
+        r = kiln_min(kiln_where(hot, sv, kiln_scalar(ctx, dt, highest(dt))), 1, &last, false);
+        break;
+    }
+    r = api_axis_back(r, ax);
+    count = api_axis_back(count, ax);
+    covered = api_axis_back(covered, ax);
+    /* the index covers at most t's sizes off the axis: t itself past them */
+    int64_t pads[2 * KILN_MAX_DIMS] = {0};
+    bool pad = false;
+    for (int d = 0; d < t->node->ndim; d++)
+        if (d != ax && I->shape[d] < t->node->shape[d]) {
+            pads[2 * d + 1] = t->node->shape[d] - I->shape[d];
+            pad = true;
+        }
+    if (pad) {
+        r = kiln_pad(r, pads, 0);
+        count = kiln_pad(count, pads, 0);
+        covered = kiln_pad(covered, pads, 0);
+    }
+    if (include_self) {
+        switch (reduce) {
+        case KILN_SCATTER_SUM: r = kiln_add(r, kiln_cast(t, kiln_dtype_of(r))); break;
+        case KILN_SCATTER_MEAN:
+            r = kiln_add(r, kiln_cast(t, kiln_dtype_of(r)));
+            count = kiln_add_scalar(count, 1);
+            break;
+        case KILN_SCATTER_PROD: r = kiln_mul(r, t); break;
+        case KILN_SCATTER_AMAX: r = kiln_maximum(r, t); break;
+        default: r = kiln_minimum(r, t); break;
+        }
+    }
+    if (reduce == KILN_SCATTER_MEAN) {
+        /* integers divide with floor rounding, as PyTorch's */
+        kiln_tensor *n =
+            kiln_cast(kiln_maximum(count, kiln_scalar(ctx, KILN_I64, 1)), kiln_dtype_of(r));
+        r = graph_dtype_is_float(dt) ? kiln_div(r, n) : kiln_floor_divide(r, n);
+    }
+    return api_finish(ctx, kiln_where(covered, kiln_cast(r, dt), t));
+}
+
+kiln_tensor *kiln_scatter(kiln_tensor *t, int axis, kiln_tensor *index, kiln_tensor *src) {
+    return scatter_op("kiln_scatter", t, axis, index, src, -1, false);
+}
+
+kiln_tensor *kiln_scatter_reduce(kiln_tensor *t, int axis, kiln_tensor *index, kiln_tensor *src,
+                                 kiln_scatter_reduction reduce, bool include_self) {
+    return scatter_op("kiln_scatter_reduce", t, axis, index, src, (int)reduce, include_self);
 }

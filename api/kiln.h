@@ -376,6 +376,31 @@ KILN_API kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *i
 KILN_API kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index,
                                        kiln_tensor *src);
 
+/* How kiln_scatter_reduce combines what points at one place. */
+typedef enum kiln_scatter_reduction {
+    KILN_SCATTER_SUM = 0,
+    KILN_SCATTER_PROD,
+    KILN_SCATTER_AMAX,
+    KILN_SCATTER_AMIN,
+    KILN_SCATTER_MEAN,
+} kiln_scatter_reduction;
+
+/* t with src's elements written (kiln_scatter) or combined (kiln_scatter_
+ * reduce) where the index points along axis, with kiln_scatter_add's shapes,
+ * checks and cost (J x K per row, one fused kernel). Places nothing points
+ * at keep t's value. kiln_scatter: where several elements point at one
+ * place, the last in the index's row order wins (PyTorch leaves it
+ * undefined). kiln_scatter_reduce, as PyTorch's: the sum, product, maximum,
+ * minimum or mean of the elements pointing at a place, with t's own value
+ * among them when include_self; amax and amin propagate NaN; the mean of
+ * integers rounds down. Differentiable in t and src (ties of amax and amin
+ * share the gradient evenly, as kiln_max's). */
+KILN_API kiln_tensor *kiln_scatter(kiln_tensor *t, int axis, kiln_tensor *index,
+                                   kiln_tensor *src);
+KILN_API kiln_tensor *kiln_scatter_reduce(kiln_tensor *t, int axis, kiln_tensor *index,
+                                          kiln_tensor *src, kiln_scatter_reduction reduce,
+                                          bool include_self);
+
 /* Sorting along an axis, stable: equal elements keep their order. NaN sorts
  * last ascending and first descending. kiln_sort gives the values (same
  * dtype; differentiable: the gradient goes back to where each value came

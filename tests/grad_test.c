@@ -468,6 +468,15 @@ static kiln_tensor *f_attention(kiln_tensor **x) {
     return kiln_attention(x[0], x[1], x[2], keep, false, 0);
 }
 
+static kiln_tensor *f_scatter_reduce(kiln_tensor **x) {
+    kiln_ctx *c = kiln_ctx_of(x[0]);
+    kiln_tensor *idx = tu_tensor(c, KILN_I64, TU_S(2, 3), (double[]){3, 0, 3, 1, 1, 2});
+    kiln_tensor *r = kiln_scatter_reduce(x[0], 1, idx, x[1], KILN_SCATTER_MEAN, true);
+    r = kiln_add(r, kiln_scatter_reduce(x[0], 1, idx, x[1], KILN_SCATTER_PROD, false));
+    r = kiln_add(r, kiln_scatter_reduce(x[0], 1, idx, x[1], KILN_SCATTER_AMAX, true));
+    return kiln_add(r, kiln_scatter(x[0], 1, idx, kiln_sin(x[1])));
+}
+
 static const fd_case loss_cases[] = {
     {"cross_entropy_ex weights, ignore, smoothing", 1, {2}, {{4, 3}}, GEN_UNIFORM, -2, 2, f_ce_ex,
      0, 0},
@@ -476,6 +485,8 @@ static const fd_case loss_cases[] = {
     {"bce with logits, pos_weight", 2, {2, 2}, {{3, 4}, {3, 4}}, GEN_UNIFORM, -3, 3, f_bce, 0, 0},
     {"huber and smooth l1", 2, {1, 1}, {{8}, {8}}, GEN_UNIFORM, -2, 2, f_huber, 0, 0},
     {"kl_div", 2, {2, 2}, {{2, 4}, {2, 4}}, GEN_UNIFORM, -2, 2, f_kl, 0, 0},
+    {"scatter_reduce mean, prod, amax; scatter", 2, {2, 2}, {{2, 4}, {2, 3}}, GEN_UNIFORM, -2, 2,
+     f_scatter_reduce, 0, 0},
     {"attention, bool mask, grouped heads", 3, {4, 4, 4}, {{1, 4, 2, 3}, {1, 2, 3, 3}, {1, 2, 3, 2}},
      GEN_UNIFORM, -1, 1, f_attention, 0, 0},
 };

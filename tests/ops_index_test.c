@@ -217,3 +217,92 @@ TU_TEST(index, pad_modes) {
     TU_ASSERT_ERROR(kiln_pad_mode(t, bad, KILN_PAD_REFLECT), KILN_ERR_ARG, "kiln_pad_mode");
     TU_ASSERT_ERROR(kiln_pad_mode(t, p1, (kiln_padding)9), KILN_ERR_ARG, "kiln_pad_mode");
 }
+
+/* kiln_scatter and kiln_scatter_reduce against a loop that applies the
+ * index element by element (PyTorch's definition), along either axis of a
+ * [4, 5] target with a [3, 3] index (repeats and untouched places), with and
+ * without the target's own values; NaN for amax; integer means round down. */
+static double combine(int reduce, double acc, double v) {
+    switch (reduce) {
+    case KILN_SCATTER_SUM:
+    case KILN_SCATTER_MEAN: return acc + v;
+    case KILN_SCATTER_PROD: return acc * v;
+    case KILN_SCATTER_AMAX: return isnan(acc) || isnan(v) ? NAN : fmax(acc, v);
+    default: return isnan(acc) || isnan(v) ? NAN : fmin(acc, v);
+    }
+}
+
+static void ref_scatter(const double *t, const double *idx, const double *src, int axis,
+                        int reduce, bool self, bool integer, double *out) {
+    double acc[20];
+    int n[20] = {0};
+    for (int i = 0; i < 20; i++)
+        acc[i] = t[i], out[i] = t[i];
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+            int r = axis == 0 ? (int)idx[i * 3 + j] : i, c = axis == 0 ? j : (int)idx[i * 3 + j];
+            int at = r * 5 + c;
+            double v = src[i * 4 + j]; /* src is [3, 4]: cut to the index's [3, 3] */
+            if (reduce < 0) {
+                out[at] = v;
+                continue;
+            }
+            acc[at] = n[at] == 0 && !self ? v : combine(reduce, acc[at], v);
+            n[at]++;
+        }
+    if (reduce < 0)
+        return;
+    for (int i = 0; i < 20; i++) {
+        if (!n[i])
+            continue;
+        if (reduce == KILN_SCATTER_MEAN) {
+            double cnt = n[i] + (self ? 1 : 0);
+            acc[i] = integer ? floor(acc[i] / cnt) : acc[i] / cnt;
+        }
+        out[i] = acc[i];
+    }
+}
+
+TU_TEST(index, scatter_and_scatter_reduce) {
+    TU_RNG(r);
+    double t[20], src[12], want[20];
+    const double idx0[9] = {3, 0, 3, 1, 0, 3, 3, 2, 0}; /* along axis 0: rows of [4, 5] */
+    const double idx1[9] = {4, 4, 0, 2, 1, 2, 0, 0, 0}; /* along axis 1: columns */
+    kiln_tensor *it0 = tu_tensor(ctx, KILN_I64, TU_S(3, 3), idx0);
+    kiln_tensor *it1 = tu_tensor(ctx, KILN_I32, TU_S(3, 3), idx1);
+    for (int integer = 0; integer < 2; integer++) {
+        kiln_dtype dt = integer ? KILN_I32 : KILN_F64;
+        kiln_tensor *tt = tu_rand_tensor(ctx, &r, dt, TU_S(4, 5), -4, 4, t);
+        kiln_tensor *ts = tu_rand_tensor(ctx, &r, dt, TU_S(3, 4), -4, 4, src);
+        if (!integer) {
+            src[5] = NAN; /* [1, 1]: reaches row 0 along axis 0, column 1 along axis 1 */
+            ts = tu_tensor(ctx, dt, TU_S(3, 4), src);
+        }
+        for (int axis = 0; axis < 2; axis++) {
+            const double *idx = axis ? idx1 : idx0;
+            kiln_tensor *it = axis ? it1 : it0;
+            ref_scatter(t, idx, src, axis, -1, false, integer, want);
+            TU_EXPECT_EXACT(kiln_scatter(tt, axis, it, ts), dt, want, 20);
+            for (int red = KILN_SCATTER_SUM; red <= KILN_SCATTER_MEAN; red++)
+                for (int self = 0; self < 2; self++) {
+                    ref_scatter(t, idx, src, axis, red, self, integer, want);
+                    kiln_tensor *got = kiln_scatter_reduce(tt, axis, it, ts,
+                                                           (kiln_scatter_reduction)red, self);
+                    if (integer || red == KILN_SCATTER_AMAX || red == KILN_SCATTER_AMIN)
+                        TU_EXPECT_EXACT(got, dt, want, 20);
+                    else
+                        TU_EXPECT(got, dt, want, 20);
+                }
+        }
+    }
+    kiln_tensor *f = kiln_zeros(ctx, KILN_F32, TU_S(4, 5));
+    TU_ASSERT_ERROR(kiln_scatter_reduce(f, 0, it0, kiln_zeros(ctx, KILN_F32, TU_S(2, 2)),
+                                        KILN_SCATTER_SUM, true),
+                    KILN_ERR_SHAPE, "kiln_scatter_reduce", "[2,2]", "[3,3]");
+    TU_ASSERT_ERROR(kiln_scatter_reduce(f, 0, it0, kiln_zeros(ctx, KILN_F32, TU_S(3, 3)),
+                                        (kiln_scatter_reduction)7, true),
+                    KILN_ERR_ARG, "reduction 7");
+    TU_ASSERT_ERROR(kiln_scatter(f, 1, tu_tensor(ctx, KILN_I64, TU_S(1, 1), (double[]){5}),
+                                 kiln_zeros(ctx, KILN_F32, TU_S(1, 1))),
+                    KILN_ERR_ARG, "kiln_scatter", "5");
+}
