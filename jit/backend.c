@@ -20,6 +20,7 @@
 #include "jit/graph_cache.h"
 #include "jit/jit.h"
 #include "jit/profile.h"
+#include "jit/why.h"
 
 struct jit_backend {
     jit_device *dev;
@@ -29,6 +30,7 @@ struct jit_backend {
     jit_watch watch; /* debug output, profile, KILN_DUMP, the machine's limits */
     bool check_cuda; /* KILN_CHECK_CUDA=1: every program must also compile for CUDA */
     kiln_stats stats;
+    jit_why *why; /* recent misses, to say why the next one missed (KILN_DEBUG >= 1) */
 };
 
 static void compiled_free(void *v);
@@ -103,6 +105,7 @@ void jit_backend_free(jit_backend *j) {
         return;
     jit_watch_fini(&j->watch);
     jit_graph_cache_free(j->graphs);
+    jit_why_free(j->why);
     cache_close(j->cache);
     jit_device_close(j->dev);
     free(j);
@@ -633,6 +636,12 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
     if (hit) {
         j->stats.graph_hits++;
     } else {
+        if (j->watch.debug >= 1) {
+            char why[512];
+            jit_why_miss(&j->why, &cap, j->stats.syncs + 1, why, sizeof why);
+            fprintf(stderr, "kiln: sync %lld missed the graph cache: %s\n",
+                    (long long)j->stats.syncs + 1, why);
+        }
         compiled *built = build(j, &cap, fuse, &st, msg, mcap);
         /* A colliding key keeps its first program; this one runs once. */
         kept = built && !c && jit_graph_cache_put(j->graphs, key, built);

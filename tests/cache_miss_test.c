@@ -1,0 +1,133 @@
+/* cache_miss_test.c — KILN_DEBUG=1 says why a sync missed the graph cache:
+ * a scalar given as a double (a constant in the structure), a shape, a seed
+ * or a view that differs from an earlier program of the same structure is
+ * named, with both values; a structure never seen says so. Each case runs
+ * the same step twice with one thing changed, on the CPU (the reference
+ * evaluator compiles nothing and keeps no graph cache), with stderr caught
+ * in a file, through the C compiler and the LLVM path. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/kiln.h"
+
+static char text[1 << 16];
+
+/* Runs step(ctx, k) for k = 0, 1 with KILN_DEBUG=1 and keeps what kiln
+ * printed in text. */
+static void run_logged(kiln_device dev, void (*step)(kiln_ctx *, int)) {
+    setenv("KILN_DEBUG", "1", 1);
+    char log[] = "/tmp/kiln-miss-XXXXXX";
+    int fd = mkstemp(log);
+    cr_assert(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    kiln_ctx *ctx = kiln_ctx_new(dev);
+    cr_assert(ctx, "%s", kiln_last_ctx_error());
+    for (int k = 0; k < 2; k++)
+        step(ctx, k);
+    kiln_ctx_free(ctx);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(log);
+}
+
+/* The second sync's explanation. */
+static const char *second_miss(void) {
+    const char *first = strstr(text, "missed the graph cache");
+    cr_assert(first, "no miss said: %s", text);
+    const char *second = strstr(first + 1, "missed the graph cache");
+    cr_assert(second, "one miss said: %s", text);
+    return second;
+}
+
+static void sync_of(kiln_tensor *t) {
+    float v[64];
+    cr_assert_eq(kiln_to_host(t, v, sizeof(float) * (size_t)kiln_numel(t)), KILN_OK, "%s",
+                 kiln_error_message(t));
+}
+
+static const char *const compilers[] = {"cc", "llvm"};
+
+/* Data, not a constant (constants fold away before any sync). */
+static kiln_tensor *data(kiln_ctx *ctx, int ndim, const int64_t *dims) {
+    float v[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = 0.25f * (float)(i % 7) - 0.5f;
+    return kiln_from_data(ctx, KILN_F32, ndim, dims, v);
+}
+
+static void scaled(kiln_ctx *ctx, int k) {
+    kiln_tensor *x = data(ctx, 1, (const int64_t[]){8});
+    sync_of(kiln_mul_scalar(kiln_exp(x), k ? 0.25 : 0.5));
+}
+
+Test(cache_miss, a_scalar_given_as_a_double) {
+    for (int d = 0; d < 2; d++) {
+        setenv("KILN_CPU_COMPILER", compilers[d], 1);
+        run_logged(KILN_CPU, scaled);
+        cr_assert(strstr(text, "a structure not seen before"), "%s", text);
+        const char *why = second_miss();
+        cr_assert(strstr(why, "constant") && strstr(why, "0.25") && strstr(why, "0.5") &&
+                      strstr(why, "belongs in a tensor"),
+                  "%s", why);
+    }
+}
+
+static void reshaped(kiln_ctx *ctx, int k) {
+    kiln_tensor *x = data(ctx, 2, (const int64_t[]){k ? 3 : 4, 5});
+    sync_of(kiln_tanh(kiln_add(x, x)));
+}
+
+Test(cache_miss, a_shape) {
+    for (int d = 0; d < 2; d++) {
+        setenv("KILN_CPU_COMPILER", compilers[d], 1);
+        run_logged(KILN_CPU, reshaped);
+        const char *why = second_miss();
+        cr_assert(strstr(why, "shape [3,5]") && strstr(why, "[4,5]"), "%s", why);
+    }
+}
+
+static void seeded(kiln_ctx *ctx, int k) {
+    sync_of(kiln_sigmoid(kiln_rand(ctx, KILN_F32, 1, (const int64_t[]){16}, k ? 8 : 7)));
+}
+
+Test(cache_miss, a_seed) {
+    run_logged(KILN_CPU, seeded);
+    const char *why = second_miss();
+    cr_assert(strstr(why, "seed 8") && strstr(why, "had 7"), "%s", why);
+}
+
+static void sliced(kiln_ctx *ctx, int k) {
+    kiln_tensor *x = data(ctx, 1, (const int64_t[]){16});
+    sync_of(kiln_exp(kiln_slice(x, 0, k ? 1 : 0, k ? 9 : 8, 1)));
+}
+
+Test(cache_miss, a_view) {
+    run_logged(KILN_CPU, sliced);
+    const char *why = second_miss();
+    cr_assert(strstr(why, "parameters of node") && strstr(why, "view"), "%s", why);
+}
+
+static void same(kiln_ctx *ctx, int k) {
+    (void)k;
+    kiln_tensor *x = data(ctx, 1, (const int64_t[]){8});
+    sync_of(kiln_exp(x));
+}
+
+Test(cache_miss, a_hit_says_nothing) {
+    run_logged(KILN_CPU, same);
+    const char *first = strstr(text, "missed the graph cache");
+    cr_assert(first, "%s", text);
+    cr_assert_null(strstr(first + 1, "missed the graph cache"), "%s", text);
+    cr_assert(strstr(text, "graph cache hit"), "%s", text);
+}
