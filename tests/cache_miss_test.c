@@ -17,7 +17,7 @@
 
 static char text[1 << 16];
 
-/* Runs step(ctx, k) for k = 0, 1 with KILN_DEBUG=1 and keeps what kiln
+/* Runs step(ctx, k) for k = 0, 1, 2 with KILN_DEBUG=1 and keeps what kiln
  * printed in text. */
 static void run_logged(kiln_device dev, void (*step)(kiln_ctx *, int)) {
     setenv("KILN_DEBUG", "1", 1);
@@ -29,7 +29,7 @@ static void run_logged(kiln_device dev, void (*step)(kiln_ctx *, int)) {
     dup2(fd, 2);
     kiln_ctx *ctx = kiln_ctx_new(dev);
     cr_assert(ctx, "%s", kiln_last_ctx_error());
-    for (int k = 0; k < 2; k++)
+    for (int k = 0; k < 3; k++)
         step(ctx, k);
     kiln_ctx_free(ctx);
     fflush(stderr);
@@ -68,7 +68,7 @@ static kiln_tensor *data(kiln_ctx *ctx, int ndim, const int64_t *dims) {
 
 static void scaled(kiln_ctx *ctx, int k) {
     kiln_tensor *x = data(ctx, 1, (const int64_t[]){8});
-    sync_of(kiln_mul_scalar(kiln_exp(x), k ? 0.25 : 0.5));
+    sync_of(kiln_mul_scalar(kiln_exp(x), (const double[]){0.5, 0.25, 0.125}[k]));
 }
 
 Test(cache_miss, a_scalar_given_as_a_double) {
@@ -79,6 +79,10 @@ Test(cache_miss, a_scalar_given_as_a_double) {
         const char *why = second_miss();
         cr_assert(strstr(why, "constant") && strstr(why, "0.25") && strstr(why, "0.5") &&
                       strstr(why, "belongs in a tensor"),
+                  "%s", why);
+        /* the third is compared with the most recent: the second */
+        const char *third = strstr(why + 1, "missed the graph cache");
+        cr_assert(third && strstr(third, "sync 2") && strstr(third, "0.125 where it was 0.25"),
                   "%s", why);
     }
 }
