@@ -365,6 +365,14 @@ static kiln_tensor *f_gather_axis0(kiln_tensor **x) {
     kiln_tensor *lazy = kiln_sub_scalar(kiln_mul_scalar(i, 2), 2); /* 4, -2, 4, 4, 0, 2 */
     return kiln_add(kiln_gather(kiln_sin(x[0]), 0, i), kiln_gather(x[0], 0, lazy));
 }
+/* An index that is a view (a transpose) but no row broadcast: each element
+ * its own index, so the gradient's general rule applies, not the row one. */
+static kiln_tensor *f_gather_view_index(kiln_tensor **x) {
+    kiln_ctx *ctx = kiln_ctx_of(x[0]);
+    kiln_tensor *i = kiln_from_data(ctx, KILN_I64, 2, TU_DIMS(3, 3),
+                                    (const int64_t[]){0, 3, 1, 2, 2, 0, 1, 3, 3});
+    return kiln_gather(kiln_tanh(x[0]), 0, kiln_transpose(i, 0, 1));
+}
 static kiln_tensor *f_index_select(kiln_tensor **x) {
     kiln_ctx *ctx = kiln_ctx_of(x[0]);
     kiln_tensor *i = kiln_from_data(ctx, KILN_U8, 1, TU_DIMS(4), (const uint8_t[]){2, 0, 2, 1});
@@ -413,6 +421,8 @@ static const fd_case view_cases[] = {
     {"gather axis 0, narrow and lazy index", 1, {2}, {{5, 3}}, GEN_UNIFORM, -2, 2, f_gather_axis0, 0, 0},
     {"index_select", 1, {2}, {{2, 3}}, GEN_UNIFORM, -2, 2, f_index_select, 0, 0},
     {"embedding", 1, {2}, {{5, 3}}, GEN_UNIFORM, -2, 2, f_embedding, 0, 0},
+    {"gather by a transposed index", 1, {2}, {{4, 3}}, GEN_UNIFORM, -2, 2, f_gather_view_index, 0,
+     0},
     {"scatter_add", 2, {2, 2}, {{2, 4}, {2, 3}}, GEN_UNIFORM, -2, 2, f_scatter_add, 0, 0},
     {"pad modes", 1, {2}, {{3, 3}}, GEN_UNIFORM, -2, 2, f_pad_modes, 0, 0},
     {"conv1d and 1-d pools", 2, {3, 3}, {{1, 2, 6}, {3, 2, 3}}, GEN_UNIFORM, -2, 2, f_conv1d, 0, 0},
