@@ -101,7 +101,17 @@ static kiln_tensor *random_tensor(const char *op, graph_op gop, kiln_ctx *ctx, k
     if (!graph_dtype_is_float(dt))
         return api_fail(ctx, KILN_ERR_DTYPE, "%s: dtype %s is not a floating-point type", op,
                         kiln_dtype_name(dt));
-    return api_wrap(ctx, graph_rand(ctx->g, gop, dt, ndim, dims, seed), op);
+    /* The seed is a bound 0-d input, not a constant of the structure: a
+     * new seed each step (dropout's) reuses the compiled program. */
+    kiln_status st;
+    char msg[256];
+    int64_t key = (int64_t)seed;
+    graph_node *k = api_data_node(ctx, op, KILN_I64, 0, NULL, &key, &st, msg, sizeof msg);
+    if (!k)
+        return api_fail(ctx, st, "%s", msg);
+    graph_node *r = graph_rand_keyed(k, gop, dt, ndim, dims);
+    graph_unref(k);
+    return api_wrap(ctx, r, op);
 }
 
 kiln_tensor *kiln_rand(kiln_ctx *ctx, kiln_dtype dt, int ndim, const int64_t *dims,

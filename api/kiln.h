@@ -158,7 +158,10 @@ KILN_API kiln_tensor *kiln_linspace(kiln_ctx *ctx, kiln_dtype dtype, double star
  * (kiln_randn, Box-Muller) from the counter-based Philox4x32-10 generator:
  * element i of the row-major tensor is a function of seed and i only, so the
  * same seed gives the same numbers on every device and in every mode. Float
- * dtypes only (KILN_ERR_DTYPE otherwise). */
+ * dtypes only (KILN_ERR_DTYPE otherwise). The seed is a bound input of the
+ * graph (a 0-d tensor), not part of its structure: a step that draws with a
+ * new seed each time (kiln_dropout's) reuses the program compiled for the
+ * first. */
 KILN_API kiln_tensor *kiln_rand(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
                                 const int64_t *dims, uint64_t seed);
 KILN_API kiln_tensor *kiln_randn(kiln_ctx *ctx, kiln_dtype dtype, int ndim,

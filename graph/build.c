@@ -85,6 +85,13 @@ static graph_node *with_sources(graph_node *proto, int nsrc, graph_node **srcs) 
     return graph_intern(srcs[0]->g, proto);
 }
 
+graph_node *graph_rand_keyed(graph_node *key, graph_op op, kiln_dtype dt, int ndim,
+                             const int64_t *shape) {
+    graph_node p = graph_proto(op, dt, ndim, shape);
+    graph_node *srcs[1] = {key};
+    return with_sources(&p, 1, srcs);
+}
+
 graph_node *graph_unary(graph_op op, graph_node *a) {
     graph_scalar v;
     if (graph_const_value(a, &v))

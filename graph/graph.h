@@ -21,8 +21,8 @@ typedef enum graph_op {
     GRAPH_BUFFER, /* bound data: kiln_from_data, or a node once realized */
     GRAPH_CONST,  /* a 0-d constant (p.value) */
     GRAPH_ARANGE, /* 1-d: element i = p.value.f + i * p.step, converted */
-    GRAPH_RAND,   /* uniform [0,1) from Philox, key p.seed */
-    GRAPH_RANDN,  /* standard normal from Philox, key p.seed */
+    GRAPH_RAND,   /* uniform [0,1) from Philox, key p.seed, or src[0]'s (below) */
+    GRAPH_RANDN,  /* standard normal from Philox, key p.seed, or src[0]'s (below) */
     /* elementwise unary: the source has the node's shape */
     GRAPH_NEG,
     GRAPH_ABS,
@@ -238,6 +238,11 @@ graph_node *graph_full(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *sha
 graph_node *graph_arange(graph_ctx *g, kiln_dtype dt, int64_t n, double start, double step);
 graph_node *graph_rand(graph_ctx *g, graph_op op, kiln_dtype dt, int ndim,
                        const int64_t *shape, uint64_t seed);
+/* A random node whose Philox key is the value of key, a 0-d i64 node (a
+ * bound input): the key is data, not structure, so a new seed per step
+ * reuses the compiled program. */
+graph_node *graph_rand_keyed(graph_node *key, graph_op op, kiln_dtype dt, int ndim,
+                             const int64_t *shape);
 graph_node *graph_unary(graph_op op, graph_node *a);
 graph_node *graph_cast(graph_node *a, kiln_dtype dt);
 graph_node *graph_binary(graph_op op, graph_node *a, graph_node *b);

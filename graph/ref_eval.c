@@ -317,11 +317,12 @@ static bool compute(const graph_node *n, const ev_out *o)
             put(o, i, graph_scalar_from_double(n->p.value.f + (double)i * n->p.step, dt));
         return true;
     case GRAPH_RAND:
-    case GRAPH_RANDN:
+    case GRAPH_RANDN: {
+        uint64_t key = n->nsrc ? (uint64_t)get(n->src[0], 0).i : n->p.seed;
         for (int64_t i = 0; i < numel; i++)
-            put(o, i, graph_scalar_from_double(
-                          graph_rand_value(n->op, dt, n->p.seed, (uint64_t)i), dt));
+            put(o, i, graph_scalar_from_double(graph_rand_value(n->op, dt, key, (uint64_t)i), dt));
         return true;
+    }
     case GRAPH_WHERE: {
         const graph_node *c = n->src[0];
         bool cf = graph_dtype_is_float(c->dtype);

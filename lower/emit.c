@@ -254,6 +254,11 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     }
     case GRAPH_RAND:
     case GRAPH_RANDN:
+        if (n->nsrc) { /* the key is a bound 0-d input, read once per element */
+            ix zero = {.ndim = 0, .flat = ir_index(b, 0)};
+            int key = emit(e, n->src[0], &zero, -1);
+            return ir_rand_keyed(b, n->op, n->dtype, flatten(e, at, n->ndim, n->shape), key);
+        }
         return ir_rand(b, n->op, n->dtype, flatten(e, at, n->ndim, n->shape), n->p.seed);
     case GRAPH_VIEW:
         return emit_view(e, n, at, valid);

@@ -332,6 +332,14 @@ int ir_rand(ir_builder *b, graph_op op, kiln_dtype dt, int index, uint64_t seed)
     return ir_add(b, p);
 }
 
+int ir_rand_keyed(ir_builder *b, graph_op op, kiln_dtype dt, int index, int key) {
+    lower_ins p = proto(UOP_RAND, dt);
+    p.gop = op;
+    p.a = index;
+    p.b = key;
+    return ir_add(b, p);
+}
+
 int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx) {
     lower_ins p = proto(UOP_REDUCE, dt);
     p.gop = op;

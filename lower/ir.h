@@ -40,6 +40,8 @@ int ir_alu(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y);
 int ir_where(ir_builder *b, kiln_dtype dt, int c, int x, int y);
 int ir_load(ir_builder *b, kiln_dtype dt, int buf, int index, int valid);
 int ir_rand(ir_builder *b, graph_op op, kiln_dtype dt, int index, uint64_t seed);
+/* The same with the key a value (an i64 instruction): UOP_RAND with b = key. */
+int ir_rand_keyed(ir_builder *b, graph_op op, kiln_dtype dt, int index, int key);
 /* The reduction op of the inner value over the reduced index ridx. */
 int ir_reduce(ir_builder *b, graph_op op, kiln_dtype dt, int value, int ridx);
 /* A matmul epilogue's input: the finished dot product of the output element. */

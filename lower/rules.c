@@ -79,7 +79,8 @@ bool lower_rules(lower_kernel *k) {
         if (x->op == UOP_ALU) {
             map[i] = alu(&b, k, x, a, y);
         } else if (x->op == UOP_RAND) {
-            map[i] = rules_rand(&b, x->gop, x->dt, a, (uint64_t)x->imm.i);
+            map[i] = y >= 0 ? rules_rand_keyed(&b, x->gop, x->dt, a, y)
+                            : rules_rand(&b, x->gop, x->dt, a, (uint64_t)x->imm.i);
         } else {
             lower_ins p = *x;
             p.a = a;

@@ -70,5 +70,7 @@ int rules_round_half(ir_builder *b, kiln_dtype half, kiln_dtype src, int x);
 
 /* rules_rand.c: kiln_rand / kiln_randn's value of dtype dt at index idx. */
 int rules_rand(ir_builder *b, graph_op op, kiln_dtype dt, int idx, uint64_t seed);
+/* The same with the seed an i64 value (a bound input). */
+int rules_rand_keyed(ir_builder *b, graph_op op, kiln_dtype dt, int idx, int seed);
 
 #endif /* KILN_LOWER_RULES_H */

@@ -228,3 +228,40 @@ TU_TEST(rand, used_in_computation) {
     TU_ASSERT_SHAPE(e, 0, 4);
     cr_assert_eq(kiln_realize(e), KILN_OK);
 }
+
+/* Seeds are bound inputs, not structure: a step that draws with a new seed
+ * each time (dropout's mask, a noise term) compiles once, and its numbers
+ * still equal the reference evaluator's byte for byte, seeds past 2^63
+ * included (their high word is negative as an i64). */
+TU_TEST(rand, a_new_seed_each_step_compiles_nothing) {
+    float x[64];
+    for (int i = 0; i < 64; i++)
+        x[i] = 0.1f * (float)i - 3;
+    kiln_tensor *tx = kiln_from_data(ctx, KILN_F32, 1, TU_DIMS(64), x);
+    int64_t hits_after_first = 0;
+    for (int step = 0; step < 4; step++) {
+        uint64_t s1 = 1000 + (uint64_t)step, s2 = UINT64_MAX - 77 * (uint64_t)step;
+        kiln_tensor *y = kiln_add(kiln_dropout(tx, 0.5, s1, true),
+                                  kiln_randn(ctx, KILN_F32, TU_S(64), s2));
+        float got[64], want[64];
+        cr_assert_eq(kiln_to_host(y, got, sizeof got), KILN_OK, "%s", kiln_error_message(y));
+        kiln_release(y);
+        kiln_ctx *ref = kiln_ctx_new(KILN_REF);
+        kiln_tensor *rx = kiln_from_data(ref, KILN_F32, 1, TU_DIMS(64), x);
+        kiln_tensor *ry = kiln_add(kiln_dropout(rx, 0.5, s1, true),
+                                   kiln_randn(ref, KILN_F32, TU_S(64), s2));
+        cr_assert_eq(kiln_to_host(ry, want, sizeof want), KILN_OK);
+        kiln_ctx_free(ref);
+        cr_assert(memcmp(got, want, sizeof got) == 0, "[%s] step %d differs from the reference",
+                  tu_exec_name(), step);
+        /* every step after the first reuses the first's program (a disk hit
+         * would not show in compiles: count the graph cache's hits) */
+        kiln_stats st = kiln_ctx_stats(ctx);
+        if (step == 0)
+            hits_after_first = st.graph_hits;
+        else if (tu_cur_exec()->mode == KILN_LAZY && tu_cur_exec()->dev == KILN_CPU)
+            cr_assert_eq(st.graph_hits, hits_after_first + step,
+                         "[%s] step %d built a program again for its new seeds", tu_exec_name(),
+                         step);
+    }
+}
