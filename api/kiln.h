@@ -1152,7 +1152,7 @@ KILN_API double kiln_lr_warmup_linear(double base, int64_t t, int64_t warmup);
  *                    1  one line per sync: nodes captured, kernels, graph
  *                       cache hit or miss, build (or lookup) and run ms;
  *                       and before a miss, why: the first constant, shape,
- *                       seed or view that differs from the most recent
+ *                       dtype or view that differs from the most recent
  *                       program of the same structure (of the last 8), or
  *                       "a structure not seen before";
  *                    2  also one line per kernel launch: its name, grid
