@@ -99,6 +99,38 @@ kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index) {
     return api_finish(ctx, r);
 }
 
+/* The scatters' checks of src against the index (at least its shape). */
+static kiln_tensor *check_source(const char *op, kiln_ctx *ctx, const graph_node *I,
+                                 const graph_node *S) {
+    bool fits = S->ndim == I->ndim;
+    for (int d = 0; fits && d < I->ndim; d++)
+        fits = S->shape[d] >= I->shape[d];
+    return fits ? NULL
+                : api_fail(ctx, KILN_ERR_SHAPE, "%s: source %s is smaller than index %s", op,
+                           api_shape_str(S), api_shape_str(I));
+}
+
+/* src cut to the index's shape, its axis ax last, in dt: [..., J]. */
+static kiln_tensor *source_rows(kiln_tensor *src, const graph_node *I, int ax, kiln_dtype dt) {
+    kiln_tensor *s = src;
+    for (int d = 0; d < I->ndim; d++)
+        if (src->node->shape[d] != I->shape[d])
+            s = kiln_slice(s, d, 0, I->shape[d], 1);
+    return kiln_cast(api_axis_last(s, ax, NULL), dt);
+}
+
+/* r (t's shape off ax cut to the index's) padded with zeros to t's. */
+static kiln_tensor *pad_to(kiln_tensor *r, const graph_node *t, const graph_node *I, int ax) {
+    int64_t pads[2 * KILN_MAX_DIMS] = {0};
+    bool pad = false;
+    for (int d = 0; d < t->ndim; d++)
+        if (d != ax && I->shape[d] < t->shape[d]) {
+            pads[2 * d + 1] = t->shape[d] - I->shape[d];
+            pad = true;
+        }
+    return pad ? kiln_pad(r, pads, 0) : r;
+}
+
 kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln_tensor *src) {
     const char *op = "kiln_scatter_add";
     kiln_tensor *args[3] = {t, index, src};
@@ -109,34 +141,17 @@ kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln
     int ax;
     if ((e = check_index(op, ctx, t->node, index->node, axis, &ax)))
         return e;
-    const graph_node *I = index->node, *S = src->node;
-    bool fits = S->ndim == I->ndim;
-    for (int d = 0; fits && d < I->ndim; d++)
-        fits = S->shape[d] >= I->shape[d];
-    if (!fits)
-        return api_fail(ctx, KILN_ERR_SHAPE, "%s: source %s is smaller than index %s", op,
-                        api_shape_str(S), api_shape_str(I));
+    const graph_node *I = index->node;
+    if ((e = check_source(op, ctx, I, src->node)))
+        return e;
     int64_t K = t->node->shape[ax];
     kiln_scope_begin(ctx);
-    /* the source cut to the index's shape, [..., J] -> [..., J, 1], against
-     * [..., J, K] pointers, summed over J: [..., K], added where it belongs */
-    kiln_tensor *s = src;
-    for (int d = 0; d < I->ndim; d++)
-        if (S->shape[d] != I->shape[d])
-            s = kiln_slice(s, d, 0, I->shape[d], 1);
-    kiln_tensor *sl = kiln_unsqueeze(kiln_cast(api_axis_last(s, ax, NULL), kiln_dtype_of(t)), -1);
+    /* the source [..., J] -> [..., J, 1], against [..., J, K] pointers,
+     * summed over J: [..., K], added where it belongs (the index covers at
+     * most t's sizes off the axis: zeros past them) */
+    kiln_tensor *sl = kiln_unsqueeze(source_rows(src, I, ax, kiln_dtype_of(t)), -1);
     kiln_tensor *add = api_axis_back(pick_sum(points(api_axis_last(index, ax, NULL), K), sl, -2), ax);
-    /* the index covers at most t's sizes off the axis: zeros past them */
-    int64_t pads[2 * KILN_MAX_DIMS] = {0};
-    bool pad = false;
-    for (int d = 0; d < t->node->ndim; d++)
-        if (d != ax && I->shape[d] < t->node->shape[d]) {
-            pads[2 * d + 1] = t->node->shape[d] - I->shape[d];
-            pad = true;
-        }
-    if (pad)
-        add = kiln_pad(add, pads, 0);
-    return api_finish(ctx, kiln_add(t, add));
+    return api_finish(ctx, kiln_add(t, pad_to(add, t->node, I, ax)));
 }
 
 /* The lowest value of dt: where a masked max puts what no index points at
@@ -177,22 +192,14 @@ static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_te
     int ax;
     if ((e = check_index(op, ctx, t->node, index->node, axis, &ax)))
         return e;
-    const graph_node *I = index->node, *S = src->node;
-    bool fits = S->ndim == I->ndim;
-    for (int d = 0; fits && d < I->ndim; d++)
-        fits = S->shape[d] >= I->shape[d];
-    if (!fits)
-        return api_fail(ctx, KILN_ERR_SHAPE, "%s: source %s is smaller than index %s", op,
-                        api_shape_str(S), api_shape_str(I));
+    const graph_node *I = index->node;
+    if ((e = check_source(op, ctx, I, src->node)))
+        return e;
     kiln_dtype dt = t->node->dtype;
     int64_t K = t->node->shape[ax], J = I->shape[ax];
     kiln_scope_begin(ctx);
-    kiln_tensor *s = src;
-    for (int d = 0; d < I->ndim; d++)
-        if (S->shape[d] != I->shape[d])
-            s = kiln_slice(s, d, 0, I->shape[d], 1);
     /* [..., J] -> [..., 1, J] values against [..., K, J] pointers */
-    kiln_tensor *sv = kiln_unsqueeze(kiln_cast(api_axis_last(s, ax, NULL), dt), -2);
+    kiln_tensor *sv = kiln_unsqueeze(source_rows(src, I, ax, dt), -2);
     kiln_tensor *hot = kiln_transpose(points(api_axis_last(index, ax, NULL), K), -1, -2);
     int last = -1;
     kiln_tensor *count = kiln_sum(kiln_cast(hot, KILN_I64), 1, &last, false); /* [..., K] */
@@ -226,18 +233,9 @@ static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_te
     count = api_axis_back(count, ax);
     covered = api_axis_back(covered, ax);
     /* the index covers at most t's sizes off the axis: t itself past them */
-    int64_t pads[2 * KILN_MAX_DIMS] = {0};
-    bool pad = false;
-    for (int d = 0; d < t->node->ndim; d++)
-        if (d != ax && I->shape[d] < t->node->shape[d]) {
-            pads[2 * d + 1] = t->node->shape[d] - I->shape[d];
-            pad = true;
-        }
-    if (pad) {
-        r = kiln_pad(r, pads, 0);
-        count = kiln_pad(count, pads, 0);
-        covered = kiln_pad(covered, pads, 0);
-    }
+    r = pad_to(r, t->node, I, ax);
+    count = pad_to(count, t->node, I, ax);
+    covered = pad_to(covered, t->node, I, ax);
     if (include_self) {
         switch (reduce) {
         case KILN_SCATTER_SUM: r = kiln_add(r, kiln_cast(t, kiln_dtype_of(r))); break;
