@@ -265,3 +265,65 @@ kiln_tensor *kiln_scatter_reduce(kiln_tensor *t, int axis, kiln_tensor *index, k
                                  kiln_scatter_reduction reduce, bool include_self) {
     return scatter_op("kiln_scatter_reduce", t, axis, index, src, (int)reduce, include_self);
 }
+
+/* Realized indices must lie in [-K, K) (NumPy's rule: negatives count from
+ * the end); lazy ones are not read. */
+static kiln_tensor *check_wrapped(kiln_ctx *ctx, const char *op, const graph_node *idx,
+                                  int64_t K, const graph_node *t) {
+    if (!idx->buf)
+        return NULL;
+    int64_t n = graph_numel(idx);
+    size_t nbytes = (size_t)n * kiln_dtype_size(idx->dtype);
+    char msg[256];
+    void *data = malloc(nbytes ? nbytes : 1);
+    kiln_status st = data ? api_read(idx, 0, data, nbytes, msg, sizeof msg) : KILN_ERR_OOM;
+    kiln_tensor *bad = NULL;
+    if (st != KILN_OK)
+        bad = api_fail(ctx, st, "%s: cannot read the index: %s", op, data ? msg : "out of memory");
+    for (int64_t i = 0; i < n && !bad; i++) {
+        int64_t v = graph_scalar_load(data, idx->dtype, i).i;
+        if (v < -K || v >= K)
+            bad = api_fail(ctx, KILN_ERR_ARG,
+                           "%s: index %s holds %lld at flat position %lld, outside [-%lld, %lld) "
+                           "(input %s)",
+                           op, api_shape_str(idx), (long long)v, (long long)i, (long long)K,
+                           (long long)K, api_shape_str(t));
+    }
+    free(data);
+    return bad;
+}
+
+kiln_tensor *kiln_index(kiln_tensor *t, int axis, kiln_tensor *index) {
+    const char *op = "kiln_index";
+    kiln_tensor *args[2] = {t, index};
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 2, args, &ctx);
+    if (e || !t || !index)
+        return e;
+    int ax;
+    const graph_node *T = t->node, *I = index->node;
+    if (!api_index_dtype(I->dtype))
+        return api_fail(ctx, KILN_ERR_DTYPE, "%s: index %s is %s; it must be i32, i64 or u8", op,
+                        api_shape_str(I), kiln_dtype_name(I->dtype));
+    if ((e = api_one_axis(op, ctx, T, axis, &ax)))
+        return e;
+    if (T->ndim - 1 + I->ndim > KILN_MAX_DIMS)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s indexed by %s on axis %d has more than %d dimensions",
+                        op, api_shape_str(T), api_shape_str(I), axis, KILN_MAX_DIMS);
+    int64_t K = T->shape[ax];
+    if ((e = check_wrapped(ctx, op, I, K, T)))
+        return e;
+    int64_t n = graph_numel(I), shape[KILN_MAX_DIMS];
+    int nd = 0;
+    for (int d = 0; d < ax; d++)
+        shape[nd++] = T->shape[d];
+    for (int d = 0; d < I->ndim; d++)
+        shape[nd++] = I->shape[d];
+    for (int d = ax + 1; d < T->ndim; d++)
+        shape[nd++] = T->shape[d];
+    kiln_scope_begin(ctx);
+    kiln_tensor *flat = kiln_cast(kiln_reshape(index, 1, &n), KILN_I64);
+    /* negatives count from the end */
+    flat = kiln_where(kiln_lt_scalar(flat, 0), kiln_add_scalar(flat, (double)K), flat);
+    return api_finish(ctx, kiln_reshape(kiln_index_select(t, ax, flat), nd, shape));
+}

@@ -376,6 +376,13 @@ KILN_API kiln_tensor *kiln_logcumsumexp(kiln_tensor *t, int axis);
  * gather with respect to t. Differentiable in t and src. */
 KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index);
 KILN_API kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index);
+/* Advanced indexing by an integer tensor on one axis, NumPy's t[..., index,
+ * ...]: index (i32, i64 or u8) of any shape replaces the axis, so the result
+ * is t.shape[:axis] + index.shape + t.shape[axis+1:] (at most KILN_MAX_DIMS
+ * dimensions, KILN_ERR_SHAPE otherwise); negative indices count from the end.
+ * Realized indices outside [-size, size) are KILN_ERR_ARG; lazy ones read 0
+ * as kiln_gather's. One gather; differentiable in t. */
+KILN_API kiln_tensor *kiln_index(kiln_tensor *t, int axis, kiln_tensor *index);
 KILN_API kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index,
                                        kiln_tensor *src);
 

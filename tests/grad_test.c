@@ -373,6 +373,11 @@ static kiln_tensor *f_gather_view_index(kiln_tensor **x) {
                                     (const int64_t[]){0, 3, 1, 2, 2, 0, 1, 3, 3});
     return kiln_gather(kiln_tanh(x[0]), 0, kiln_transpose(i, 0, 1));
 }
+static kiln_tensor *f_index(kiln_tensor **x) {
+    kiln_ctx *ctx = kiln_ctx_of(x[0]);
+    kiln_tensor *i = kiln_from_data(ctx, KILN_I64, 2, TU_DIMS(2, 2), (const int64_t[]){-1, 0, 2, -1});
+    return kiln_exp(kiln_index(x[0], 1, i));
+}
 static kiln_tensor *f_index_select(kiln_tensor **x) {
     kiln_ctx *ctx = kiln_ctx_of(x[0]);
     kiln_tensor *i = kiln_from_data(ctx, KILN_U8, 1, TU_DIMS(4), (const uint8_t[]){2, 0, 2, 1});
@@ -423,6 +428,7 @@ static const fd_case view_cases[] = {
     {"embedding", 1, {2}, {{5, 3}}, GEN_UNIFORM, -2, 2, f_embedding, 0, 0},
     {"gather by a transposed index", 1, {2}, {{4, 3}}, GEN_UNIFORM, -2, 2, f_gather_view_index, 0,
      0},
+    {"advanced index, negatives", 1, {2}, {{2, 3}}, GEN_UNIFORM, -2, 2, f_index, 0, 0},
     {"scatter_add", 2, {2, 2}, {{2, 4}, {2, 3}}, GEN_UNIFORM, -2, 2, f_scatter_add, 0, 0},
     {"pad modes", 1, {2}, {{3, 3}}, GEN_UNIFORM, -2, 2, f_pad_modes, 0, 0},
     {"conv1d and 1-d pools", 2, {3, 3}, {{1, 2, 6}, {3, 2, 3}}, GEN_UNIFORM, -2, 2, f_conv1d, 0, 0},

@@ -306,3 +306,42 @@ TU_TEST(index, scatter_and_scatter_reduce) {
                                  kiln_zeros(ctx, KILN_F32, TU_S(1, 1))),
                     KILN_ERR_ARG, "kiln_scatter", "5");
 }
+
+/* kiln_index: NumPy's t[:, index] with an index of any shape (a matrix, a
+ * 0-d one that removes the axis), negative entries from the end, against
+ * loops here; out-of-range realized entries are errors on either side. */
+TU_TEST(index, advanced_indexing_on_any_axis) {
+    TU_RNG(r);
+    double x[3 * 4 * 2], want[3 * 6 * 2];
+    kiln_tensor *t = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(3, 4, 2), -5, 5, x);
+    const double idx[6] = {1, -1, 0, 3, -4, 2};
+    kiln_tensor *ti = tu_tensor(ctx, KILN_I64, TU_S(3, 2), idx);
+    for (int a = 0; a < 3; a++)
+        for (int j = 0; j < 6; j++)
+            for (int c = 0; c < 2; c++) {
+                int k = (int)idx[j] < 0 ? (int)idx[j] + 4 : (int)idx[j];
+                want[(a * 6 + j) * 2 + c] = x[(a * 4 + k) * 2 + c];
+            }
+    kiln_tensor *y = kiln_index(t, 1, ti);
+    TU_ASSERT_SHAPE(y, 3, 3, 2, 2);
+    TU_EXPECT_EXACT(y, KILN_F64, want, 36);
+    /* a 0-d index removes the axis: t[2] */
+    kiln_tensor *row = kiln_index(t, 0, tu_tensor(ctx, KILN_U8, 0, NULL, (double[]){2}));
+    TU_ASSERT_SHAPE(row, 4, 2);
+    TU_EXPECT_EXACT(row, KILN_F64, x + 16, 8);
+    /* the last axis, by a computed (lazy) index */
+    kiln_tensor *last = kiln_index(t, -1, kiln_sub_scalar(tu_tensor(ctx, KILN_I32, TU_S(2), (double[]){1, 0}), 1));
+    double w2[24];
+    for (int i = 0; i < 12; i++) {
+        w2[i * 2] = x[i * 2 + 0];     /* 0 */
+        w2[i * 2 + 1] = x[i * 2 + 1]; /* -1: the last */
+    }
+    TU_EXPECT_EXACT(last, KILN_F64, w2, 24);
+    TU_ASSERT_ERROR(kiln_index(t, 1, tu_tensor(ctx, KILN_I64, TU_S(2), (double[]){0, 4})),
+                    KILN_ERR_ARG, "kiln_index", "4", "[-4, 4)");
+    TU_ASSERT_ERROR(kiln_index(t, 1, tu_tensor(ctx, KILN_I64, TU_S(1), (double[]){-5})),
+                    KILN_ERR_ARG, "-5");
+    TU_ASSERT_ERROR(kiln_index(t, 1, kiln_zeros(ctx, KILN_F32, TU_S(2))), KILN_ERR_DTYPE,
+                    "kiln_index", "f32");
+    TU_ASSERT_ERROR(kiln_index(t, 3, ti), KILN_ERR_ARG, "kiln_index");
+}
