@@ -80,6 +80,8 @@ graph_scalar api_scalar(double v, kiln_dtype dt);
 /* Broadcasts node shapes; false when they do not broadcast. */
 bool api_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,
                          int64_t *out);
+/* Whether shape (n, s) broadcasts to (nt, t) without enlarging it. */
+bool api_broadcasts_to(int n, const int64_t *s, int nt, const int64_t *t);
 
 /* n viewed as shape (ndim, dims), which n's shape broadcasts to (new
  * reference). */
@@ -114,11 +116,11 @@ kiln_tensor *api_axis_back(kiln_tensor *t, int ax);
 
 /* Whether dt may hold indices (i32, i64, u8). */
 bool api_index_dtype(kiln_dtype dt);
-/* When idx is realized: NULL if every element lies in [0, limit) (or
+/* When idx is realized: NULL if every element lies in [lo, limit) (or
  * equals *ignore, when ignore is not NULL), else an error for op naming the
  * first that does not (what: "indices"; other: the tensor indexed, for the
  * message). Lazy indices are not read (no sync). */
-kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx,
+kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx, int64_t lo,
                                int64_t limit, const char *what, const graph_node *other,
                                const int64_t *ignore);
 

@@ -141,6 +141,13 @@ bool api_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int
     return true;
 }
 
+bool api_broadcasts_to(int n, const int64_t *s, int nt, const int64_t *t) {
+    int nb;
+    int64_t out[KILN_MAX_DIMS];
+    return n <= KILN_MAX_DIMS && nt <= KILN_MAX_DIMS && api_broadcast_shape(n, s, nt, t, &nb, out) &&
+           nb == nt && !memcmp(out, t, sizeof(int64_t) * (size_t)nt);
+}
+
 graph_node *api_broadcast_to(graph_node *n, int ndim, const int64_t *dims) {
     if (n->ndim == ndim && !memcmp(n->shape, dims, sizeof(int64_t) * (size_t)ndim))
         return graph_ref(n);

@@ -551,7 +551,7 @@ kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, int64_t out
     if (out_h < 1 || out_w < 1 || out_h > CONV_MAX_PARAM || out_w > CONV_MAX_PARAM)
         return api_fail(ctx, KILN_ERR_ARG, "%s: input %s: output size (%lld, %lld) must be >= 1",
                         op, api_shape_str(X), (long long)out_h, (long long)out_w);
-    if ((e = api_check_indices(ctx, op, I, out_h * out_w, "indices", X, NULL)))
+    if ((e = api_check_indices(ctx, op, I, 0, out_h * out_w, "indices", X, NULL)))
         return e;
     int nd = X->ndim;
     int64_t flat[4], dst[4], full[4];

@@ -413,10 +413,7 @@ kiln_status kiln_assign(kiln_tensor *dst, kiln_tensor *src) {
         return st;
     }
     graph_node *d = dst->node, *s = src->node;
-    int nd;
-    int64_t shp[KILN_MAX_DIMS];
-    if (!api_broadcast_shape(s->ndim, s->shape, d->ndim, d->shape, &nd, shp) || nd != d->ndim ||
-        memcmp(shp, d->shape, sizeof(int64_t) * (size_t)nd) != 0) {
+    if (!api_broadcasts_to(s->ndim, s->shape, d->ndim, d->shape)) {
         char buf[256];
         snprintf(buf, sizeof buf, "kiln_assign: source of shape %s does not broadcast to %s",
                  api_shape_str(s), api_shape_str(d));

@@ -167,11 +167,8 @@ kiln_status kiln_gradients(kiln_tensor *y, const kiln_tensor *seed, int n,
             return fail(ctx, KILN_ERR_ARG, "%s: the seed belongs to a different context", op);
         if ((st = unusable(op, seed, "the seed")) != KILN_OK)
             return st;
-        int nd;
-        int64_t shp[KILN_MAX_DIMS];
         graph_node *sn = seed->node;
-        if (!api_broadcast_shape(sn->ndim, sn->shape, yn->ndim, yn->shape, &nd, shp) ||
-            nd != yn->ndim || memcmp(shp, yn->shape, sizeof(int64_t) * (size_t)nd) != 0)
+        if (!api_broadcasts_to(sn->ndim, sn->shape, yn->ndim, yn->shape))
             return fail(ctx, KILN_ERR_SHAPE, "%s: the seed of shape %s does not fit y of shape %s",
                         op, api_shape_str(sn), api_shape_str(yn));
         graph_node *b = api_broadcast_to(sn, yn->ndim, yn->shape);

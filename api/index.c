@@ -33,7 +33,7 @@ static kiln_tensor *check_index(const char *op, kiln_ctx *ctx, const graph_node 
                         "%s: index %s does not fit input %s along axis %d: it needs the input's "
                         "dimensions, each at most the input's size except on the axis",
                         op, api_shape_str(idx), api_shape_str(t), axis);
-    return api_check_indices(ctx, op, idx, t->shape[*ax], "index", t, NULL);
+    return api_check_indices(ctx, op, idx, 0, t->shape[*ax], "index", t, NULL);
 }
 
 /* [..., J] indices against 0..K-1: a [..., J, K] bool of where each points. */
@@ -79,7 +79,8 @@ kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index) {
         return e;
     /* checked here: the broadcast view kiln_gather gets holds no data itself */
     if (api_index_dtype(index->node->dtype) &&
-        (e = api_check_indices(ctx, op, index->node, t->node->shape[ax], "index", t->node, NULL)))
+        (e = api_check_indices(ctx, op, index->node, 0, t->node->shape[ax], "index", t->node,
+                               NULL)))
         return e;
     /* the vector along the axis, broadcast over the other dimensions */
     int nd = t->node->ndim;
@@ -266,33 +267,6 @@ kiln_tensor *kiln_scatter_reduce(kiln_tensor *t, int axis, kiln_tensor *index, k
     return scatter_op("kiln_scatter_reduce", t, axis, index, src, (int)reduce, include_self);
 }
 
-/* Realized indices must lie in [-K, K) (NumPy's rule: negatives count from
- * the end); lazy ones are not read. */
-static kiln_tensor *check_wrapped(kiln_ctx *ctx, const char *op, const graph_node *idx,
-                                  int64_t K, const graph_node *t) {
-    if (!idx->buf)
-        return NULL;
-    int64_t n = graph_numel(idx);
-    size_t nbytes = (size_t)n * kiln_dtype_size(idx->dtype);
-    char msg[256];
-    void *data = malloc(nbytes ? nbytes : 1);
-    kiln_status st = data ? api_read(idx, 0, data, nbytes, msg, sizeof msg) : KILN_ERR_OOM;
-    kiln_tensor *bad = NULL;
-    if (st != KILN_OK)
-        bad = api_fail(ctx, st, "%s: cannot read the index: %s", op, data ? msg : "out of memory");
-    for (int64_t i = 0; i < n && !bad; i++) {
-        int64_t v = graph_scalar_load(data, idx->dtype, i).i;
-        if (v < -K || v >= K)
-            bad = api_fail(ctx, KILN_ERR_ARG,
-                           "%s: index %s holds %lld at flat position %lld, outside [-%lld, %lld) "
-                           "(input %s)",
-                           op, api_shape_str(idx), (long long)v, (long long)i, (long long)K,
-                           (long long)K, api_shape_str(t));
-    }
-    free(data);
-    return bad;
-}
-
 kiln_tensor *kiln_index(kiln_tensor *t, int axis, kiln_tensor *index) {
     const char *op = "kiln_index";
     kiln_tensor *args[2] = {t, index};
@@ -311,7 +285,8 @@ kiln_tensor *kiln_index(kiln_tensor *t, int axis, kiln_tensor *index) {
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s indexed by %s on axis %d has more than %d dimensions",
                         op, api_shape_str(T), api_shape_str(I), axis, KILN_MAX_DIMS);
     int64_t K = T->shape[ax];
-    if ((e = check_wrapped(ctx, op, I, K, T)))
+    /* NumPy's rule: negatives count from the end */
+    if ((e = api_check_indices(ctx, op, I, -K, K, "index", T, NULL)))
         return e;
     int64_t n = graph_numel(I), shape[KILN_MAX_DIMS];
     int nd = 0;

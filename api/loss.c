@@ -1,7 +1,7 @@
 /* loss.c — the losses with PyTorch's options: cross-entropy with class
  * weights, an ignored index and label smoothing, over [N, C, d...] as well
  * as [N, C]; the negative log-likelihood of log-probabilities; binary
- * cross-entropy on logits with a positive-class weight; KL divergence;
+ * cross-entropy on logits with a positive-class weight; KL divergence; MSE,
  * Huber and smooth L1; and std_mean. Each is a composition of public ops
  * (so it fuses and is differentiated like them); the class losses never
  * materialise a [rows, classes] intermediate beyond what log-softmax's own
@@ -55,7 +55,7 @@ static kiln_tensor *check_class_args(const char *op, kiln_ctx *ctx, kiln_tensor 
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: weight %s must be [C] = [%lld] for input %s",
                         op, api_shape_str(weight->node), (long long)X->shape[1],
                         api_shape_str(X));
-    return api_check_indices(ctx, op, T, X->shape[1], "targets", X, ignore);
+    return api_check_indices(ctx, op, T, 0, X->shape[1], "targets", X, ignore);
 }
 
 /* The reduction of a class loss from its per-row parts (each [M]): nll the
@@ -214,12 +214,14 @@ static kiln_tensor *check_pair(const char *op, kiln_tensor *a, kiln_tensor *b,
     return NULL;
 }
 
-/* Whether b broadcasts to a's shape (the way kiln_add would broadcast it). */
-static bool broadcasts_to(const graph_node *b, const graph_node *a) {
-    int n;
-    int64_t out[KILN_MAX_DIMS];
-    return api_broadcast_shape(a->ndim, a->shape, b->ndim, b->shape, &n, out) && n == a->ndim &&
-           !memcmp(out, a->shape, sizeof(int64_t) * (size_t)n);
+kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduction) {
+    kiln_ctx *ctx;
+    kiln_tensor *e = check_pair("kiln_mse_loss", a, b, reduction, &ctx);
+    if (e || !ctx)
+        return e;
+    kiln_scope_begin(ctx);
+    kiln_tensor *d = kiln_sub(a, b);
+    return api_finish(ctx, api_reduce_loss(kiln_mul(d, d), reduction));
 }
 
 /* softplus(z) = log(1 + exp(z)), without overflow: max(z, 0) + log1p(exp(-|z|)). */
@@ -244,7 +246,8 @@ kiln_tensor *kiln_binary_cross_entropy_with_logits(kiln_tensor *logits, kiln_ten
     kiln_tensor *w[2] = {weight, pos_weight};
     const char *names[2] = {"weight", "pos_weight"};
     for (int i = 0; i < 2; i++)
-        if (w[i] && !broadcasts_to(w[i]->node, logits->node))
+        if (w[i] && !api_broadcasts_to(w[i]->node->ndim, w[i]->node->shape, logits->node->ndim,
+                                      logits->node->shape))
             return api_fail(ctx, KILN_ERR_SHAPE, "%s: %s %s does not broadcast to logits %s", op,
                             names[i], api_shape_str(w[i]->node), api_shape_str(logits->node));
     kiln_scope_begin(ctx);

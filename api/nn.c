@@ -43,7 +43,7 @@ kiln_tensor *api_nn_args(const char *op, int n, const nn_arg *a, kiln_ctx **ctxp
 
 /* Index tensors that already hold data are checked here, where the user can
  * be told; pending ones cannot be read without a sync. */
-kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx,
+kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *idx, int64_t lo,
                                int64_t limit, const char *what, const graph_node *other,
                                const int64_t *ignore) {
     if (!idx->buf)
@@ -60,12 +60,12 @@ kiln_tensor *api_check_indices(kiln_ctx *ctx, const char *op, const graph_node *
     kiln_tensor *bad = NULL;
     for (int64_t i = 0; i < n && !bad; i++) {
         int64_t v = graph_scalar_load(data, idx->dtype, i).i;
-        if ((v < 0 || v >= limit) && !(ignore && v == *ignore))
+        if ((v < lo || v >= limit) && !(ignore && v == *ignore))
             bad = api_fail(ctx, KILN_ERR_ARG,
-                           "%s: %s %s holds %lld at flat position %lld, outside [0, %lld) "
+                           "%s: %s %s holds %lld at flat position %lld, outside [%lld, %lld) "
                            "(%s)",
                            op, what, api_shape_str(idx), (long long)v, (long long)i,
-                           (long long)limit, api_shape_str(other));
+                           (long long)lo, (long long)limit, api_shape_str(other));
     }
     free(data);
     return bad;
@@ -485,7 +485,7 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
                         "kiln_cross_entropy: logits %s and targets %s must be [N, C] and [N] "
                         "with C >= 1",
                         api_shape_str(L), api_shape_str(T));
-    if ((e = api_check_indices(ctx, op, T, L->shape[1], "targets", L, NULL)))
+    if ((e = api_check_indices(ctx, op, T, 0, L->shape[1], "targets", L, NULL)))
         return e;
     kiln_scope_begin(ctx);
     /* -log_softmax at the target is logsumexp(row) - row[target]: both are
@@ -505,28 +505,6 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
     loss = kiln_where(kiln_ge_scalar(targets, 0),
                       kiln_where(kiln_lt_scalar(targets, (double)L->shape[1]), loss, zero), zero);
     return api_finish(ctx, api_reduce_loss(loss, reduction));
-}
-
-kiln_tensor *kiln_mse_loss(kiln_tensor *a, kiln_tensor *b, kiln_reduction reduction) {
-    const char *op = "kiln_mse_loss";
-    const nn_arg args[] = {{a, "input", false, false}, {b, "target", false, false}};
-    kiln_ctx *ctx;
-    kiln_tensor *e = api_nn_args(op, 2, args, &ctx);
-    if (e || !ctx)
-        return e;
-    graph_node *A = a->node, *B = b->node;
-    if (!api_valid_reduction(reduction))
-        return api_fail(ctx, KILN_ERR_ARG, "kiln_mse_loss: %s and %s: unknown reduction %d",
-                        api_shape_str(A), api_shape_str(B), (int)reduction);
-    bool same = A->ndim == B->ndim;
-    for (int d = 0; same && d < A->ndim; d++)
-        same = A->shape[d] == B->shape[d];
-    if (!same)
-        return api_fail(ctx, KILN_ERR_SHAPE, "kiln_mse_loss: shapes %s and %s differ",
-                        api_shape_str(A), api_shape_str(B));
-    kiln_scope_begin(ctx);
-    kiln_tensor *d = kiln_sub(a, b);
-    return api_finish(ctx, api_reduce_loss(kiln_mul(d, d), reduction));
 }
 
 /* ---- activations, dropout, embedding ---- */
@@ -597,7 +575,7 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
                         "kiln_embedding: indices %s and weight %s: the weight must be [V, D] "
                         "and the indices have at most %d dimensions",
                         api_shape_str(I), api_shape_str(W), KILN_MAX_DIMS - 1);
-    if ((e = api_check_indices(ctx, op, I, W->shape[0], "indices", W, NULL)))
+    if ((e = api_check_indices(ctx, op, I, 0, W->shape[0], "indices", W, NULL)))
         return e;
     /* a gather of rows: the flat indices [T, 1], broadcast over D */
     int64_t T = graph_numel(I), D = W->shape[1], out[KILN_MAX_DIMS];
@@ -659,15 +637,11 @@ static kiln_tensor *attention(const char *op, kiln_tensor *q, kiln_tensor *k, ki
     int64_t l = Q->shape[Q->ndim - 2], d = Q->shape[Q->ndim - 1], s = K->shape[K->ndim - 2];
     if (mask) {
         graph_node *M = mask->node;
-        int64_t sshape[KILN_MAX_DIMS], out[KILN_MAX_DIMS];
+        int64_t sshape[KILN_MAX_DIMS + 2];
         memcpy(sshape, bshape, sizeof(int64_t) * (size_t)nb);
         sshape[nb] = l;
         sshape[nb + 1] = s;
-        int no;
-        bool fits = nb + 2 <= KILN_MAX_DIMS &&
-                    api_broadcast_shape(nb + 2, sshape, M->ndim, M->shape, &no, out) &&
-                    no == nb + 2 && !memcmp(out, sshape, sizeof(int64_t) * (size_t)no);
-        if (!fits)
+        if (!api_broadcasts_to(M->ndim, M->shape, nb + 2, sshape))
             return api_fail(ctx, KILN_ERR_SHAPE,
                             "%s: mask %s does not broadcast to the scores [..., L, S] of query "
                             "%s and key %s",

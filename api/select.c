@@ -20,10 +20,7 @@ kiln_tensor *kiln_masked_fill(kiln_tensor *t, kiln_tensor *mask, double value) {
     if (m->dtype != KILN_BOOL)
         return api_fail(ctx, KILN_ERR_DTYPE, "%s: mask %s is %s; it must be bool", op,
                         api_shape_str(m), kiln_dtype_name(m->dtype));
-    int nb;
-    int64_t shape[KILN_MAX_DIMS];
-    if (!api_broadcast_shape(m->ndim, m->shape, x->ndim, x->shape, &nb, shape) ||
-        nb != x->ndim || memcmp(shape, x->shape, sizeof(int64_t) * (size_t)nb))
+    if (!api_broadcasts_to(m->ndim, m->shape, x->ndim, x->shape))
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: mask %s does not broadcast to input %s", op,
                         api_shape_str(m), api_shape_str(x));
     kiln_scope_begin(ctx);

@@ -1,7 +1,7 @@
 /* why.c — see why.h. A description keeps, per captured node (pending nodes,
  * then leaves), what the signature holds of it: op, dtype, shape and a hash
- * of its parameters, with the value of a constant and the seed of a random
- * op in the clear for the message. The history holds the last HISTORY
+ * of its parameters, with the value of a constant in the clear for the
+ * message (random seeds are bound inputs, leaves, and never differ here). The history holds the last HISTORY
  * misses; a capture is compared with the most recent one whose nodes have
  * the same ops in the same order. */
 #include <stdio.h>
@@ -16,8 +16,7 @@ typedef struct node_desc {
     int op, dtype, ndim, nsrc;
     int64_t shape[KILN_MAX_DIMS];
     uint64_t params; /* a hash of the node's parameters */
-    graph_scalar value;
-    uint64_t seed;
+    graph_scalar value; /* a constant's, for the message */
 } node_desc;
 
 typedef struct desc {
@@ -58,7 +57,6 @@ static bool describe(const graph_capture *cap, int64_t sync, desc *d) {
         if (i < cap->npending)
             hash_feed(&nd->params, &x->p, sizeof x->p);
         nd->value = x->p.value;
-        nd->seed = x->p.seed;
     }
     return true;
 }
@@ -116,12 +114,6 @@ static void explain(const desc *now, const desc *was, char *msg, size_t len) {
                      "like the program of sync %lld, but constant %lld (%s) is %s where it was "
                      "%s (a value that changes from sync to sync belongs in a tensor)",
                      (long long)was->sync, (long long)i, who, va, vb);
-        } else if (a->op == GRAPH_RAND || a->op == GRAPH_RANDN) {
-            snprintf(msg, len,
-                     "like the program of sync %lld, but node %lld (%s) has seed %llu where it "
-                     "had %llu",
-                     (long long)was->sync, (long long)i, who, (unsigned long long)a->seed,
-                     (unsigned long long)b->seed);
         } else {
             snprintf(msg, len,
                      "like the program of sync %lld, but the parameters of node %lld (%s: its "

@@ -1,7 +1,7 @@
 /* why.h — why a sync missed the graph cache, for KILN_DEBUG=1: each missed
  * capture is described node by node (op, dtype, shape, parameters) and
  * compared with the recent ones of the same structure, so that the line
- * names what differed: a shape, a constant, a seed, a view. */
+ * names what differed: a shape, a dtype, a constant, a view. */
 #ifndef KILN_JIT_WHY_H
 #define KILN_JIT_WHY_H
 

@@ -52,6 +52,13 @@ typedef enum lower_uop {
     UOP_NUM_OPS
 } lower_uop;
 
+/* Whether x computes an index value (i64, with the bounds min and max that
+ * decide whether a kernel's indices fit int32): the index arithmetic and a
+ * gather's clamped coordinate, not immediates. */
+static inline bool lower_uop_is_index(lower_uop op) {
+    return (op <= UOP_IMOD && op != UOP_IMM) || op == UOP_ICLAMP;
+}
+
 /* The primitive instruction set. Every target renders each of these for every
  * dtype the primitive's line allows (or refuses the kernel by name); composite
  * ops (exp, tanh, gelu, Philox, half conversions, floor division …) are

@@ -158,7 +158,7 @@ static bool narrow_indices(const lower_kernel *k) {
         return false;
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
-        bool index = (x->op <= UOP_IMOD && x->op != UOP_IMM) || x->op == UOP_ICLAMP;
+        bool index = lower_uop_is_index(x->op);
         if (index && (x->min < -lim || x->max > lim))
             return false;
         if (x->op >= UOP_IADD && x->op <= UOP_ILT)

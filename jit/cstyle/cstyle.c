@@ -302,7 +302,7 @@ void cstyle_load(const cstyle_target *t, kiln_dtype dt, int buf, const char *idx
 bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow, char *out,
                 size_t cap, char *msg, size_t mcap) {
     const lower_ins *x = &ins[i];
-    bool index = (x->op <= UOP_IMOD && x->op != UOP_IMM) || x->op == UOP_ICLAMP;
+    bool index = lower_uop_is_index(x->op);
     /* Index operands in int32 when narrow: 64-bit division by a constant
      * does not vectorise, and views make kernels full of it. */
     char it[32] = "";
