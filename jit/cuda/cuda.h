@@ -63,6 +63,10 @@ bool jit_cuda_nvrtc_available(char *msg, size_t cap);
 /* "nvrtc <major>.<minor>", or NULL when NVRTC is not available. */
 const char *jit_cuda_nvrtc_version(void);
 
+/* The flags every compile passes besides the architecture (NULL-terminated):
+ * part of every key of compiled code. */
+const char *const *jit_cuda_nvrtc_flags(void);
+
 /* Compiles src for architecture arch (as 90 for sm_90; 0 means 90): PTX for
  * compute_<arch>, and with want_cubin a cubin for sm_<arch>. Any error, and
  * any warning in the log, is a failure: KILN_ERR_COMPILE with the log in msg
@@ -81,8 +85,13 @@ kiln_status jit_cuda_check_program(const lower_program *p, char *msg, size_t cap
 typedef struct jit_cuda_device jit_cuda_device;
 typedef struct jit_cuda_module jit_cuda_module;
 typedef unsigned long long jit_cuda_ptr; /* a device address (CUdeviceptr) */
+typedef struct jit_cuda_stream jit_cuda_stream; /* a CUstream */
+typedef struct jit_cuda_event jit_cuda_event;   /* a CUevent */
+typedef struct jit_cuda_fn jit_cuda_fn;         /* a CUfunction */
 
-/* Opens device ordinal (its primary context, made current on this thread).
+/* The driver is libcuda.so.1, or the library KILN_CUDA_DRIVER names.
+ *
+ * Opens device ordinal (its primary context, made current on this thread).
  * NULL with a message when there is no driver, no device, or it fails:
  * never a crash. */
 jit_cuda_device *jit_cuda_device_open(int ordinal, char *msg, size_t cap);
@@ -105,6 +114,16 @@ void jit_cuda_module_unload(jit_cuda_module *m);
 kiln_status jit_cuda_launch(jit_cuda_module *m, const char *name, jit_cuda_dims dims, int nbufs,
                             const jit_cuda_ptr *bufs, char *msg, size_t cap);
 
+/* Kernel `name` of m, looked up once per program. */
+kiln_status jit_cuda_function(jit_cuda_module *m, const char *name, jit_cuda_fn **f, char *msg,
+                              size_t cap);
+/* Queues a launch of f on stream s (NULL: the legacy default stream) and
+ * returns; errors of the launch itself are reported here, those of the
+ * running kernel at the next wait. */
+kiln_status jit_cuda_launch_async(jit_cuda_fn *f, const char *name, jit_cuda_dims dims, int nbufs,
+                                  const jit_cuda_ptr *bufs, jit_cuda_stream *s, char *msg,
+                                  size_t cap);
+
 kiln_status jit_cuda_alloc(jit_cuda_device *d, size_t bytes, jit_cuda_ptr *p, char *msg,
                            size_t cap);
 void jit_cuda_free(jit_cuda_device *d, jit_cuda_ptr p);
@@ -112,5 +131,38 @@ kiln_status jit_cuda_to_device(jit_cuda_device *d, jit_cuda_ptr dst, const void 
                                char *msg, size_t cap);
 kiln_status jit_cuda_to_host(jit_cuda_device *d, void *dst, jit_cuda_ptr src, size_t n, char *msg,
                              size_t cap);
+
+/* Makes d's context current on the calling thread. */
+kiln_status jit_cuda_make_current(jit_cuda_device *d, char *msg, size_t cap);
+/* The device's memory in bytes (0 when unknown); its context must be current. */
+size_t jit_cuda_device_memory(jit_cuda_device *d);
+/* cuDriverGetVersion's number (12040 for 12.4), 0 before the driver loads. */
+int jit_cuda_driver_version(void);
+
+/* Streams, copies queued on them (a copy from pageable host memory returns
+ * once the source has been read; one to pageable memory once it is done),
+ * pinned host memory, events. Each needs a current context. */
+kiln_status jit_cuda_stream_new(jit_cuda_stream **s, char *msg, size_t cap);
+void jit_cuda_stream_free(jit_cuda_stream *s);
+/* Waits for everything queued on s; `what` names it in the message. */
+kiln_status jit_cuda_stream_wait(jit_cuda_stream *s, const char *what, char *msg, size_t cap);
+kiln_status jit_cuda_copy_to_device_async(jit_cuda_ptr dst, const void *src, size_t n,
+                                          jit_cuda_stream *s, char *msg, size_t cap);
+kiln_status jit_cuda_copy_to_host_async(void *dst, jit_cuda_ptr src, size_t n, jit_cuda_stream *s,
+                                        char *msg, size_t cap);
+kiln_status jit_cuda_copy_on_device_async(jit_cuda_ptr dst, jit_cuda_ptr src, size_t n,
+                                          jit_cuda_stream *s, char *msg, size_t cap);
+void *jit_cuda_pinned_alloc(size_t n); /* NULL when refused */
+void jit_cuda_pinned_free(void *p);
+kiln_status jit_cuda_event_new(jit_cuda_event **e, char *msg, size_t cap);
+void jit_cuda_event_free(jit_cuda_event *e);
+kiln_status jit_cuda_event_record(jit_cuda_event *e, jit_cuda_stream *s, char *msg, size_t cap);
+kiln_status jit_cuda_event_wait(jit_cuda_event *e, const char *what, char *msg, size_t cap);
+/* Milliseconds between two completed events, -1 when unknown. */
+double jit_cuda_event_ms(jit_cuda_event *from, jit_cuda_event *to);
+
+/* The architectures NVRTC can compile for (as 90), at most cap of them; 0
+ * when NVRTC is missing or cannot say. */
+int jit_cuda_nvrtc_archs(int *archs, int cap);
 
 #endif /* KILN_JIT_CUDA_H */

@@ -1,31 +1,628 @@
-/* device.c — the CUDA device's registration. Its runtime (buffers through
- * the driver API, NVRTC-compiled programs, launches) is not written yet, so
- * opening it fails with KILN_ERR_DEVICE and says so; every other entry stays
- * empty until then. The compile check (KILN_CHECK_CUDA) does not need it. */
+/* device.c — the CUDA device: kiln's device interface over the driver API
+ * (driver.c, loaded at run time) and NVRTC (nvrtc.c). A kiln context opens
+ * the device KILN_CUDA_DEVICE names (an ordinal, default 0), takes a
+ * reference to its primary context (the one cuBLAS and the CUDA runtime use,
+ * so later libraries share its memory) and creates a stream of its own.
+ * Every launch and copy is queued on that one stream, which is what makes
+ * the caching allocator safe: a block released while a kernel that reads it
+ * is still queued can be handed to the next kernel at once, because that
+ * kernel runs after it. The host waits only in sync and in copy_out (whose
+ * caller reads the data).
+ *
+ * Programs are compiled by NVRTC to a cubin for the device's exact
+ * architecture; the cubin and the PTX (the fallback when the driver refuses
+ * the cubin) are kept in the kernel cache's disk level under a key of the
+ * text, the architecture, NVRTC's version and its flags. */
+#define _GNU_SOURCE
+#include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "jit/cuda/cuda.h"
 #include "jit/device.h"
 
-static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, char *msg,
-                             size_t cap) {
-    (void)cfg;
-    *out = NULL;
-    char why[256] = "";
-    int n = jit_cuda_device_count(why, sizeof why);
-    if (n == 0)
-        snprintf(msg, cap, "kiln_ctx_new: KILN_CUDA: no CUDA device is usable (%s); kiln's "
-                           "CUDA runtime is not implemented yet either", why);
-    else
-        snprintf(msg, cap, "kiln_ctx_new: KILN_CUDA: kiln's CUDA runtime is not implemented "
-                           "yet (%d device%s found; KILN_CHECK_CUDA=1 checks that every "
-                           "program compiles for it)", n, n == 1 ? "" : "s");
-    return KILN_ERR_DEVICE;
+enum {
+    /* Copies from 1 MiB go through pinned staging: a copy from pageable
+     * memory is staged by the driver anyway, in smaller pieces and without
+     * overlapping the host's memcpy with the transfer. */
+    STAGE_FROM = 1 << 20,
+    STAGE_HALF = 4 << 20, /* each half of the double buffer */
+};
+
+/* The raw device allocator under the pool. It outlives the device while
+ * blocks are out (kiln_ctx frees the runtime before the graph's last
+ * buffers), and keeps the primary context retained until the last one is
+ * freed: a block freed after the context went could have been an address
+ * of someone else's allocation in a new one. */
+typedef struct cuda_mem {
+    pthread_mutex_t lock;
+    jit_cuda_device *dev;
+    int64_t blocks; /* device allocations not yet freed */
+    bool closed;    /* the device has closed */
+    char why[256];  /* the driver's last refusal */
+} cuda_mem;
+
+typedef struct cuda_device {
+    jit_device base;
+    cache *cache;
+    cuda_mem *mem;
+    jit_cuda_device *dev;
+    jit_cuda_stream *stream;
+    int arch;
+    int ordinal;
+    pthread_mutex_t copy_lock; /* the staging buffer */
+    char *stage;               /* 2 * STAGE_HALF pinned bytes, made on first use */
+    bool no_stage;             /* the driver refused pinned memory: copy from pageable */
+    jit_cuda_event *stage_done[2];
+    bool stage_pending[2];
+    const char *last_kernel; /* named in errors found at sync (a program's name outlives it) */
+    char compiler_id[96];
+} cuda_device;
+
+typedef struct cuda_kernel {
+    jit_cuda_fn *fn; /* NULL for kernels without code */
+    jit_cuda_dims dims;
+} cuda_kernel;
+
+struct jit_code {
+    cuda_device *d;
+    jit_cuda_module *mod;
+    int nkernels;
+    cuda_kernel k[];
+};
+
+/* driver.c's messages start "kiln: "; ours name the API call instead. */
+static void reword(char *msg, size_t cap, const char *op) {
+    if (strncmp(msg, "kiln: ", 6) != 0)
+        return;
+    char tail[1024];
+    snprintf(tail, sizeof tail, "%s", msg + 6);
+    snprintf(msg, cap, "%s: CUDA: %s", op, tail);
 }
+
+static kiln_status current(cuda_device *d, const char *op, char *msg, size_t cap) {
+    kiln_status st = jit_cuda_make_current(d->dev, msg, cap);
+    if (st != KILN_OK)
+        reword(msg, cap, op);
+    return st;
+}
+
+static jit_cuda_ptr ptr_of(const graph_buffer *b) { return (jit_cuda_ptr)(uintptr_t)b->data; }
+
+/* ---- memory ---- */
+
+/* Below the pool's smallest class a request would go to cuMemAlloc every
+ * time; a 64 KiB block wastes memory on scalars, but cuMemAlloc costs far
+ * more than the waste (it synchronises the device). */
+static size_t pooled_size(size_t n) { return n < JIT_POOL_MIN ? JIT_POOL_MIN : n; }
+
+static void mem_destroy(cuda_mem *m) {
+    jit_cuda_device_close(m->dev);
+    pthread_mutex_destroy(&m->lock);
+    free(m);
+}
+
+static void *raw_alloc(void *user, size_t n) {
+    cuda_mem *m = user;
+    char why[256];
+    jit_cuda_ptr p = 0;
+    kiln_status st = jit_cuda_make_current(m->dev, why, sizeof why);
+    if (st == KILN_OK)
+        st = jit_cuda_alloc(m->dev, n, &p, why, sizeof why);
+    pthread_mutex_lock(&m->lock);
+    if (st == KILN_OK)
+        m->blocks++;
+    else
+        snprintf(m->why, sizeof m->why, "%s", strncmp(why, "kiln: ", 6) ? why : why + 6);
+    pthread_mutex_unlock(&m->lock);
+    return st == KILN_OK ? (void *)(uintptr_t)p : NULL;
+}
+
+static void raw_free(void *user, void *mem, size_t n) {
+    (void)n;
+    cuda_mem *m = user;
+    char why[256];
+    if (jit_cuda_make_current(m->dev, why, sizeof why) == KILN_OK)
+        jit_cuda_free(m->dev, (jit_cuda_ptr)(uintptr_t)mem);
+    pthread_mutex_lock(&m->lock);
+    bool done = --m->blocks == 0 && m->closed;
+    pthread_mutex_unlock(&m->lock);
+    if (done)
+        mem_destroy(m);
+}
+
+static void cuda_free(void *owner, graph_buffer *b) {
+    jit_pool_put(owner, b->data, pooled_size(b->nbytes));
+}
+
+static kiln_status cuda_alloc(jit_device *dev, size_t nbytes, graph_buffer **out, char *msg,
+                              size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    int64_t held = jit_pool_get_stats(dev->pool).held_bytes;
+    void *mem = jit_pool_get(dev->pool, pooled_size(nbytes));
+    if (!mem) {
+        pthread_mutex_lock(&d->mem->lock);
+        snprintf(msg, cap,
+                 "kiln_realize: out of CUDA device memory allocating %zu bytes on device %d (%lld "
+                 "cached bytes were freed and the allocation retried): %s",
+                 nbytes, d->ordinal, (long long)held, d->mem->why);
+        pthread_mutex_unlock(&d->mem->lock);
+        return KILN_ERR_OOM;
+    }
+    graph_buffer *b = graph_buffer_adopt(mem, nbytes, dev, cuda_free);
+    if (!b) {
+        jit_pool_put(dev->pool, mem, pooled_size(nbytes));
+        snprintf(msg, cap, "kiln_realize: out of memory");
+        return KILN_ERR_OOM;
+    }
+    b->release_arg = dev->pool; /* the buffer may outlive d; the pool waits for it */
+    *out = b;
+    return KILN_OK;
+}
+
+/* The staging buffer and its events, made on first use; false (and
+ * no_stage from then on) when the driver refuses them, which only makes
+ * large copies slower. Called with copy_lock held. */
+static bool staging(cuda_device *d) {
+    if (d->stage)
+        return true;
+    if (d->no_stage)
+        return false;
+    char why[256];
+    d->stage = jit_cuda_pinned_alloc(2 * (size_t)STAGE_HALF);
+    for (int h = 0; h < 2 && d->stage; h++)
+        if (jit_cuda_event_new(&d->stage_done[h], why, sizeof why) != KILN_OK) {
+            jit_cuda_event_free(d->stage_done[0]);
+            d->stage_done[0] = NULL;
+            jit_cuda_pinned_free(d->stage);
+            d->stage = NULL;
+        }
+    d->no_stage = !d->stage;
+    return d->stage != NULL;
+}
+
+/* Waits until half h of the staging buffer is free again. */
+static kiln_status stage_wait(cuda_device *d, int h, char *msg, size_t cap) {
+    if (!d->stage_pending[h])
+        return KILN_OK;
+    d->stage_pending[h] = false;
+    return jit_cuda_event_wait(d->stage_done[h], "waiting for a staged copy", msg, cap);
+}
+
+static kiln_status stage_record(cuda_device *d, int h, char *msg, size_t cap) {
+    kiln_status st = jit_cuda_event_record(d->stage_done[h], d->stream, msg, cap);
+    d->stage_pending[h] = st == KILN_OK;
+    return st;
+}
+
+/* Host to device, queued: the source may be reused on return (a pageable
+ * one is read by the driver before the call returns, a staged one has been
+ * copied into the staging buffer). */
+static kiln_status cuda_copy_in(jit_device *dev, graph_buffer *dst, size_t offset,
+                                const void *src, size_t n, char *msg, size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    kiln_status st = current(d, "kiln_from_data", msg, cap);
+    if (st != KILN_OK || n == 0)
+        return st;
+    jit_cuda_ptr to = ptr_of(dst) + offset;
+    pthread_mutex_lock(&d->copy_lock);
+    if (n < STAGE_FROM || !staging(d)) {
+        st = jit_cuda_copy_to_device_async(to, src, n, d->stream, msg, cap);
+    } else {
+        for (size_t at = 0, i = 0; st == KILN_OK && at < n; at += STAGE_HALF, i++) {
+            int h = (int)(i & 1);
+            size_t c = n - at < STAGE_HALF ? n - at : STAGE_HALF;
+            char *half = d->stage + (size_t)h * STAGE_HALF;
+            if ((st = stage_wait(d, h, msg, cap)) != KILN_OK)
+                break;
+            memcpy(half, (const char *)src + at, c);
+            st = jit_cuda_copy_to_device_async(to + at, half, c, d->stream, msg, cap);
+            if (st == KILN_OK)
+                st = stage_record(d, h, msg, cap);
+        }
+    }
+    pthread_mutex_unlock(&d->copy_lock);
+    if (st != KILN_OK)
+        reword(msg, cap, "kiln_from_data");
+    return st;
+}
+
+/* Device to host: returns with the data in dst, after every kernel queued
+ * before it (the stream's order). Large copies overlap the transfer of one
+ * half of the staging buffer with the host's copy out of the other. */
+static kiln_status cuda_copy_out(jit_device *dev, void *dst, const graph_buffer *src,
+                                 size_t offset, size_t n, char *msg, size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    kiln_status st = current(d, "kiln_to_host", msg, cap);
+    if (st != KILN_OK || n == 0)
+        return st;
+    jit_cuda_ptr from = ptr_of(src) + offset;
+    pthread_mutex_lock(&d->copy_lock);
+    if (n < STAGE_FROM || !staging(d)) {
+        st = jit_cuda_copy_to_host_async(dst, from, n, d->stream, msg, cap);
+        if (st == KILN_OK)
+            st = jit_cuda_stream_wait(d->stream, "waiting for a copy from the device", msg, cap);
+    } else {
+        size_t nchunks = (n + STAGE_HALF - 1) / STAGE_HALF;
+        for (size_t i = 0; st == KILN_OK && i <= nchunks; i++) {
+            if (i < nchunks) { /* queue chunk i */
+                int h = (int)(i & 1);
+                size_t at = i * STAGE_HALF, c = n - at < STAGE_HALF ? n - at : STAGE_HALF;
+                st = stage_wait(d, h, msg, cap);
+                if (st == KILN_OK)
+                    st = jit_cuda_copy_to_host_async(d->stage + (size_t)h * STAGE_HALF,
+                                                     from + at, c, d->stream, msg, cap);
+                if (st == KILN_OK)
+                    st = stage_record(d, h, msg, cap);
+            }
+            if (st == KILN_OK && i > 0) { /* take chunk i - 1 */
+                int h = (int)((i - 1) & 1);
+                size_t at = (i - 1) * STAGE_HALF, c = n - at < STAGE_HALF ? n - at : STAGE_HALF;
+                st = stage_wait(d, h, msg, cap);
+                if (st == KILN_OK)
+                    memcpy((char *)dst + at, d->stage + (size_t)h * STAGE_HALF, c);
+            }
+        }
+    }
+    pthread_mutex_unlock(&d->copy_lock);
+    if (st != KILN_OK)
+        reword(msg, cap, "kiln_to_host");
+    return st;
+}
+
+/* ---- programs ---- */
+
+static kiln_status cuda_render(jit_device *d, const lower_program *p, const lower_plan *plans,
+                               char **out, char *msg, size_t cap) {
+    (void)d;
+    return jit_cuda_render(p, plans, out, msg, cap);
+}
+
+/* A disk entry: magic, the cubin's size, the PTX's size (its NUL
+ * included), the cubin, the PTX. */
+static const char blob_magic[8] = "kilncu1";
+static const char blob_kind[] = "cuda_module";
+
+static void put_blob(cuda_device *d, cache_key key, const jit_cuda_binary *bin) {
+    uint64_t sizes[2] = {bin->cubin_size, bin->ptx_size + 1};
+    size_t n = sizeof blob_magic + sizeof sizes + sizes[0] + sizes[1];
+    char *blob = malloc(n);
+    if (!blob)
+        return; /* the disk level is an optimisation */
+    memcpy(blob, blob_magic, sizeof blob_magic);
+    memcpy(blob + sizeof blob_magic, sizes, sizeof sizes);
+    char *at = blob + sizeof blob_magic + sizeof sizes;
+    if (sizes[0])
+        memcpy(at, bin->cubin, sizes[0]);
+    memcpy(at + sizes[0], bin->ptx, sizes[1]);
+    cache_disk_put(d->cache, key, blob_kind, blob, n);
+    free(blob);
+}
+
+/* A cached binary, or false (a miss, or an entry that does not parse). */
+static bool get_blob(cuda_device *d, cache_key key, jit_cuda_binary *bin) {
+    void *data;
+    size_t n;
+    memset(bin, 0, sizeof *bin);
+    if (!d->cache || cache_disk_get(d->cache, key, blob_kind, &data, &n) != 0)
+        return false;
+    uint64_t sizes[2];
+    const char *c = data;
+    bool ok = n >= sizeof blob_magic + sizeof sizes && !memcmp(c, blob_magic, sizeof blob_magic);
+    if (ok) {
+        memcpy(sizes, c + sizeof blob_magic, sizeof sizes);
+        size_t body = n - sizeof blob_magic - sizeof sizes;
+        ok = sizes[1] >= 1 && sizes[0] <= body && sizes[1] == body - sizes[0];
+    }
+    const char *at = c + sizeof blob_magic + sizeof sizes;
+    ok = ok && at[sizes[0] + sizes[1] - 1] == '\0';
+    if (ok) {
+        bin->cubin = sizes[0] ? malloc(sizes[0]) : NULL;
+        bin->ptx = malloc(sizes[1]);
+        bin->log = calloc(1, 1);
+        ok = bin->ptx && bin->log && (!sizes[0] || bin->cubin);
+        if (ok) {
+            if (sizes[0])
+                memcpy(bin->cubin, at, sizes[0]);
+            memcpy(bin->ptx, at + sizes[0], sizes[1]);
+            bin->cubin_size = sizes[0];
+            bin->ptx_size = sizes[1] - 1;
+        } else {
+            jit_cuda_binary_free(bin);
+        }
+    }
+    free(data);
+    return ok;
+}
+
+/* "kernels a, b, c" of p, for messages about the whole program. */
+static void kernel_names(const lower_program *p, char *out, size_t cap) {
+    size_t at = (size_t)snprintf(out, cap, "kernel%s", p->nkernels == 1 ? "" : "s");
+    for (int i = 0; i < p->nkernels && at < cap; i++)
+        at += (size_t)snprintf(out + at, cap - at, "%s %s", i ? "," : "", p->kernels[i].name);
+}
+
+static void cuda_code_free(void *code) {
+    jit_code *c = code;
+    if (!c)
+        return;
+    char why[256];
+    /* The kernel cache closes before the device (jit_backend_free). */
+    if (jit_cuda_make_current(c->d->dev, why, sizeof why) == KILN_OK)
+        jit_cuda_module_unload(c->mod);
+    free(c);
+}
+
+static kiln_status cuda_compile(jit_device *dev, const lower_program *p, const lower_plan *plans,
+                                const char *text, cache_key key, jit_code **out, bool *from_disk,
+                                char *msg, size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    jit_cuda_binary bin;
+    *from_disk = get_blob(d, key, &bin);
+    if (!*from_disk) {
+        kiln_status st = jit_cuda_compile(text, d->arch, true, &bin, msg, cap);
+        if (st != KILN_OK) {
+            reword(msg, cap, "kiln_realize");
+            return st;
+        }
+        put_blob(d, key, &bin);
+    }
+    kiln_status st = current(d, "kiln_realize", msg, cap);
+    jit_cuda_module *m = st == KILN_OK ? jit_cuda_module_load(d->dev, &bin, msg, cap) : NULL;
+    jit_cuda_binary_free(&bin);
+    if (!m) {
+        if (st == KILN_OK) {
+            char why[512], names[512];
+            snprintf(why, sizeof why, "%s", strncmp(msg, "kiln: ", 6) ? msg : msg + 6);
+            kernel_names(p, names, sizeof names);
+            snprintf(msg, cap, "kiln_realize: CUDA: the program of %s: %s", names, why);
+        }
+        return KILN_ERR_DEVICE;
+    }
+    jit_code *c = calloc(1, sizeof *c + sizeof(cuda_kernel) * (size_t)p->nkernels);
+    if (!c) {
+        jit_cuda_module_unload(m);
+        snprintf(msg, cap, "kiln_realize: out of memory");
+        return KILN_ERR_OOM;
+    }
+    c->d = d;
+    c->mod = m;
+    c->nkernels = p->nkernels;
+    for (int i = 0; i < p->nkernels; i++) {
+        if (!lower_kind_has_code(p->kernels[i].kind))
+            continue;
+        c->k[i].dims = jit_cuda_launch_dims(&plans[i]);
+        if ((st = jit_cuda_function(m, p->kernels[i].name, &c->k[i].fn, msg, cap)) != KILN_OK) {
+            reword(msg, cap, "kiln_realize");
+            cuda_code_free(c);
+            return KILN_ERR_COMPILE;
+        }
+    }
+    *out = c;
+    return KILN_OK;
+}
+
+static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const lower_kernel *k,
+                               graph_node *const *nodes, char *msg, size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    kiln_status st = current(d, "kiln_realize", msg, cap);
+    if (st != KILN_OK)
+        return st;
+    int n = k->nouts + k->ninputs;
+    jit_cuda_ptr stackv[32];
+    jit_cuda_ptr *bufs = n <= 32 ? stackv : malloc(sizeof *bufs * (size_t)n);
+    if (!bufs) {
+        snprintf(msg, cap, "kiln_realize: out of memory");
+        return KILN_ERR_OOM;
+    }
+    for (int b = 0; b < n && st == KILN_OK; b++) {
+        /* A host buffer handed to a kernel would be an illegal address. */
+        if (nodes[b]->buf->owner != dev) {
+            snprintf(msg, cap, "kiln_realize: CUDA: kernel %s: buffer %d is not device memory "
+                               "of this context", k->name, b);
+            st = KILN_ERR_DEVICE;
+        }
+        bufs[b] = ptr_of(nodes[b]->buf);
+    }
+    if (st == KILN_OK) {
+        st = jit_cuda_launch_async(c->k[i].fn, k->name, c->k[i].dims, n, bufs, d->stream, msg,
+                                   cap);
+        if (st != KILN_OK)
+            reword(msg, cap, "kiln_realize");
+        else
+            d->last_kernel = c->k[i].fn ? k->name : d->last_kernel;
+    }
+    if (bufs != stackv)
+        free(bufs);
+    return st;
+}
+
+/* A kernel's own failure (a bad address, a trap) surfaces here, after the
+ * fact: the message names the last kernel queued, where the search starts. */
+static kiln_status cuda_sync(jit_device *dev, char *msg, size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    kiln_status st = current(d, "kiln_sync", msg, cap);
+    if (st != KILN_OK)
+        return st;
+    char what[192];
+    snprintf(what, sizeof what, "running the queued kernels (the last one queued: %s)",
+             d->last_kernel ? d->last_kernel : "none");
+    st = jit_cuda_stream_wait(d->stream, what, msg, cap);
+    if (st != KILN_OK)
+        reword(msg, cap, "kiln_realize");
+    return st;
+}
+
+/* The renderer prints every graph op in every dtype through jit/cstyle, as
+ * the CPU's does; a primitive it has no form for is refused at render time
+ * with the op's name. */
+static bool cuda_supports(const jit_device *d, graph_op op, kiln_dtype dt) {
+    (void)d;
+    return op >= 0 && op < GRAPH_NUM_OPS && (unsigned)dt < KILN_NUM_DTYPES;
+}
+
+/* ---- opening and closing ---- */
+
+/* KILN_CUDA_DEVICE: a device ordinal; anything else is an error rather
+ * than device 0, which would run on a GPU the user did not ask for. */
+static bool ordinal_of(int *ordinal, char *msg, size_t cap) {
+    const char *e = getenv("KILN_CUDA_DEVICE");
+    *ordinal = 0;
+    if (!e || !*e)
+        return true;
+    char *end;
+    long v = strtol(e, &end, 10);
+    if (*end != '\0' || v < 0 || v > 1024) {
+        snprintf(msg, cap, "kiln_ctx_new: KILN_CUDA: KILN_CUDA_DEVICE is '%s'; it must be a "
+                           "device ordinal (0, 1, ...)", e);
+        return false;
+    }
+    *ordinal = (int)v;
+    return true;
+}
+
+/* Whether NVRTC can compile for sm_<arch>; when it cannot say (an NVRTC
+ * older than 11.2), the first compile will. */
+static bool arch_supported(int arch, char *list, size_t cap) {
+    int archs[128];
+    int n = jit_cuda_nvrtc_archs(archs, 128);
+    list[0] = 0;
+    if (n == 0)
+        return true;
+    size_t at = 0;
+    bool found = false;
+    for (int i = 0; i < n; i++) {
+        found |= archs[i] == arch;
+        if (at < cap)
+            at += (size_t)snprintf(list + at, cap - at, "%ssm_%d", i ? " " : "", archs[i]);
+    }
+    return found;
+}
+
+static void cuda_close(jit_device *dev) {
+    cuda_device *d = (cuda_device *)dev;
+    char why[256];
+    if (jit_cuda_make_current(d->dev, why, sizeof why) == KILN_OK) {
+        jit_cuda_stream_wait(d->stream, "closing", why, sizeof why);
+        for (int h = 0; h < 2; h++)
+            jit_cuda_event_free(d->stage_done[h]);
+        jit_cuda_pinned_free(d->stage);
+        jit_cuda_stream_free(d->stream);
+    }
+    jit_pool_close(dev->pool);
+    cuda_mem *m = d->mem;
+    pthread_mutex_lock(&m->lock);
+    m->closed = true;
+    bool done = m->blocks == 0;
+    pthread_mutex_unlock(&m->lock);
+    if (done)
+        mem_destroy(m);
+    pthread_mutex_destroy(&d->copy_lock);
+    free(d);
+}
+
+/* The pool's budget: KILN_POOL_MAX_BYTES, else half the device's memory (a
+ * quarter of host memory, the host pool's default, says nothing about a
+ * GPU's). An allocation that fails empties the pool and is tried again, so
+ * a large budget costs no failure. */
+static size_t pool_budget(jit_cuda_device *dev) {
+    const char *e = getenv("KILN_POOL_MAX_BYTES");
+    if (e && *e)
+        return 0;
+    size_t total = jit_cuda_device_memory(dev);
+    return total ? total / 2 : (size_t)1 << 30;
+}
+
+static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, char *msg,
+                             size_t cap);
 
 const jit_device_ops jit_cuda_device_ops = {
     .name = "cuda",
     .kind = KILN_CUDA,
     .watched = true,
+    .host_memory = false,
     .open = cuda_open,
+    .close = cuda_close,
+    .alloc = cuda_alloc,
+    .free = cuda_free,
+    .copy_in = cuda_copy_in,
+    .copy_out = cuda_copy_out,
+    .render = cuda_render,
+    .compile = cuda_compile,
+    .code_free = cuda_code_free,
+    .launch = cuda_launch,
+    .sync = cuda_sync,
+    .supports = cuda_supports,
 };
+
+static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, char *msg,
+                             size_t cap) {
+    *out = NULL;
+    int ordinal;
+    if (!ordinal_of(&ordinal, msg, cap))
+        return KILN_ERR_DEVICE;
+    char why[512] = "";
+    jit_cuda_device *dev = jit_cuda_device_open(ordinal, why, sizeof why);
+    if (!dev) {
+        snprintf(msg, cap, "kiln_ctx_new: KILN_CUDA: no CUDA device is usable (%s)",
+                 strncmp(why, "kiln: ", 6) ? why : why + 6);
+        return KILN_ERR_DEVICE;
+    }
+    int arch = jit_cuda_device_arch(dev);
+    const char *nvrtc = jit_cuda_nvrtc_version();
+    char list[512];
+    if (!nvrtc || !jit_cuda_nvrtc_available(why, sizeof why)) {
+        snprintf(msg, cap, "kiln_ctx_new: KILN_CUDA: device %d (%s) has no compiler: %s", ordinal,
+                 jit_cuda_device_name(dev), strncmp(why, "kiln: ", 6) ? why : why + 6);
+        jit_cuda_device_close(dev);
+        return KILN_ERR_DEVICE;
+    }
+    if (!arch_supported(arch, list, sizeof list)) {
+        snprintf(msg, cap, "kiln_ctx_new: KILN_CUDA: device %d (%s) is sm_%d, an architecture "
+                           "%s cannot compile for (it knows %s)",
+                 ordinal, jit_cuda_device_name(dev), arch, nvrtc, list);
+        jit_cuda_device_close(dev);
+        return KILN_ERR_DEVICE;
+    }
+    cuda_device *d = calloc(1, sizeof *d);
+    cuda_mem *m = calloc(1, sizeof *m);
+    if (!d || !m || pthread_mutex_init(&m->lock, NULL) != 0) {
+        free(d);
+        free(m);
+        jit_cuda_device_close(dev);
+        snprintf(msg, cap, "kiln_ctx_new: out of memory");
+        return KILN_ERR_OOM;
+    }
+    m->dev = dev;
+    d->dev = dev;
+    d->mem = m;
+    d->arch = arch;
+    d->ordinal = ordinal;
+    d->cache = cfg->cache;
+    pthread_mutex_init(&d->copy_lock, NULL);
+    d->base.ops = &jit_cuda_device_ops;
+    d->base.target = *jit_cuda_target();
+    snprintf(d->compiler_id, sizeof d->compiler_id, "%s sm_%d", nvrtc, arch);
+    d->base.key = jit_device_key(&d->base.target, d->compiler_id, jit_cuda_nvrtc_flags());
+    kiln_status st = jit_cuda_stream_new(&d->stream, msg, cap);
+    if (st == KILN_OK) {
+        d->base.pool = jit_pool_new((jit_pool_raw){raw_alloc, raw_free, m, false},
+                                    pool_budget(dev));
+        if (!d->base.pool) {
+            snprintf(msg, cap, "kiln: out of memory opening the CUDA device");
+            st = KILN_ERR_OOM;
+        }
+    }
+    if (st != KILN_OK) {
+        reword(msg, cap, "kiln_ctx_new");
+        jit_cuda_stream_free(d->stream);
+        pthread_mutex_destroy(&d->copy_lock);
+        free(d);
+        mem_destroy(m);
+        return st;
+    }
+    *out = &d->base;
+    return KILN_OK;
+}

@@ -1,8 +1,9 @@
-/* driver.c — the CUDA driver API (libcuda.so.1), loaded with dlopen on first
- * use: devices, their primary contexts, modules, launches, device memory and
- * copies. No driver, no device, or a failing call is a status and a message,
- * never a crash; signatures follow cuda.h of CUDA 12 and 13 (versioned
- * entry points by their _v2 names). */
+/* driver.c — the CUDA driver API (libcuda.so.1, or the library that
+ * KILN_CUDA_DRIVER names), loaded with dlopen on first use: devices, their
+ * primary contexts, streams, events, modules, launches, device and pinned
+ * memory, copies. No driver, no device, or a failing call is a status and a
+ * message, never a crash; signatures follow cuda.h of CUDA 12 and 13
+ * (versioned entry points by their _v2 names). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <pthread.h>
@@ -41,7 +42,22 @@ typedef struct driver_api {
     cu_result (*mem_free)(jit_cuda_ptr);
     cu_result (*htod)(jit_cuda_ptr, const void *, size_t);
     cu_result (*dtoh)(void *, jit_cuda_ptr, size_t);
-    char why[256]; /* when handle is NULL */
+    cu_result (*stream_create)(jit_cuda_stream **, unsigned);
+    cu_result (*stream_destroy)(jit_cuda_stream *);
+    cu_result (*stream_sync)(jit_cuda_stream *);
+    cu_result (*htod_async)(jit_cuda_ptr, const void *, size_t, jit_cuda_stream *);
+    cu_result (*dtoh_async)(void *, jit_cuda_ptr, size_t, jit_cuda_stream *);
+    cu_result (*dtod_async)(jit_cuda_ptr, jit_cuda_ptr, size_t, jit_cuda_stream *);
+    cu_result (*host_alloc)(void **, size_t, unsigned);
+    cu_result (*host_free)(void *);
+    cu_result (*event_create)(jit_cuda_event **, unsigned);
+    cu_result (*event_destroy)(jit_cuda_event *);
+    cu_result (*event_record)(jit_cuda_event *, jit_cuda_stream *);
+    cu_result (*event_sync)(jit_cuda_event *);
+    cu_result (*event_elapsed)(float *, jit_cuda_event *, jit_cuda_event *);
+    cu_result (*mem_info)(size_t *, size_t *);
+    cu_result (*driver_version)(int *);
+    char why[512]; /* when handle is NULL */
 } driver_api;
 
 static driver_api drv;
@@ -55,10 +71,18 @@ static bool sym(void *h, const char *name, void *slot) {
     return true;
 }
 
+/* KILN_CUDA_DRIVER: the driver library's path, for a driver outside the
+ * loader's path and for tests, which load a fake one (tests/fake_cuda.c)
+ * that needs no GPU. */
 static void load_driver(void) {
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *path = getenv("KILN_CUDA_DRIVER");
+    if (!path || !*path)
+        path = "libcuda.so.1";
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
-        snprintf(drv.why, sizeof drv.why, "no CUDA driver (libcuda.so.1 could not be loaded)");
+        const char *e = dlerror();
+        snprintf(drv.why, sizeof drv.why, "no CUDA driver (%s could not be loaded: %s)", path,
+                 e ? e : "unknown reason");
         return;
     }
     bool ok = sym(h, "cuInit", &drv.init) && sym(h, "cuGetErrorString", &drv.error_string) &&
@@ -75,9 +99,25 @@ static void load_driver(void) {
               sym(h, "cuModuleGetFunction", &drv.module_function) &&
               sym(h, "cuLaunchKernel", &drv.launch) && sym(h, "cuMemAlloc_v2", &drv.mem_alloc) &&
               sym(h, "cuMemFree_v2", &drv.mem_free) && sym(h, "cuMemcpyHtoD_v2", &drv.htod) &&
-              sym(h, "cuMemcpyDtoH_v2", &drv.dtoh);
+              sym(h, "cuMemcpyDtoH_v2", &drv.dtoh) &&
+              sym(h, "cuStreamCreate", &drv.stream_create) &&
+              sym(h, "cuStreamDestroy_v2", &drv.stream_destroy) &&
+              sym(h, "cuStreamSynchronize", &drv.stream_sync) &&
+              sym(h, "cuMemcpyHtoDAsync_v2", &drv.htod_async) &&
+              sym(h, "cuMemcpyDtoHAsync_v2", &drv.dtoh_async) &&
+              sym(h, "cuMemcpyDtoDAsync_v2", &drv.dtod_async) &&
+              sym(h, "cuMemHostAlloc", &drv.host_alloc) &&
+              sym(h, "cuMemFreeHost", &drv.host_free) &&
+              sym(h, "cuEventCreate", &drv.event_create) &&
+              sym(h, "cuEventDestroy_v2", &drv.event_destroy) &&
+              sym(h, "cuEventRecord", &drv.event_record) &&
+              sym(h, "cuEventSynchronize", &drv.event_sync) &&
+              sym(h, "cuEventElapsedTime", &drv.event_elapsed) &&
+              sym(h, "cuMemGetInfo_v2", &drv.mem_info) &&
+              sym(h, "cuDriverGetVersion", &drv.driver_version);
     if (!ok) {
-        snprintf(drv.why, sizeof drv.why, "the CUDA driver is too old (missing entry points)");
+        snprintf(drv.why, sizeof drv.why, "the CUDA driver %s is too old (missing entry points)",
+                 path);
         dlclose(h);
         return;
     }
@@ -213,28 +253,52 @@ void jit_cuda_module_unload(jit_cuda_module *m) {
     free(m);
 }
 
-kiln_status jit_cuda_launch(jit_cuda_module *m, const char *name, jit_cuda_dims dims, int nbufs,
-                            const jit_cuda_ptr *bufs, char *msg, size_t cap) {
-    if (dims.grid == 0)
-        return KILN_OK;
-    cu_function f;
+kiln_status jit_cuda_function(jit_cuda_module *m, const char *name, jit_cuda_fn **f, char *msg,
+                              size_t cap) {
     char what[160];
     snprintf(what, sizeof what, "finding kernel %s", name);
-    kiln_status st = check(drv.module_function(&f, m->mod, name), what, msg, cap);
-    if (st != KILN_OK)
-        return st;
-    void **args = malloc(sizeof *args * (size_t)(nbufs ? nbufs : 1));
+    cu_function fn = NULL;
+    kiln_status st = check(drv.module_function(&fn, m->mod, name), what, msg, cap);
+    *f = (jit_cuda_fn *)fn;
+    return st;
+}
+
+/* The driver copies the argument values at the call, so bufs need not
+ * outlive it. */
+kiln_status jit_cuda_launch_async(jit_cuda_fn *f, const char *name, jit_cuda_dims dims, int nbufs,
+                                  const jit_cuda_ptr *bufs, jit_cuda_stream *s, char *msg,
+                                  size_t cap) {
+    if (dims.grid == 0)
+        return KILN_OK;
+    void *stackv[32];
+    void **args = nbufs <= 32 ? stackv : malloc(sizeof *args * (size_t)nbufs);
     if (!args) {
         snprintf(msg, cap, "kiln: out of memory");
         return KILN_ERR_OOM;
     }
     for (int i = 0; i < nbufs; i++)
         args[i] = (void *)&bufs[i];
-    snprintf(what, sizeof what, "launching kernel %s", name);
-    st = check(drv.launch(f, dims.grid, 1, 1, dims.block, 1, 1, 0, NULL, args, NULL), what, msg,
-               cap);
-    free(args);
+    char what[160];
+    snprintf(what, sizeof what, "launching kernel %s (grid %u, block %u)", name, dims.grid,
+             dims.block);
+    kiln_status st = check(drv.launch((cu_function)f, dims.grid, 1, 1, dims.block, 1, 1, 0, s,
+                                      args, NULL),
+                           what, msg, cap);
+    if (args != stackv)
+        free(args);
+    return st;
+}
+
+kiln_status jit_cuda_launch(jit_cuda_module *m, const char *name, jit_cuda_dims dims, int nbufs,
+                            const jit_cuda_ptr *bufs, char *msg, size_t cap) {
+    if (dims.grid == 0)
+        return KILN_OK;
+    jit_cuda_fn *f;
+    kiln_status st = jit_cuda_function(m, name, &f, msg, cap);
+    if (st == KILN_OK)
+        st = jit_cuda_launch_async(f, name, dims, nbufs, bufs, NULL, msg, cap);
     if (st == KILN_OK) {
+        char what[160];
         snprintf(what, sizeof what, "running kernel %s", name);
         st = check(drv.ctx_sync(), what, msg, cap);
     }
@@ -266,4 +330,93 @@ kiln_status jit_cuda_to_host(jit_cuda_device *d, void *dst, jit_cuda_ptr src, si
                              size_t cap) {
     (void)d;
     return n ? check(drv.dtoh(dst, src, n), "copying from the device", msg, cap) : KILN_OK;
+}
+
+/* ---- what the runtime (device.c) uses beyond the self-check ---- */
+
+/* Driver calls act on the calling thread's current context, and kiln may be
+ * called from any thread: every entry of the device makes its own current. */
+kiln_status jit_cuda_make_current(jit_cuda_device *d, char *msg, size_t cap) {
+    return check(drv.ctx_set(d->ctx), "making the CUDA context current", msg, cap);
+}
+
+size_t jit_cuda_device_memory(jit_cuda_device *d) {
+    (void)d;
+    size_t free_b = 0, total = 0;
+    return drv.mem_info(&free_b, &total) == 0 ? total : 0;
+}
+
+int jit_cuda_driver_version(void) {
+    int v = 0;
+    return drv.handle && drv.driver_version(&v) == 0 ? v : 0;
+}
+
+/* Non-blocking (flag 1): the stream does not wait for the legacy default
+ * stream, which other libraries in the process may be using. */
+kiln_status jit_cuda_stream_new(jit_cuda_stream **s, char *msg, size_t cap) {
+    *s = NULL;
+    return check(drv.stream_create(s, 1), "creating a CUDA stream", msg, cap);
+}
+
+void jit_cuda_stream_free(jit_cuda_stream *s) {
+    if (s)
+        drv.stream_destroy(s);
+}
+
+kiln_status jit_cuda_stream_wait(jit_cuda_stream *s, const char *what, char *msg, size_t cap) {
+    return check(drv.stream_sync(s), what, msg, cap);
+}
+
+kiln_status jit_cuda_copy_to_device_async(jit_cuda_ptr dst, const void *src, size_t n,
+                                          jit_cuda_stream *s, char *msg, size_t cap) {
+    char what[96];
+    snprintf(what, sizeof what, "copying %zu bytes to the device", n);
+    return n ? check(drv.htod_async(dst, src, n, s), what, msg, cap) : KILN_OK;
+}
+
+kiln_status jit_cuda_copy_to_host_async(void *dst, jit_cuda_ptr src, size_t n, jit_cuda_stream *s,
+                                        char *msg, size_t cap) {
+    char what[96];
+    snprintf(what, sizeof what, "copying %zu bytes from the device", n);
+    return n ? check(drv.dtoh_async(dst, src, n, s), what, msg, cap) : KILN_OK;
+}
+
+kiln_status jit_cuda_copy_on_device_async(jit_cuda_ptr dst, jit_cuda_ptr src, size_t n,
+                                          jit_cuda_stream *s, char *msg, size_t cap) {
+    char what[96];
+    snprintf(what, sizeof what, "copying %zu bytes within the device", n);
+    return n ? check(drv.dtod_async(dst, src, n, s), what, msg, cap) : KILN_OK;
+}
+
+void *jit_cuda_pinned_alloc(size_t n) {
+    void *p = NULL;
+    return drv.host_alloc(&p, n, 0) == 0 ? p : NULL;
+}
+
+void jit_cuda_pinned_free(void *p) {
+    if (p)
+        drv.host_free(p);
+}
+
+kiln_status jit_cuda_event_new(jit_cuda_event **e, char *msg, size_t cap) {
+    *e = NULL;
+    return check(drv.event_create(e, 0), "creating a CUDA event", msg, cap);
+}
+
+void jit_cuda_event_free(jit_cuda_event *e) {
+    if (e)
+        drv.event_destroy(e);
+}
+
+kiln_status jit_cuda_event_record(jit_cuda_event *e, jit_cuda_stream *s, char *msg, size_t cap) {
+    return check(drv.event_record(e, s), "recording a CUDA event", msg, cap);
+}
+
+kiln_status jit_cuda_event_wait(jit_cuda_event *e, const char *what, char *msg, size_t cap) {
+    return check(drv.event_sync(e), what, msg, cap);
+}
+
+double jit_cuda_event_ms(jit_cuda_event *from, jit_cuda_event *to) {
+    float ms = 0;
+    return drv.event_elapsed(&ms, from, to) == 0 ? ms : -1;
 }

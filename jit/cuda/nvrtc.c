@@ -29,6 +29,8 @@ typedef struct nvrtc_api {
     int (*ptx)(nvrtc_program, char *);
     int (*cubin_size)(nvrtc_program, size_t *);
     int (*cubin)(nvrtc_program, char *);
+    int (*num_archs)(int *); /* optional (NVRTC 11.2 on) */
+    int (*archs)(int *);
     char version_str[32];
     char why[512]; /* when handle is NULL */
 } nvrtc_api;
@@ -87,6 +89,9 @@ static void load_api(void) {
               sym(h, "nvrtcGetProgramLog", &api.log) && sym(h, "nvrtcGetPTXSize", &api.ptx_size) &&
               sym(h, "nvrtcGetPTX", &api.ptx) && sym(h, "nvrtcGetCUBINSize", &api.cubin_size) &&
               sym(h, "nvrtcGetCUBIN", &api.cubin);
+    if (ok && !(sym(h, "nvrtcGetNumSupportedArchs", &api.num_archs) &&
+                sym(h, "nvrtcGetSupportedArchs", &api.archs)))
+        api.num_archs = NULL;
     int major = 0, minor = 0;
     if (!ok || api.version(&major, &minor) != 0) {
         snprintf(api.why, sizeof api.why, "NVRTC found but unusable (too old?)");
@@ -110,6 +115,21 @@ bool jit_cuda_nvrtc_available(char *msg, size_t cap) {
 }
 
 const char *jit_cuda_nvrtc_version(void) { return loaded() ? api.version_str : NULL; }
+
+int jit_cuda_nvrtc_archs(int *archs, int cap) {
+    int n = 0;
+    if (!loaded() || !api.num_archs || api.num_archs(&n) != 0 || n <= 0)
+        return 0;
+    int *all = malloc(sizeof *all * (size_t)n);
+    if (!all || api.archs(all) != 0) {
+        free(all);
+        return 0;
+    }
+    int k = n < cap ? n : cap;
+    memcpy(archs, all, sizeof *all * (size_t)k);
+    free(all);
+    return k;
+}
 
 void jit_cuda_binary_free(jit_cuda_binary *b) {
     if (!b)
@@ -146,8 +166,10 @@ static char *fetch(nvrtc_program prog, int (*size)(nvrtc_program, size_t *),
  * match the CPU's, which does not contract either. --minimal leaves out the
  * runtime API's declarations, which generated code never uses, and saves a
  * good part of each compile. */
-static const char *const flags[] = {"--std=c++17", "--fmad=false", "--minimal"};
-#define NFLAGS (sizeof flags / sizeof flags[0])
+static const char *const flags[] = {"--std=c++17", "--fmad=false", "--minimal", NULL};
+#define NFLAGS (sizeof flags / sizeof flags[0] - 1)
+
+const char *const *jit_cuda_nvrtc_flags(void) { return flags; }
 
 kiln_status jit_cuda_compile(const char *src, int arch, bool want_cubin, jit_cuda_binary *out,
                              char *msg, size_t cap) {
@@ -161,7 +183,7 @@ kiln_status jit_cuda_compile(const char *src, int arch, bool want_cubin, jit_cud
     snprintf(archopt, sizeof archopt, "--gpu-architecture=%s_%d", want_cubin ? "sm" : "compute",
              arch);
     const char *opts[1 + NFLAGS] = {archopt};
-    memcpy(opts + 1, flags, sizeof flags);
+    memcpy(opts + 1, flags, sizeof flags[0] * NFLAGS);
     nvrtc_program prog = NULL;
     int rc = api.create(&prog, src, "kiln.cu", 0, NULL, NULL);
     if (rc != 0) {

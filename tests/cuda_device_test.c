@@ -1,0 +1,160 @@
+/* cuda_device_test.c — the CUDA device's host side, on a fake driver
+ * (tests/fake_cuda.c, through KILN_CUDA_DRIVER) that has no GPU behind it:
+ * what a missing driver says, data in and out through the device's
+ * allocator and staged copies, buffer reuse, out-of-memory recovery and its
+ * message, and that a kernel the device cannot load is an error naming the
+ * program, after which the context still works. Kernels themselves run
+ * only where there is a GPU (bench/gpu_check.sh). Opening the device needs
+ * NVRTC; without it every case here is skipped, saying so. */
+#include <dlfcn.h>
+
+#include "test_util.h"
+
+#define FAKE "tests/libfake_cuda.so"
+
+/* The fake's call counters (the same handle kiln's dlopen got). */
+static long fake_counter(const char *name) {
+    void *h = dlopen(FAKE, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(h, "the fake driver is not loaded: %s", dlerror());
+    long *p = dlsym(h, name);
+    cr_assert(p, "fake driver lacks %s", name);
+    long v = *p;
+    dlclose(h);
+    return v;
+}
+
+static kiln_ctx *open_fake(const char *mem_bytes) {
+    setenv("KILN_CUDA_DRIVER", FAKE, 1);
+    if (mem_bytes)
+        setenv("FAKE_CUDA_MEM", mem_bytes, 1);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CUDA);
+    if (!ctx && strstr(kiln_last_ctx_error(), "compiler"))
+        cr_skip_test("no NVRTC, so no CUDA device opens: %s", kiln_last_ctx_error());
+    cr_assert(ctx, "the fake device did not open: %s", kiln_last_ctx_error());
+    return ctx;
+}
+
+/* A random tensor of n floats on ctx, its values in v. */
+static kiln_tensor *random_f32(kiln_ctx *ctx, tu_rng *r, int64_t n, float *v) {
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (float)tu_unif(r, -100, 100);
+    return kiln_from_data(ctx, KILN_F32, 1, &n, v);
+}
+
+static void expect_roundtrip(kiln_tensor *t, const float *v, int64_t n) {
+    float *back = malloc((size_t)n * sizeof *back);
+    cr_assert_eq(kiln_to_host(t, back, (size_t)n * sizeof *back), KILN_OK, "%s",
+                 kiln_error_message(t));
+    cr_assert(memcmp(back, v, (size_t)n * sizeof *v) == 0, "%lld floats came back changed",
+              (long long)n);
+    free(back);
+}
+
+Test(cuda_device, no_driver_is_an_error_naming_it) {
+    setenv("KILN_CUDA_DRIVER", "/nonexistent/libcuda.so.1", 1);
+    cr_assert_null(kiln_ctx_new(KILN_CUDA));
+    const char *e = kiln_last_ctx_error();
+    cr_assert(strstr(e, "KILN_CUDA") && strstr(e, "no CUDA driver") &&
+                  strstr(e, "/nonexistent/libcuda.so.1"),
+              "message: %s", e);
+}
+
+Test(cuda_device, a_bad_device_ordinal_is_an_error) {
+    setenv("KILN_CUDA_DRIVER", FAKE, 1);
+    setenv("KILN_CUDA_DEVICE", "first", 1);
+    cr_assert_null(kiln_ctx_new(KILN_CUDA));
+    cr_assert(strstr(kiln_last_ctx_error(), "KILN_CUDA_DEVICE"), "message: %s",
+              kiln_last_ctx_error());
+}
+
+/* Small, odd-sized and large (staged through pinned memory) tensors of
+ * several dtypes come back bit for bit. */
+Test(cuda_device, data_round_trips) {
+    kiln_ctx *ctx = open_fake(NULL);
+    TU_RNG(r);
+    const int64_t sizes[] = {1, 517, (int64_t)3 << 20}; /* the last is 12 MiB */
+    for (size_t k = 0; k < sizeof sizes / sizeof sizes[0]; k++) {
+        float *v = malloc((size_t)sizes[k] * sizeof *v);
+        kiln_tensor *t = random_f32(ctx, &r, sizes[k], v);
+        expect_roundtrip(t, v, sizes[k]);
+        free(v);
+    }
+    int64_t iv[7], back[7];
+    for (int i = 0; i < 7; i++)
+        iv[i] = tu_int(&r, INT64_MIN / 2, INT64_MAX / 2);
+    int64_t n = 7;
+    kiln_tensor *t = kiln_from_data(ctx, KILN_I64, 1, &n, iv);
+    cr_assert_eq(kiln_to_host(t, back, sizeof back), KILN_OK, "%s", kiln_error_message(t));
+    cr_assert(memcmp(iv, back, sizeof iv) == 0);
+    kiln_ctx_free(ctx);
+    cr_assert_eq(fake_counter("fake_cuda_allocs"), fake_counter("fake_cuda_frees"),
+                 "device memory left allocated after kiln_ctx_free");
+}
+
+/* A released tensor's memory serves the next one of its size: the driver
+ * allocates once. */
+Test(cuda_device, released_buffers_are_reused) {
+    kiln_ctx *ctx = open_fake(NULL);
+    TU_RNG(r);
+    int64_t n = 1 << 18; /* 1 MiB */
+    float *v = malloc((size_t)n * sizeof *v);
+    long before = 0;
+    for (int step = 0; step < 4; step++) {
+        kiln_tensor *t = random_f32(ctx, &r, n, v);
+        expect_roundtrip(t, v, n);
+        kiln_release(t);
+        if (step == 0)
+            before = fake_counter("fake_cuda_allocs");
+    }
+    cr_assert_eq(fake_counter("fake_cuda_allocs"), before, "a reused size was allocated again");
+    kiln_stats s = kiln_ctx_stats(ctx);
+    cr_assert(s.buffer_reuses >= 3, "buffer_reuses %lld", (long long)s.buffer_reuses);
+    cr_assert(s.pooled_bytes >= n * 4, "pooled_bytes %lld", (long long)s.pooled_bytes);
+    free(v);
+    kiln_ctx_free(ctx);
+}
+
+/* With 8 MiB of device memory: a cached 4 MiB block is given back to make
+ * room for 6 MiB; 16 MiB fails with a message saying how much was asked,
+ * and the context keeps working. */
+Test(cuda_device, out_of_memory_frees_the_cache_then_fails_clearly) {
+    kiln_ctx *ctx = open_fake("8388608");
+    TU_RNG(r);
+    int64_t n4 = 1 << 20, n6 = 3 << 19, n16 = 4 << 20;
+    float *v = malloc((size_t)n16 * sizeof *v);
+    kiln_tensor *a = random_f32(ctx, &r, n4, v);
+    expect_roundtrip(a, v, n4);
+    kiln_release(a); /* 4 MiB now cached by the pool */
+    kiln_tensor *b = random_f32(ctx, &r, n6, v);
+    expect_roundtrip(b, v, n6);
+    cr_assert(fake_counter("fake_cuda_failed_allocs") >= 1,
+              "the 6 MiB should have needed the cached block back");
+    kiln_release(b);
+    kiln_tensor *c = random_f32(ctx, &r, n16, v);
+    TU_ASSERT_ERROR(c, KILN_ERR_OOM, "CUDA device memory", "16777216 bytes");
+    kiln_tensor *d = random_f32(ctx, &r, 100, v);
+    expect_roundtrip(d, v, 100);
+    free(v);
+    kiln_ctx_free(ctx);
+}
+
+/* The program compiles (NVRTC is real) but the fake refuses to load it: the
+ * sync fails naming the program's kernels, the inputs stay readable, and a
+ * later sync of data works. */
+Test(cuda_device, a_refused_module_is_an_error_and_the_context_survives) {
+    kiln_ctx *ctx = open_fake(NULL);
+    TU_RNG(r);
+    float va[33], vb[33];
+    kiln_tensor *a = random_f32(ctx, &r, 33, va);
+    kiln_tensor *b = random_f32(ctx, &r, 33, vb);
+    kiln_tensor *s = kiln_add(kiln_mul(a, b), a);
+    float out[33];
+    kiln_status st = kiln_to_host(s, out, sizeof out);
+    cr_assert_neq(st, KILN_OK);
+    const char *m = kiln_ctx_last_error(ctx);
+    cr_assert(strstr(m, "CUDA") && strstr(m, "no kernel image"), "message: %s", m);
+    cr_assert(fake_counter("fake_cuda_module_loads") >= 1);
+    expect_roundtrip(a, va, 33);
+    expect_roundtrip(b, vb, 33);
+    kiln_ctx_free(ctx);
+}
