@@ -6,6 +6,7 @@
  * program, after which the context still works. Kernels themselves run
  * only where there is a GPU (bench/gpu_check.sh). Opening the device needs
  * NVRTC; without it every case here is skipped, saying so. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <dlfcn.h>
 
 #include "test_util.h"

@@ -114,11 +114,17 @@ Test(device, open_alloc_copy_round_trip) {
     cache_close(c);
 }
 
+/* Without a usable GPU (no driver, no device, or no NVRTC) a KILN_CUDA
+ * context is refused with a message saying which; with one, it opens. */
 Test(device, cuda_context_refused_with_a_message) {
     kiln_ctx *ctx = kiln_ctx_new(KILN_CUDA);
-    cr_assert_null(ctx, "a KILN_CUDA context opened, but the CUDA device is not implemented");
+    if (ctx) {
+        kiln_ctx_free(ctx);
+        cr_skip_test("a CUDA device is here: nothing to refuse");
+    }
     const char *msg = kiln_last_ctx_error();
-    cr_assert(strstr(msg, "KILN_CUDA") && strstr(msg, "not implemented"), "%s", msg);
+    cr_assert(strstr(msg, "KILN_CUDA") && (strstr(msg, "no CUDA") || strstr(msg, "compiler")),
+              "%s", msg);
     kiln_status st;
     char why[512];
     cr_assert_null(jit_backend_new(KILN_CUDA, &st, why, sizeof why));

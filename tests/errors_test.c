@@ -229,7 +229,7 @@ Test(errors, absurd_thread_counts) {
 TU_TEST(errors, cast_and_matmul_dtypes) {
     kiln_tensor *b = kiln_ones(ctx, KILN_BOOL, TU_S(2, 2));
     TU_ASSERT_ERROR(kiln_matmul(b, b), KILN_ERR_DTYPE, "kiln_matmul");
-    TU_ASSERT_ERROR2(kiln_cast(b, (kiln_dtype)8), KILN_ERR_DTYPE, KILN_ERR_ARG);
+    TU_ASSERT_ERROR2(kiln_cast(b, (kiln_dtype)KILN_NUM_DTYPES), KILN_ERR_DTYPE, KILN_ERR_ARG);
 }
 
 /* ---- errors travel ---- */
