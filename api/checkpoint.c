@@ -24,6 +24,7 @@
 static const char *const ckpt_dtype_names[KILN_NUM_DTYPES] = {
     [KILN_F32] = "F32", [KILN_F64] = "F64", [KILN_F16] = "F16", [KILN_BF16] = "BF16",
     [KILN_I32] = "I32", [KILN_I64] = "I64", [KILN_U8] = "U8",   [KILN_BOOL] = "BOOL",
+    [KILN_I8] = "I8",
 };
 
 /* One tensor of a file's header. name points into the parsed JSON. */
@@ -496,7 +497,7 @@ static kiln_status parse_entry(kiln_ctx *ctx, const char *op, const ckpt_file *f
     if (k == KILN_NUM_DTYPES)
         return fail(ctx, KILN_ERR_IO,
                     "%s: %s: tensor \"%s\" has dtype %s, which kiln does not know (it reads F32, "
-                    "F64, F16, BF16, I32, I64, U8, BOOL)",
+                    "F64, F16, BF16, I32, I64, U8, BOOL, I8)",
                     op, f->path, name, json_object_to_json_string(dt));
     e->dtype = (kiln_dtype)k;
     if (!json_object_is_type(shape, json_type_array))

@@ -53,6 +53,7 @@ static DLDataType dl_dtype(kiln_dtype dt) {
     case KILN_I64: return (DLDataType){kDLInt, 64, 1};
     case KILN_U8: return (DLDataType){kDLUInt, 8, 1};
     case KILN_BOOL: return (DLDataType){DL_BOOL, 8, 1};
+    case KILN_I8: return (DLDataType){kDLInt, 8, 1};
     }
     return (DLDataType){kDLUInt, 8, 1};
 }
@@ -147,7 +148,9 @@ static bool kiln_dtype_for(DLDataType t, kiln_dtype *dt) {
         *dt = t.bits == 32 ? KILN_F32 : t.bits == 64 ? KILN_F64 : KILN_F16;
         return t.bits == 16 || t.bits == 32 || t.bits == 64;
     case kDLBfloat: *dt = KILN_BF16; return t.bits == 16;
-    case kDLInt: *dt = t.bits == 32 ? KILN_I32 : KILN_I64; return t.bits == 32 || t.bits == 64;
+    case kDLInt:
+        *dt = t.bits == 8 ? KILN_I8 : t.bits == 32 ? KILN_I32 : KILN_I64;
+        return t.bits == 8 || t.bits == 32 || t.bits == 64;
     case kDLUInt: *dt = KILN_U8; return t.bits == 8;
     case DL_BOOL: *dt = KILN_BOOL; return t.bits == 8;
     }

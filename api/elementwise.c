@@ -154,6 +154,8 @@ static bool fits(double s, kiln_dtype dt) {
         return s == 0 || s == 1;
     case KILN_U8:
         return s >= 0 && s <= 255;
+    case KILN_I8:
+        return s >= -128 && s <= 127;
     case KILN_I32:
         return s >= -2147483648.0 && s <= 2147483647.0;
     default:

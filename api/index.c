@@ -159,6 +159,7 @@ kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln
  * (never seen: the result is masked again by `covered`). */
 static double lowest(kiln_dtype dt) {
     switch (dt) {
+    case KILN_I8: return -128;
     case KILN_I32: return -2147483648.0;
     case KILN_I64: return -9223372036854775808.0;
     case KILN_U8:
@@ -169,6 +170,7 @@ static double lowest(kiln_dtype dt) {
 
 static double highest(kiln_dtype dt) {
     switch (dt) {
+    case KILN_I8: return 127;
     case KILN_I32: return 2147483647.0;
     case KILN_I64: return 9223372036854775807.0; /* rounds to 2^63: casts saturate */
     case KILN_U8: return 255;

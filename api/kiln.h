@@ -55,8 +55,9 @@ typedef enum kiln_dtype {
     KILN_I64,
     KILN_U8,
     KILN_BOOL,
+    KILN_I8, /* signed 8-bit; after bool so that the older dtypes keep their values */
 } kiln_dtype;
-#define KILN_NUM_DTYPES 8
+#define KILN_NUM_DTYPES 9
 
 typedef enum kiln_status {
     KILN_OK = 0,
@@ -108,7 +109,7 @@ KILN_API kiln_device kiln_ctx_device(const kiln_ctx *ctx);
 
 /* ---- Dtypes and statuses -------------------------------------------------- */
 
-/* Bytes per element of a dtype (bool and u8 are 1 byte); 0 for an unknown one. */
+/* Bytes per element of a dtype (bool, u8 and i8 are 1 byte); 0 for an unknown one. */
 KILN_API size_t kiln_dtype_size(kiln_dtype dtype);
 /* "f32", "f64", "f16", "bf16", "i32", "i64", "u8", "bool"; "?" otherwise. */
 KILN_API const char *kiln_dtype_name(kiln_dtype dtype);
@@ -129,7 +130,7 @@ KILN_API kiln_tensor *kiln_from_data(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
 
 /* A tensor with every element equal to value, converted to dtype: floats
  * round to nearest even, integers truncate toward zero and wrap to their
- * width (u8 -3 is 253), bool is value != 0. Scalar arguments of other ops
+ * width (u8 -3 is 253, i8 200 is -56), bool is value != 0. Scalar arguments of other ops
  * convert the same way. */
 KILN_API kiln_tensor *kiln_full(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
                                 const int64_t *dims, double value);
@@ -189,8 +190,9 @@ KILN_API kiln_tensor *kiln_recip(kiln_tensor *t);
 
 /* ---- Elementwise binary ops ------------------------------------------------
  * The shapes broadcast as in NumPy (KILN_ERR_SHAPE when they do not). The
- * result dtype is the promotion of the two: bool < u8 < i32 < i64 < f16, bf16
- * < f32 < f64, with f16 and bf16 together giving f32. Integer kiln_div is floor
+ * result dtype is the promotion of the two: bool < u8, i8 < i32 < i64 < f16,
+ * bf16 < f32 < f64, with f16 and bf16 together giving f32 and u8 and i8 i32
+ * (there is no i16). Integer kiln_div is floor
  * division (as NumPy's //), and gives 0 for a zero divisor; integer results
  * wrap to their width. kiln_maximum and kiln_minimum propagate NaN. kiln_pow
  * of integers to a negative power is 1 for base 1, ±1 for base -1, else 0.

@@ -33,6 +33,7 @@ static void put_req(kmpi_handle *h, MPI_Request r) {
 static MPI_Datatype type_of(kmpi_type t) {
     switch (t) {
     case KMPI_U8: return MPI_UINT8_T;
+    case KMPI_I8: return MPI_INT8_T;
     case KMPI_U16: return MPI_UINT16_T;
     case KMPI_U32: return MPI_UINT32_T;
     case KMPI_U64: return MPI_UINT64_T;

@@ -40,6 +40,7 @@ typedef enum kmpi_type {
     KMPI_I64,
     KMPI_F32,
     KMPI_F64,
+    KMPI_I8,
 } kmpi_type;
 
 typedef enum kmpi_op {

@@ -29,6 +29,7 @@ static kmpi_type wire_type(kiln_dtype t, kiln_reduce_op r) {
     case KILN_I32: return r == KILN_REDUCE_SUM ? KMPI_U32 : KMPI_I32;
     case KILN_I64: return r == KILN_REDUCE_SUM ? KMPI_U64 : KMPI_I64;
     case KILN_U8: return r == KILN_REDUCE_SUM ? KMPI_U32 : KMPI_U8;
+    case KILN_I8: return r == KILN_REDUCE_SUM ? KMPI_U32 : KMPI_I8;
     case KILN_BOOL: return KMPI_U8;
     }
     return KMPI_U8;
@@ -36,7 +37,7 @@ static kmpi_type wire_type(kiln_dtype t, kiln_reduce_op r) {
 
 /* Whether t travels wider than it is stored (through a scratch, then). */
 static bool widened(kiln_dtype t, kiln_reduce_op r) {
-    return is_half(t) || (t == KILN_U8 && r == KILN_REDUCE_SUM);
+    return is_half(t) || ((t == KILN_U8 || t == KILN_I8) && r == KILN_REDUCE_SUM);
 }
 
 static size_t wire_size(kiln_dtype t, kiln_reduce_op r) {
@@ -99,7 +100,7 @@ static void widen(kiln_dtype t, const void *src, int64_t n, void *out) {
     const uint16_t *h = src;
     const uint8_t *b = src;
     for (int64_t i = 0; i < n; i++) {
-        if (t == KILN_U8)
+        if (t == KILN_U8 || t == KILN_I8) /* the low 8 bits of a sum are those of the bytes' */
             ((uint32_t *)out)[i] = b[i];
         else
             ((float *)out)[i] = t == KILN_F16 ? graph_f16_to_f32(h[i]) : graph_bf16_to_f32(h[i]);
@@ -112,7 +113,7 @@ static void narrow(kiln_dtype t, const void *in, int64_t n, float div, void *dst
     const float *f = in;
     const uint32_t *u = in;
     for (int64_t i = 0; i < n; i++) {
-        if (t == KILN_U8) {
+        if (t == KILN_U8 || t == KILN_I8) {
             ((uint8_t *)dst)[i] = (uint8_t)u[i];
             continue;
         }

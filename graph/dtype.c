@@ -32,6 +32,7 @@ size_t graph_dtype_size(kiln_dtype dt)
     case KILN_BF16:
         return 2;
     case KILN_U8:
+    case KILN_I8:
     case KILN_BOOL:
         return 1;
     }
@@ -41,17 +42,19 @@ size_t graph_dtype_size(kiln_dtype dt)
 const char *graph_dtype_name(kiln_dtype dt)
 {
     static const char *const names[KILN_NUM_DTYPES] = {"f32", "f64", "f16", "bf16",
-                                                       "i32", "i64", "u8",  "bool"};
+                                                       "i32", "i64", "u8",  "bool", "i8"};
     return (unsigned)dt < KILN_NUM_DTYPES ? names[dt] : "?";
 }
 
-/* A dtype's place in the promotion order; f16 and bf16 share one. */
+/* A dtype's place in the promotion order; f16 and bf16 share one, and so do
+ * u8 and i8 (neither holds the other's values; i32 holds both). */
 static int dtype_rank(kiln_dtype dt)
 {
     switch (dt) {
     case KILN_BOOL:
         return 0;
     case KILN_U8:
+    case KILN_I8:
         return 1;
     case KILN_I32:
         return 2;
@@ -73,12 +76,19 @@ kiln_dtype graph_dtype_promote(kiln_dtype a, kiln_dtype b)
     /* neither half type holds the other's values, f32 holds both */
     if ((a == KILN_F16 && b == KILN_BF16) || (a == KILN_BF16 && b == KILN_F16))
         return KILN_F32;
+    if ((a == KILN_U8 && b == KILN_I8) || (a == KILN_I8 && b == KILN_U8))
+        return KILN_I32; /* kiln has no i16, PyTorch's answer */
     return dtype_rank(a) >= dtype_rank(b) ? a : b;
 }
 
 bool graph_dtype_is_float(kiln_dtype dt)
 {
     return dt == KILN_F32 || dt == KILN_F64 || dt == KILN_F16 || dt == KILN_BF16;
+}
+
+bool graph_dtype_is_signed(kiln_dtype dt)
+{
+    return dt == KILN_I8 || dt == KILN_I32 || dt == KILN_I64;
 }
 
 /* Round half to even of a value below 2^53 in magnitude, by hand so that the
@@ -176,6 +186,8 @@ static int64_t wrap_int(uint64_t u, kiln_dtype dt)
     }
     case KILN_U8:
         return (int64_t)(u & 0xFF);
+    case KILN_I8:
+        return (int64_t)(u & 0xFF) - ((u & 0x80) ? 256 : 0);
     case KILN_BOOL:
         return u != 0;
     default:
@@ -200,6 +212,10 @@ static int64_t float_to_int(double v, kiln_dtype dt)
     case KILN_U8:
         lo = 0;
         hi = 255;
+        break;
+    case KILN_I8:
+        lo = -128;
+        hi = 127;
         break;
     default:
         lo = INT64_MIN;
@@ -349,6 +365,9 @@ graph_scalar graph_scalar_load(const void *data, kiln_dtype dt, int64_t index)
     case KILN_U8:
         s.i = ((const uint8_t *)data)[index];
         break;
+    case KILN_I8:
+        s.i = ((const int8_t *)data)[index];
+        break;
     default:
         s.i = ((const uint8_t *)data)[index] != 0;
         break;
@@ -378,6 +397,7 @@ void graph_scalar_store(void *data, kiln_dtype dt, int64_t index, graph_scalar v
         ((int64_t *)data)[index] = v.i;
         break;
     case KILN_U8:
+    case KILN_I8: /* the low 8 bits, which are the wrapped value either way */
         ((uint8_t *)data)[index] = (uint8_t)v.i;
         break;
     default:

@@ -282,10 +282,12 @@ bool graph_view_is_reshape(const graph_node *v);
 size_t graph_dtype_size(kiln_dtype dt);
 /* "f32", "bf16", ... ("?" for a value outside kiln_dtype). */
 const char *graph_dtype_name(kiln_dtype dt);
-/* The dtype of a binary op's result (see kiln.h): bool < u8 < i32 < i64 <
- * f16, bf16 < f32 < f64, and f16 with bf16 gives f32. */
+/* The dtype of a binary op's result (see kiln.h): bool < u8, i8 < i32 < i64 <
+ * f16, bf16 < f32 < f64; f16 with bf16 gives f32, u8 with i8 gives i32. */
 kiln_dtype graph_dtype_promote(kiln_dtype a, kiln_dtype b);
 bool graph_dtype_is_float(kiln_dtype dt);
+/* i8, i32 and i64 (u8 and bool are unsigned; floats are neither). */
+bool graph_dtype_is_signed(kiln_dtype dt);
 /* Rounds/wraps a scalar to what dt can hold; from_float says which member of
  * v is meaningful on input (the result is in dt's own representation). */
 graph_scalar graph_scalar_convert(graph_scalar v, bool from_float, kiln_dtype dt);

@@ -357,6 +357,8 @@ static int64_t wrap_to(uint64_t u, kiln_dtype dt) {
         return (int64_t)(int32_t)(uint32_t)u;
     case KILN_U8:
         return (int64_t)(u & 0xFF);
+    case KILN_I8:
+        return (int64_t)(int8_t)(uint8_t)u;
     case KILN_BOOL:
         return (int64_t)(u & 1);
     default:

@@ -11,7 +11,7 @@ static int width(kiln_dtype dt) {
     return dt == KILN_I64 ? 64 : dt == KILN_I32 ? 32 : 8;
 }
 
-static bool is_signed(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64; }
+static bool is_signed(kiln_dtype dt) { return graph_dtype_is_signed(dt); }
 
 /* bool: the C remainder r of x by y is nonzero and of the other sign than
  * y, where the truncating quotient and remainder differ from the floored. */
@@ -191,10 +191,10 @@ int rules_round_half(ir_builder *b, kiln_dtype half, kiln_dtype src, int x) {
  * compared after truncation (255.7 gives 255 for u8); an out-of-range value
  * is replaced by 0 before the cast, which then never sees one. */
 static int saturate(ir_builder *b, kiln_dtype src, kiln_dtype to, int x) {
-    double lo = to == KILN_I32 ? -2147483648.0 : to == KILN_U8 ? 0.0 : -9223372036854775808.0;
-    double hi = to == KILN_I32 ? 2147483647.0 : to == KILN_U8 ? 255.0 : 9223372036854775808.0;
-    int64_t ilo = to == KILN_I32 ? INT32_MIN : to == KILN_U8 ? 0 : INT64_MIN;
-    int64_t ihi = to == KILN_I32 ? INT32_MAX : to == KILN_U8 ? 255 : INT64_MAX;
+    int64_t ilo = to == KILN_I32 ? INT32_MIN : to == KILN_U8 ? 0 : to == KILN_I8 ? -128 : INT64_MIN;
+    int64_t ihi = to == KILN_I32 ? INT32_MAX : to == KILN_U8 ? 255 : to == KILN_I8 ? 127 : INT64_MAX;
+    /* (double)INT64_MAX is 2^63, so "hi <= t" is what keeps the cast in range */
+    double lo = (double)ilo, hi = (double)ihi;
     int t = rules_p1(b, PRIM_TRUNC, src, x);
     int below = rules_test(b, PRIM_LE, t, rules_f(b, src, lo));
     int above = rules_test(b, PRIM_LE, rules_f(b, src, hi), t);

@@ -26,7 +26,7 @@ import sys
 
 import numpy as np
 
-KILN_F32, KILN_F64, KILN_F16, KILN_BF16, KILN_I32, KILN_I64, KILN_U8, KILN_BOOL = range(8)
+KILN_F32, KILN_F64, KILN_F16, KILN_BF16, KILN_I32, KILN_I64, KILN_U8, KILN_BOOL, KILN_I8 = range(9)
 KILN_CPU, KILN_REF = 1, 3
 DTYPES = [
     (KILN_F32, np.float32),
@@ -35,6 +35,7 @@ DTYPES = [
     (KILN_I32, np.int32),
     (KILN_I64, np.int64),
     (KILN_U8, np.uint8),
+    (KILN_I8, np.int8),
 ]
 # NumPy exchanges bool (kDLBool) from 1.25 on; Debian 12's is 1.24.
 NUMPY_BOOL = tuple(int(x) for x in np.__version__.split(".")[:2]) >= (1, 25)

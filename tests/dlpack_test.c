@@ -59,6 +59,7 @@ static DLDataType expected_dl(kiln_dtype dt) {
     case KILN_BF16: return (DLDataType){kDLBfloat, 16, 1};
     case KILN_I32: return (DLDataType){kDLInt, 32, 1};
     case KILN_I64: return (DLDataType){kDLInt, 64, 1};
+    case KILN_I8: return (DLDataType){kDLInt, 8, 1};
     case KILN_BOOL: return (DLDataType){6, 8, 1}; /* kDLBool, after DLPack 0.6 */
     default: return (DLDataType){kDLUInt, 8, 1};
     }
@@ -81,7 +82,7 @@ TU_TEST(dlpack, roundtrip_every_dtype_and_shape) {
             const int64_t *dims = shapes[s].dims;
             int64_t n = tu_numel(ndim, dims);
             double v[64];
-            double lo = dt == KILN_U8 ? 0 : -500, hi = 500;
+            double lo = dt == KILN_U8 ? 0 : -500, hi = 500; /* clamped to dt's range */
             kiln_tensor *t = tu_rand_tensor(ctx, &r, dt, ndim, dims, lo, hi, v);
             DLManagedTensor *m = NULL;
             cr_assert_eq(kiln_to_dlpack(t, &m), KILN_OK, "[%s] %s: %s", tu_exec_name(),
@@ -120,6 +121,9 @@ TU_TEST(dlpack, roundtrip_every_dtype_and_shape) {
             if (back == KILN_U8)
                 for (int64_t i = 0; i < n; i++)
                     twice[i] = (double)(((int64_t)v[i] * 2) & 255);
+            if (back == KILN_I8) /* wraps, as u8 does */
+                for (int64_t i = 0; i < n; i++)
+                    twice[i] = (double)tu_wrap(KILN_I8, (int64_t)v[i] * 2);
             TU_EXPECT_EXACT(w, back, twice, n);
             kiln_release(w);
             kiln_release(u);

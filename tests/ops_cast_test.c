@@ -124,6 +124,36 @@ TU_TEST(cast, hand_examples) {
     TU_EXPECT_VALS(kiln_cast(h, KILN_F16), KILN_F16, 65504, INFINITY, 65504, 0, 0x1p-24);
 }
 
+/* i8 by hand: floats saturate, integers wrap, arithmetic wraps at 8 bits
+ * and promotes with u8 to i32, floor division and shifts are signed. */
+TU_TEST(cast, i8_by_hand) {
+    kiln_tensor *f = tu_tensor(ctx, KILN_F32, TU_S(7), (double[]){NAN, INFINITY, -0.5, 127.9, 128,
+                                                                  -128.7, -1e10});
+    TU_EXPECT_VALS(kiln_cast(f, KILN_I8), KILN_I8, 0, 127, 0, 127, 127, -128, -128);
+    kiln_tensor *i = tu_tensor(ctx, KILN_I32, TU_S(5), (double[]){-1, 200, 256, 127, -129});
+    kiln_tensor *b = kiln_cast(i, KILN_I8);
+    TU_EXPECT_VALS(b, KILN_I8, -1, -56, 0, 127, 127);
+    TU_EXPECT_VALS(kiln_cast(b, KILN_U8), KILN_U8, 255, 200, 0, 127, 127);
+    TU_EXPECT_VALS(kiln_cast(b, KILN_F32), KILN_F32, -1, -56, 0, 127, 127);
+    TU_EXPECT_VALS(kiln_full(ctx, KILN_I8, 1, TU_DIMS(2), 200), KILN_I8, -56, -56);
+
+    kiln_tensor *x = tu_tensor(ctx, KILN_I8, TU_S(6), (double[]){100, -100, -7, 7, -128, 5});
+    kiln_tensor *y = tu_tensor(ctx, KILN_I8, TU_S(6), (double[]){100, -100, 2, -2, -1, 0});
+    TU_EXPECT_VALS(kiln_add(x, y), KILN_I8, -56, 56, -5, 5, 127, 5);
+    TU_EXPECT_VALS(kiln_mul(x, y), KILN_I8, 16, 16, -14, -14, -128, 0);
+    TU_EXPECT_VALS(kiln_div(x, y), KILN_I8, 1, 1, -4, -4, -128, 0);
+    TU_EXPECT_VALS(kiln_mod(x, y), KILN_I8, 0, 0, 1, -1, 0, 0);
+    TU_EXPECT_VALS(kiln_neg(x), KILN_I8, -100, 100, 7, -7, -128, -5);
+    TU_EXPECT_VALS(kiln_abs(x), KILN_I8, 100, 100, 7, 7, -128, 5);
+    TU_EXPECT_VALS(kiln_shift_right(x, kiln_full(ctx, KILN_I8, 0, NULL, 1)), KILN_I8, 50, -50, -4, 3, -64,
+                   2);
+    TU_EXPECT_VALS(kiln_lt(x, y), KILN_BOOL, 0, 0, 1, 0, 1, 0);
+    kiln_tensor *u = tu_tensor(ctx, KILN_U8, TU_S(6), (double[]){200, 0, 1, 2, 255, 3});
+    kiln_tensor *s = kiln_add(x, u);
+    TU_EXPECT_VALS(s, KILN_I32, 300, -100, -6, 9, 127, 8);
+    TU_EXPECT_VALS(kiln_sum(x, 0, NULL, false), KILN_I64, -123); /* sums of integers are i64 */
+}
+
 TU_TEST(cast, no_double_rounding) {
     /* Rounding f64 to a half type through f32 first gives the wrong answer
      * for these: each lies just above a half-type tie. */

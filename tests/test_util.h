@@ -154,7 +154,8 @@ static inline int64_t tu_int(tu_rng *r, int64_t lo, int64_t hi) {
 
 static inline const kiln_dtype *tu_all_dtypes(int *n) {
     static const kiln_dtype all[KILN_NUM_DTYPES] = {KILN_F32, KILN_F64, KILN_F16, KILN_BF16,
-                                                    KILN_I32, KILN_I64, KILN_U8,  KILN_BOOL};
+                                                    KILN_I32, KILN_I64, KILN_U8,  KILN_BOOL,
+                                                    KILN_I8};
     *n = KILN_NUM_DTYPES;
     return all;
 }
@@ -183,6 +184,8 @@ static inline const char *tu_dt_name(kiln_dtype dt) {
         return "u8";
     case KILN_BOOL:
         return "bool";
+    case KILN_I8:
+        return "i8";
     }
     return "?";
 }
@@ -200,6 +203,7 @@ static inline size_t tu_dt_size(kiln_dtype dt) {
         return 2;
     case KILN_U8:
     case KILN_BOOL:
+    case KILN_I8:
         return 1;
     }
     return 0;
@@ -210,13 +214,14 @@ static inline bool tu_is_float(kiln_dtype dt) {
 }
 static inline bool tu_is_half(kiln_dtype dt) { return dt == KILN_F16 || dt == KILN_BF16; }
 
-/* The promotion order of the header: bool < u8 < i32 < i64 < f16, bf16 < f32
- * < f64, with f16 and bf16 together giving f32. */
+/* The promotion order of the header: bool < u8, i8 < i32 < i64 < f16, bf16 <
+ * f32 < f64, with f16 and bf16 together giving f32 and u8 with i8 i32. */
 static inline int tu_rank(kiln_dtype dt) {
     switch (dt) {
     case KILN_BOOL:
         return 0;
     case KILN_U8:
+    case KILN_I8:
         return 1;
     case KILN_I32:
         return 2;
@@ -238,6 +243,8 @@ static inline kiln_dtype tu_promote(kiln_dtype a, kiln_dtype b) {
         return a;
     if (tu_is_half(a) && tu_is_half(b))
         return KILN_F32;
+    if (tu_rank(a) == 1 && tu_rank(b) == 1)
+        return KILN_I32; /* u8 with i8 */
     return tu_rank(a) >= tu_rank(b) ? a : b;
 }
 
@@ -309,6 +316,8 @@ static inline int64_t tu_wrap(kiln_dtype dt, int64_t v) {
         return (int64_t)(int32_t)(uint32_t)(uint64_t)v;
     case KILN_U8:
         return (int64_t)((uint64_t)v & 0xFF);
+    case KILN_I8:
+        return (int64_t)(int8_t)(uint8_t)(uint64_t)v;
     case KILN_BOOL:
         return v != 0;
     default:
@@ -317,10 +326,16 @@ static inline int64_t tu_wrap(kiln_dtype dt, int64_t v) {
 }
 
 static inline double tu_int_min(kiln_dtype dt) {
-    return dt == KILN_I32 ? -2147483648.0 : dt == KILN_I64 ? -9223372036854775808.0 : 0.0;
+    return dt == KILN_I32   ? -2147483648.0
+           : dt == KILN_I64 ? -9223372036854775808.0
+           : dt == KILN_I8  ? -128.0
+                            : 0.0;
 }
 static inline double tu_int_max_plus1(kiln_dtype dt) {
-    return dt == KILN_I32 ? 2147483648.0 : dt == KILN_I64 ? 9223372036854775808.0 : 256.0;
+    return dt == KILN_I32   ? 2147483648.0
+           : dt == KILN_I64 ? 9223372036854775808.0
+           : dt == KILN_I8  ? 128.0
+                            : 256.0;
 }
 
 /* A float value converted to an integer dtype as kiln_cast does: truncation
@@ -332,10 +347,10 @@ static inline int64_t tu_float_to_int(double v, kiln_dtype dt) {
         return 0;
     double t = trunc(v);
     if (t < tu_int_min(dt)) {
-        return dt == KILN_I32 ? INT32_MIN : dt == KILN_I64 ? INT64_MIN : 0;
+        return dt == KILN_I32 ? INT32_MIN : dt == KILN_I64 ? INT64_MIN : dt == KILN_I8 ? -128 : 0;
     }
     if (t >= tu_int_max_plus1(dt)) {
-        return dt == KILN_I32 ? INT32_MAX : dt == KILN_I64 ? INT64_MAX : 255;
+        return dt == KILN_I32 ? INT32_MAX : dt == KILN_I64 ? INT64_MAX : dt == KILN_I8 ? 127 : 255;
     }
     return (int64_t)t;
 }
@@ -388,6 +403,9 @@ static inline void tu_pack(kiln_dtype dt, const double *v, int64_t n, void *out)
         case KILN_U8:
             ((uint8_t *)out)[i] = (uint8_t)tu_float_to_int(v[i], dt);
             break;
+        case KILN_I8:
+            ((int8_t *)out)[i] = (int8_t)tu_float_to_int(v[i], dt);
+            break;
         case KILN_BOOL:
             ((uint8_t *)out)[i] = v[i] != 0;
             break;
@@ -406,6 +424,9 @@ static inline void tu_pack_i64(kiln_dtype dt, const int64_t *v, int64_t n, void 
             break;
         case KILN_U8:
             ((uint8_t *)out)[i] = (uint8_t)tu_wrap(dt, v[i]);
+            break;
+        case KILN_I8:
+            ((int8_t *)out)[i] = (int8_t)tu_wrap(dt, v[i]);
             break;
         case KILN_BOOL:
             ((uint8_t *)out)[i] = v[i] != 0;
@@ -445,6 +466,9 @@ static inline void tu_unpack(kiln_dtype dt, const void *in, int64_t n, double *o
         case KILN_BOOL:
             out[i] = ((const uint8_t *)in)[i];
             break;
+        case KILN_I8:
+            out[i] = ((const int8_t *)in)[i];
+            break;
         }
     }
 }
@@ -461,6 +485,9 @@ static inline void tu_unpack_i64(kiln_dtype dt, const void *in, int64_t n, int64
         case KILN_U8:
         case KILN_BOOL:
             out[i] = ((const uint8_t *)in)[i];
+            break;
+        case KILN_I8:
+            out[i] = ((const int8_t *)in)[i];
             break;
         default: {
             double d = 0;

@@ -37,7 +37,7 @@ typedef struct gen {
 /* ---- types and constants ---- */
 
 static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
-static bool is_signed(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64; }
+static bool is_signed(kiln_dtype dt) { return graph_dtype_is_signed(dt); }
 
 /* The type a dtype computes in (the C path's ctype). */
 static LLVMTypeRef cty(const gen *g, kiln_dtype dt) {

@@ -18,7 +18,7 @@ static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
 static const cstyle_target c_target = {
     .type = {[KILN_F32] = "float", [KILN_F64] = "double", [KILN_F16] = "float",
              [KILN_BF16] = "float", [KILN_I32] = "int32_t", [KILN_I64] = "int64_t",
-             [KILN_U8] = "uint8_t", [KILN_BOOL] = "uint8_t"},
+             [KILN_U8] = "uint8_t", [KILN_BOOL] = "uint8_t", [KILN_I8] = "int8_t"},
     .u8 = "uint8_t", .u16 = "uint16_t", .u32 = "uint32_t", .u64 = "uint64_t",
     .nan = "NAN", .inf = "INFINITY",
     .f32_bits = "kh_fbits", .bits_f32 = "kh_bitsf", .f64_bits = "kh_dbits", .bits_f64 = "kh_bitsd",

@@ -58,7 +58,7 @@ kiln_status cstyle_finish(cstyle_buf *b, const char *what, char **out) {
 }
 
 static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
-static bool is_signed(kiln_dtype dt) { return dt == KILN_I32 || dt == KILN_I64; }
+static bool is_signed(kiln_dtype dt) { return graph_dtype_is_signed(dt); }
 
 static const char *utype(const cstyle_target *t, kiln_dtype dt) {
     return dt == KILN_I64 ? t->u64 : dt == KILN_I32 ? t->u32 : t->u8;

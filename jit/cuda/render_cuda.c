@@ -22,6 +22,7 @@
 
 static const char prelude[] =
     "typedef unsigned char kh_u8;\n"
+    "typedef signed char kh_i8;\n"
     "typedef unsigned short kh_u16;\n"
     "typedef unsigned int kh_u32;\n"
     "typedef int kh_i32;\n"
@@ -83,7 +84,7 @@ static bool is_float(kiln_dtype dt) { return graph_dtype_is_float(dt); }
 static const cstyle_target cuda_target = {
     .type = {[KILN_F32] = "float", [KILN_F64] = "double", [KILN_F16] = "float",
              [KILN_BF16] = "float", [KILN_I32] = "kh_i32", [KILN_I64] = "kh_i64",
-             [KILN_U8] = "kh_u8", [KILN_BOOL] = "kh_u8"},
+             [KILN_U8] = "kh_u8", [KILN_BOOL] = "kh_u8", [KILN_I8] = "kh_i8"},
     .u8 = "kh_u8", .u16 = "kh_u16", .u32 = "kh_u32", .u64 = "kh_u64",
     .nan = "KH_NAN", .inf = "KH_INF",
     .f32_bits = "__float_as_int", .bits_f32 = "__int_as_float",

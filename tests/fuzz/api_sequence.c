@@ -53,8 +53,12 @@ static int64_t dim(input *in) {
 }
 
 static kiln_dtype dtype(input *in) {
+    /* the eight older dtypes keep their bytes (so the corpus keeps its
+     * meaning), 15 became i8 when it was added, 16 is no dtype at all */
     uint8_t b = byte(in) % 17;
-    return b < 16 ? (kiln_dtype)(b % KILN_NUM_DTYPES) : (kiln_dtype)(KILN_NUM_DTYPES + 3);
+    if (b == 15)
+        return KILN_I8;
+    return b < 16 ? (kiln_dtype)(b % 8) : (kiln_dtype)(KILN_NUM_DTYPES + 3);
 }
 
 static double scalar(input *in) {
