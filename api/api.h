@@ -76,6 +76,24 @@ kiln_tensor *api_check_shape(const char *op, kiln_ctx *ctx, int ndim, const int6
  * round, integers truncate toward zero to int64 and then wrap to their width
  * (u8 -3 is 253, as when adding -3), bool is v != 0. */
 graph_scalar api_scalar(double v, kiln_dtype dt);
+/* kiln_*_scalar with s always a constant of the graph's structure, for
+ * kiln's own constants (gelu's, hardswish's 3 and 6, -inf fills, a mean's
+ * 1/n): they never change between steps, and a constant folds and fuses as
+ * the lowering expects. The public kiln_*_scalar bind most values instead
+ * (see kiln.h). */
+kiln_tensor *api_add_literal(kiln_tensor *t, double s);
+kiln_tensor *api_sub_literal(kiln_tensor *t, double s);
+kiln_tensor *api_mul_literal(kiln_tensor *t, double s);
+kiln_tensor *api_div_literal(kiln_tensor *t, double s);
+kiln_tensor *api_pow_literal(kiln_tensor *t, double s);
+kiln_tensor *api_maximum_literal(kiln_tensor *t, double s);
+kiln_tensor *api_minimum_literal(kiln_tensor *t, double s);
+kiln_tensor *api_lt_literal(kiln_tensor *t, double s);
+kiln_tensor *api_le_literal(kiln_tensor *t, double s);
+kiln_tensor *api_gt_literal(kiln_tensor *t, double s);
+kiln_tensor *api_ge_literal(kiln_tensor *t, double s);
+kiln_tensor *api_eq_literal(kiln_tensor *t, double s);
+kiln_tensor *api_ne_literal(kiln_tensor *t, double s);
 
 /* Broadcasts node shapes; false when they do not broadcast. */
 bool api_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b, int *nout,

@@ -179,58 +179,122 @@ static kiln_dtype scalar_dtype(kiln_dtype t, double s, bool compare) {
     return t == KILN_BOOL ? KILN_I64 : t;
 }
 
-static kiln_tensor *with_scalar(const char *op, graph_op gop, kiln_tensor *t, double s) {
+/* Whether s enters the graph as a constant of its structure rather than a
+ * bound 0-d input (see kiln.h): the values graph_binary folds on (x + 0,
+ * x * 1, x / 1, x ** 1, and 0, 1, -1 as operands of the constant folds
+ * autograd's rules rely on), and an integer pow's exponent, which
+ * lower/rules_int.c's int_pow unrolls over its bits and a constant folds
+ * to the few multiplies it needs. */
+static bool scalar_is_literal(graph_op gop, kiln_dtype dt, double s) {
+    if (s == 0 || s == 1 || s == -1)
+        return true;
+    return gop == GRAPH_POW && !graph_dtype_is_float(dt);
+}
+
+static kiln_tensor *with_scalar(const char *op, graph_op gop, kiln_tensor *t, double s,
+                                bool literal) {
     kiln_ctx *ctx;
     kiln_tensor *e = api_check(op, 1, &t, &ctx);
     if (e || !t)
         return e;
     kiln_dtype dt = scalar_dtype(t->node->dtype, s, graph_op_is_compare(gop));
-    graph_node *c = graph_const(ctx->g, dt, api_scalar(s, dt));
-    if (!c)
-        return api_wrap(ctx, NULL, op);
+    graph_scalar v = api_scalar(s, dt);
+    graph_node *c;
+    if (literal || scalar_is_literal(gop, dt, s)) {
+        if (!(c = graph_const(ctx->g, dt, v)))
+            return api_wrap(ctx, NULL, op);
+    } else {
+        /* A bound input: the buffer holds the value, so a new value each
+         * step reuses the compiled program (as kiln_rand's seed does). */
+        unsigned char data[16];
+        kiln_status st;
+        char msg[256];
+        graph_scalar_store(data, dt, 0, v);
+        if (!(c = api_data_node(ctx, op, dt, 0, NULL, data, &st, msg, sizeof msg)))
+            return api_fail(ctx, st, "%s", msg);
+    }
     kiln_tensor *r = combine(ctx, op, gop, t->node, c, dt);
     graph_unref(c);
     return r;
 }
 
 kiln_tensor *kiln_add_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_add_scalar", GRAPH_ADD, t, s);
+    return with_scalar("kiln_add_scalar", GRAPH_ADD, t, s, false);
+}
+kiln_tensor *api_add_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_add_scalar", GRAPH_ADD, t, s, true);
 }
 kiln_tensor *kiln_sub_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_sub_scalar", GRAPH_SUB, t, s);
+    return with_scalar("kiln_sub_scalar", GRAPH_SUB, t, s, false);
+}
+kiln_tensor *api_sub_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_sub_scalar", GRAPH_SUB, t, s, true);
 }
 kiln_tensor *kiln_mul_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_mul_scalar", GRAPH_MUL, t, s);
+    return with_scalar("kiln_mul_scalar", GRAPH_MUL, t, s, false);
+}
+kiln_tensor *api_mul_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_mul_scalar", GRAPH_MUL, t, s, true);
 }
 kiln_tensor *kiln_div_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_div_scalar", GRAPH_DIV, t, s);
+    return with_scalar("kiln_div_scalar", GRAPH_DIV, t, s, false);
+}
+kiln_tensor *api_div_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_div_scalar", GRAPH_DIV, t, s, true);
 }
 kiln_tensor *kiln_pow_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_pow_scalar", GRAPH_POW, t, s);
+    return with_scalar("kiln_pow_scalar", GRAPH_POW, t, s, false);
+}
+kiln_tensor *api_pow_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_pow_scalar", GRAPH_POW, t, s, true);
 }
 kiln_tensor *kiln_maximum_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_maximum_scalar", GRAPH_MAXIMUM, t, s);
+    return with_scalar("kiln_maximum_scalar", GRAPH_MAXIMUM, t, s, false);
+}
+kiln_tensor *api_maximum_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_maximum_scalar", GRAPH_MAXIMUM, t, s, true);
 }
 kiln_tensor *kiln_minimum_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_minimum_scalar", GRAPH_MINIMUM, t, s);
+    return with_scalar("kiln_minimum_scalar", GRAPH_MINIMUM, t, s, false);
+}
+kiln_tensor *api_minimum_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_minimum_scalar", GRAPH_MINIMUM, t, s, true);
 }
 kiln_tensor *kiln_lt_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_lt_scalar", GRAPH_LT, t, s);
+    return with_scalar("kiln_lt_scalar", GRAPH_LT, t, s, false);
+}
+kiln_tensor *api_lt_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_lt_scalar", GRAPH_LT, t, s, true);
 }
 kiln_tensor *kiln_le_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_le_scalar", GRAPH_LE, t, s);
+    return with_scalar("kiln_le_scalar", GRAPH_LE, t, s, false);
+}
+kiln_tensor *api_le_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_le_scalar", GRAPH_LE, t, s, true);
 }
 kiln_tensor *kiln_gt_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_gt_scalar", GRAPH_GT, t, s);
+    return with_scalar("kiln_gt_scalar", GRAPH_GT, t, s, false);
+}
+kiln_tensor *api_gt_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_gt_scalar", GRAPH_GT, t, s, true);
 }
 kiln_tensor *kiln_ge_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_ge_scalar", GRAPH_GE, t, s);
+    return with_scalar("kiln_ge_scalar", GRAPH_GE, t, s, false);
+}
+kiln_tensor *api_ge_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_ge_scalar", GRAPH_GE, t, s, true);
 }
 kiln_tensor *kiln_eq_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_eq_scalar", GRAPH_EQ, t, s);
+    return with_scalar("kiln_eq_scalar", GRAPH_EQ, t, s, false);
+}
+kiln_tensor *api_eq_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_eq_scalar", GRAPH_EQ, t, s, true);
 }
 kiln_tensor *kiln_ne_scalar(kiln_tensor *t, double s) {
-    return with_scalar("kiln_ne_scalar", GRAPH_NE, t, s);
+    return with_scalar("kiln_ne_scalar", GRAPH_NE, t, s, false);
+}
+kiln_tensor *api_ne_literal(kiln_tensor *t, double s) {
+    return with_scalar("kiln_ne_scalar", GRAPH_NE, t, s, true);
 }
 
 /* ---- where ---- */

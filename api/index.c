@@ -206,7 +206,7 @@ static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_te
     kiln_tensor *hot = kiln_transpose(points(api_axis_last(index, ax, NULL), K), -1, -2);
     int last = -1;
     kiln_tensor *count = kiln_sum(kiln_cast(hot, KILN_I64), 1, &last, false); /* [..., K] */
-    kiln_tensor *covered = kiln_gt_scalar(count, 0);
+    kiln_tensor *covered = api_gt_literal(count, 0);
     kiln_tensor *r; /* [..., K]: the combination of what points at each place */
     switch (reduce) {
     case -1: { /* assignment: the last source element in row order wins */
@@ -244,7 +244,7 @@ static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_te
         case KILN_SCATTER_SUM: r = kiln_add(r, kiln_cast(t, kiln_dtype_of(r))); break;
         case KILN_SCATTER_MEAN:
             r = kiln_add(r, kiln_cast(t, kiln_dtype_of(r)));
-            count = kiln_add_scalar(count, 1);
+            count = api_add_literal(count, 1);
             break;
         case KILN_SCATTER_PROD: r = kiln_mul(r, t); break;
         case KILN_SCATTER_AMAX: r = kiln_maximum(r, t); break;
@@ -301,6 +301,6 @@ kiln_tensor *kiln_index(kiln_tensor *t, int axis, kiln_tensor *index) {
     kiln_scope_begin(ctx);
     kiln_tensor *flat = kiln_cast(kiln_reshape(index, 1, &n), KILN_I64);
     /* negatives count from the end */
-    flat = kiln_where(kiln_lt_scalar(flat, 0), kiln_add_scalar(flat, (double)K), flat);
+    flat = kiln_where(api_lt_literal(flat, 0), api_add_literal(flat, (double)K), flat);
     return api_finish(ctx, kiln_reshape(kiln_index_select(t, ax, flat), nd, shape));
 }

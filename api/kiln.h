@@ -218,7 +218,19 @@ KILN_API kiln_tensor *kiln_where(kiln_tensor *cond, kiln_tensor *a, kiln_tensor 
 /* Binary ops with a scalar as the second operand. The scalar does not promote
  * within a kind: f16 + 2.5 stays f16, i32 * 3 stays i32; an integer or bool
  * tensor with a non-integral scalar gives f32, and bool with an integral one
- * gives i64 (comparisons always give bool). */
+ * gives i64 (comparisons always give bool).
+ *
+ * The scalar's value is a bound input of the compiled program, not part of
+ * its structure: a loop that calls kiln_mul_scalar(x, lr) with a new lr each
+ * step compiles once. The exceptions are literals, which the graph holds as
+ * constants so that they fold: the values 0, 1 and -1 (x + 0, x * 1, x / 1
+ * and x ** 1 are x itself), and the exponent of kiln_pow_scalar on an
+ * integer computation (integer pow is lowered by squaring over the
+ * exponent's bits, which a constant exponent reduces to a few multiplies).
+ * So a value that moves into or out of that set (1 to 1.1), or that changes
+ * the result dtype above (3 to 2.5 on an integer tensor, 300 to 301 in a
+ * comparison with a u8 tensor does not, 255 to 256 does), compiles once
+ * more; other values of the same kind reuse the program. */
 KILN_API kiln_tensor *kiln_add_scalar(kiln_tensor *t, double s);
 KILN_API kiln_tensor *kiln_sub_scalar(kiln_tensor *t, double s);
 KILN_API kiln_tensor *kiln_mul_scalar(kiln_tensor *t, double s);

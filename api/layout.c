@@ -69,7 +69,7 @@ static kiln_tensor *triangle(const char *op, kiln_tensor *t, int64_t k, bool low
     kiln_tensor *rows = kiln_unsqueeze(kiln_arange(ctx, KILN_I64, 0, (double)n, 1), 1);
     kiln_tensor *cols = kiln_unsqueeze(kiln_arange(ctx, KILN_I64, 0, (double)m, 1), 0);
     kiln_tensor *d = kiln_sub(cols, rows);
-    kiln_tensor *keep = lower ? kiln_le_scalar(d, (double)k) : kiln_ge_scalar(d, (double)k);
+    kiln_tensor *keep = lower ? api_le_literal(d, (double)k) : api_ge_literal(d, (double)k);
     /* An empty matrix is its own triangle, but in a handle of its own: the
      * caller may release the result and keep t (found by tests/fuzz). */
     kiln_tensor *r = n == 0 || m == 0
@@ -286,7 +286,7 @@ kiln_tensor *kiln_diag(kiln_tensor *t, int64_t k) {
     kiln_scope_begin(ctx);
     kiln_tensor *rows = kiln_unsqueeze(kiln_arange(ctx, KILN_I64, 0, (double)side, 1), 1);
     kiln_tensor *cols = kiln_unsqueeze(kiln_arange(ctx, KILN_I64, 0, (double)side, 1), 0);
-    kiln_tensor *on = kiln_eq_scalar(kiln_sub(cols, rows), (double)k);
+    kiln_tensor *on = api_eq_literal(kiln_sub(cols, rows), (double)k);
     /* row i holds v[i] (k >= 0) or v[i + k]: v padded to the side, per row */
     int64_t pads[2] = {k < 0 ? -k : 0, k < 0 ? 0 : k};
     kiln_tensor *v = kiln_unsqueeze(kiln_pad(t, pads, 0), 1);

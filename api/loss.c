@@ -71,7 +71,7 @@ static kiln_tensor *class_loss(kiln_tensor *nll, kiln_tensor *smooth, kiln_tenso
     kiln_tensor *zero = kiln_scalar(ctx, kiln_dtype_of(nll), 0);
     kiln_tensor *loss = kiln_mul(nll, w);
     if (smooth && eps > 0)
-        loss = kiln_add(kiln_mul_scalar(loss, 1 - eps), kiln_mul_scalar(smooth, eps / (double)c));
+        loss = kiln_add(api_mul_literal(loss, 1 - eps), api_mul_literal(smooth, eps / (double)c));
     /* where, not a product: an ignored row's parts may be inf (a -inf
      * logit), and inf * 0 would be NaN */
     if (keep)
@@ -130,7 +130,7 @@ static kiln_tensor *class_begin(const char *op, const char *what, kiln_tensor *i
     r->dt = kiln_dtype_of(r->x);
     kiln_tensor *t = kiln_reshape(kiln_cast(targets, KILN_I64), 1, &r->m);
     r->hit = api_one_hot(t, r->c);
-    r->keep = ignoring ? kiln_ne_scalar(t, (double)ignore_index) : NULL;
+    r->keep = ignoring ? api_ne_literal(t, (double)ignore_index) : NULL;
     r->w = row_weights(r->hit, weight, r->keep, r->dt, r->m);
     r->zero = kiln_scalar(r->ctx, r->dt, 0);
     return NULL;
@@ -159,7 +159,7 @@ kiln_tensor *kiln_cross_entropy_ex(kiln_tensor *logits, kiln_tensor *targets,
     kiln_tensor *picked = kiln_sum(kiln_where(r.hit, x, r.zero), 1, &one, false);
     kiln_tensor *lse_row = kiln_reshape(lse, 1, &r.m);
     /* a target matching no class (lazily out of range) contributes 0 */
-    kiln_tensor *any = kiln_gt_scalar(kiln_sum(kiln_cast(r.hit, KILN_I32), 1, &one, false), 0);
+    kiln_tensor *any = api_gt_literal(kiln_sum(kiln_cast(r.hit, KILN_I32), 1, &one, false), 0);
     kiln_tensor *nll = kiln_where(any, kiln_sub(lse_row, picked), r.zero);
     kiln_tensor *smooth = NULL;
     if (label_smoothing > 0) {
@@ -254,7 +254,7 @@ kiln_tensor *kiln_binary_cross_entropy_with_logits(kiln_tensor *logits, kiln_ten
     /* PyTorch's stable form: (1 - y) x + (1 + (pw - 1) y) softplus(-x) */
     kiln_tensor *x = logits, *y = targets;
     kiln_tensor *sp = softplus(kiln_neg(x));
-    kiln_tensor *lw = pos_weight ? kiln_add_scalar(kiln_mul(kiln_sub_scalar(pos_weight, 1), y), 1)
+    kiln_tensor *lw = pos_weight ? api_add_literal(kiln_mul(api_sub_literal(pos_weight, 1), y), 1)
                                  : NULL;
     kiln_tensor *loss = kiln_add(kiln_mul(kiln_sub(kiln_scalar(ctx, kiln_dtype_of(y), 1), y), x),
                                  lw ? kiln_mul(lw, sp) : sp);
@@ -278,7 +278,7 @@ kiln_tensor *kiln_kl_div(kiln_tensor *input, kiln_tensor *target, bool log_targe
         /* t log t - t x, with 0 log 0 = 0 (PyTorch's xlogy); a negative
          * target gives NaN, as there */
         kiln_tensor *zero = kiln_scalar(ctx, kiln_dtype_of(t), 0);
-        kiln_tensor *tlogt = kiln_where(kiln_eq_scalar(t, 0), zero, kiln_mul(t, kiln_log(t)));
+        kiln_tensor *tlogt = kiln_where(api_eq_literal(t, 0), zero, kiln_mul(t, kiln_log(t)));
         loss = kiln_sub(tlogt, kiln_mul(t, input));
     }
     return api_finish(ctx, api_reduce_loss(loss, reduction));
@@ -290,9 +290,9 @@ kiln_tensor *kiln_kl_div(kiln_tensor *input, kiln_tensor *target, bool log_targe
 static kiln_tensor *piecewise(kiln_tensor *a, kiln_tensor *b, double at, double scale,
                               double slope) {
     kiln_tensor *d = kiln_sub(a, b), *ad = kiln_abs(d);
-    kiln_tensor *quad = kiln_mul_scalar(kiln_mul(d, d), 0.5 / scale);
-    kiln_tensor *lin = kiln_mul_scalar(kiln_sub_scalar(ad, 0.5 * at), slope);
-    return kiln_where(kiln_lt_scalar(ad, at), quad, lin);
+    kiln_tensor *quad = api_mul_literal(kiln_mul(d, d), 0.5 / scale);
+    kiln_tensor *lin = api_mul_literal(api_sub_literal(ad, 0.5 * at), slope);
+    return kiln_where(api_lt_literal(ad, at), quad, lin);
 }
 
 kiln_tensor *kiln_huber_loss(kiln_tensor *a, kiln_tensor *b, double delta,

@@ -67,9 +67,9 @@ kiln_tensor *kiln_sign(kiln_tensor *t) {
         return api_wrap(ctx, graph_ref(t->node), "kiln_sign");
     kiln_scope_begin(ctx);
     /* x itself where it is neither above nor below 0: 0, -0 and NaN */
-    kiln_tensor *r = kiln_where(kiln_gt_scalar(t, 0), kiln_scalar(ctx, dt, 1),
+    kiln_tensor *r = kiln_where(api_gt_literal(t, 0), kiln_scalar(ctx, dt, 1),
                                 dt == KILN_U8 ? t
-                                              : kiln_where(kiln_lt_scalar(t, 0),
+                                              : kiln_where(api_lt_literal(t, 0),
                                                            kiln_scalar(ctx, dt, -1), t));
     return api_finish(ctx, r);
 }
@@ -121,9 +121,9 @@ kiln_tensor *kiln_floor_divide(kiln_tensor *a, kiln_tensor *b) {
     kiln_tensor *zero = kiln_scalar(ctx, ct, 0);
     kiln_tensor *past = kiln_bitwise_and(kiln_ne(m, zero),
                                          kiln_bitwise_xor(kiln_lt(m, zero), kiln_lt(y, zero)));
-    q = kiln_where(past, kiln_sub_scalar(q, 1), q);
+    q = kiln_where(past, api_sub_literal(q, 1), q);
     kiln_tensor *f = kiln_floor(q);
-    f = kiln_where(kiln_gt_scalar(kiln_sub(q, f), 0.5), kiln_add_scalar(f, 1), f);
+    f = kiln_where(api_gt_literal(kiln_sub(q, f), 0.5), api_add_literal(f, 1), f);
     kiln_tensor *d = kiln_div(x, y);
     /* a zero quotient keeps the sign of a / b */
     f = kiln_where(kiln_eq(f, zero), kiln_copysign(zero, d), f);
@@ -148,8 +148,8 @@ kiln_tensor *kiln_trunc_divide(kiln_tensor *a, kiln_tensor *b) {
      * with a's sign that is nonzero, and operands of different signs */
     kiln_tensor *q = kiln_div(a, b);
     kiln_tensor *r = kiln_fmod(a, b);
-    kiln_tensor *differ = kiln_bitwise_xor(kiln_lt_scalar(a, 0), kiln_lt_scalar(b, 0));
-    kiln_tensor *up = kiln_bitwise_and(kiln_ne_scalar(r, 0), differ);
+    kiln_tensor *differ = kiln_bitwise_xor(api_lt_literal(a, 0), api_lt_literal(b, 0));
+    kiln_tensor *up = kiln_bitwise_and(api_ne_literal(r, 0), differ);
     return api_finish(ctx, kiln_add(q, kiln_cast(up, dt)));
 }
 
@@ -170,9 +170,9 @@ kiln_tensor *kiln_isclose(kiln_tensor *a, kiln_tensor *b, double rtol, double at
     kiln_tensor *x = kiln_cast(a, dt), *y = kiln_cast(b, dt);
     /* equal values first (inf with inf), then the tolerance, which an
      * infinity never meets (inf - inf is NaN, inf <= inf is false there) */
-    kiln_tensor *tol = kiln_add_scalar(kiln_mul_scalar(kiln_abs(y), rtol), atol);
+    kiln_tensor *tol = api_add_literal(api_mul_literal(kiln_abs(y), rtol), atol);
     kiln_tensor *d = kiln_abs(kiln_sub(x, y));
-    kiln_tensor *finite = kiln_lt_scalar(kiln_abs(y), INFINITY);
+    kiln_tensor *finite = api_lt_literal(kiln_abs(y), INFINITY);
     kiln_tensor *r = kiln_bitwise_or(kiln_eq(x, y), kiln_bitwise_and(finite, kiln_le(d, tol)));
     if (equal_nan)
         r = kiln_bitwise_or(r, kiln_bitwise_and(kiln_ne(x, x), kiln_ne(y, y)));

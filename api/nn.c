@@ -240,7 +240,7 @@ static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t 
             acc = !acc ? t : is_max ? kiln_maximum(acc, t) : kiln_add(acc, t);
         }
     if (!is_max)
-        acc = kiln_div_scalar(acc, (double)(kh * kw));
+        acc = api_div_literal(acc, (double)(kh * kw));
     return api_finish(ctx, acc);
 }
 
@@ -270,7 +270,7 @@ static kiln_tensor *normalise(kiln_tensor *x, int naxes, const int *axes, double
         *mean = mu;
     if (var)
         *var = v;
-    return kiln_mul(xc, kiln_rsqrt(kiln_add_scalar(v, eps)));
+    return kiln_mul(xc, kiln_rsqrt(api_add_literal(v, eps)));
 }
 
 kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight, kiln_tensor *bias,
@@ -317,8 +317,8 @@ kiln_tensor *kiln_layer_norm(kiln_tensor *x, int n, kiln_tensor *weight, kiln_te
 /* running = (1 - momentum) * running + momentum * batch, recorded lazily. */
 static kiln_status update_running(kiln_tensor *running, kiln_tensor *batch, double momentum) {
     kiln_tensor *v =
-        kiln_add(kiln_mul_scalar(running, 1.0 - momentum),
-                 kiln_mul_scalar(kiln_reshape(batch, 1, kiln_shape(running)), momentum));
+        kiln_add(api_mul_literal(running, 1.0 - momentum),
+                 api_mul_literal(kiln_reshape(batch, 1, kiln_shape(running)), momentum));
     return kiln_error(v) != KILN_OK ? kiln_error(v) : kiln_assign(running, v);
 }
 
@@ -385,7 +385,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
             kiln_status st = update_running(running_mean, mean, momentum);
             if (st == KILN_OK)
                 st = update_running(running_var,
-                                    kiln_mul_scalar(var, (double)count / (double)(count - 1)),
+                                    api_mul_literal(var, (double)count / (double)(count - 1)),
                                     momentum);
             kiln_no_grad_end(ctx);
             if (st != KILN_OK)
@@ -397,7 +397,7 @@ kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean, kiln_ten
     } else {
         kiln_tensor *mean = per_channel(running_mean, X->ndim - 2);
         kiln_tensor *var = per_channel(running_var, X->ndim - 2);
-        y = kiln_mul(kiln_sub(x, mean), kiln_rsqrt(kiln_add_scalar(var, eps)));
+        y = kiln_mul(kiln_sub(x, mean), kiln_rsqrt(api_add_literal(var, eps)));
     }
     if (weight)
         y = kiln_mul(y, per_channel(weight, X->ndim - 2));
@@ -502,8 +502,8 @@ kiln_tensor *kiln_cross_entropy(kiln_tensor *logits, kiln_tensor *targets,
     kiln_tensor *loss = kiln_sub(kiln_reshape(lse, 1, T->shape), picked);
     /* A target out of range matched no column; its row contributes 0. */
     kiln_tensor *zero = kiln_scalar(ctx, kiln_dtype_of(loss), 0);
-    loss = kiln_where(kiln_ge_scalar(targets, 0),
-                      kiln_where(kiln_lt_scalar(targets, (double)L->shape[1]), loss, zero), zero);
+    loss = kiln_where(api_ge_literal(targets, 0),
+                      kiln_where(api_lt_literal(targets, (double)L->shape[1]), loss, zero), zero);
     return api_finish(ctx, api_reduce_loss(loss, reduction));
 }
 
@@ -519,8 +519,8 @@ kiln_tensor *kiln_gelu_tanh(kiln_tensor *x) {
     const double sqrt_2_over_pi = 0.79788456080286535588;
     kiln_tensor *cube = kiln_mul(kiln_mul(x, x), x);
     kiln_tensor *inner =
-        kiln_mul_scalar(kiln_add(x, kiln_mul_scalar(cube, 0.044715)), sqrt_2_over_pi);
-    kiln_tensor *y = kiln_mul(kiln_mul_scalar(x, 0.5), kiln_add_scalar(kiln_tanh(inner), 1.0));
+        api_mul_literal(kiln_add(x, api_mul_literal(cube, 0.044715)), sqrt_2_over_pi);
+    kiln_tensor *y = kiln_mul(api_mul_literal(x, 0.5), api_add_literal(kiln_tanh(inner), 1.0));
     return api_finish(ctx, y);
 }
 
@@ -533,8 +533,8 @@ kiln_tensor *kiln_hardswish(kiln_tensor *x) {
     if (e || !ctx)
         return e;
     kiln_scope_begin(ctx);
-    kiln_tensor *gate = kiln_minimum_scalar(kiln_maximum_scalar(kiln_add_scalar(x, 3), 0), 6);
-    return api_finish(ctx, kiln_div_scalar(kiln_mul(x, gate), 6));
+    kiln_tensor *gate = api_minimum_literal(api_maximum_literal(api_add_literal(x, 3), 0), 6);
+    return api_finish(ctx, api_div_literal(kiln_mul(x, gate), 6));
 }
 
 kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training) {
@@ -552,9 +552,9 @@ kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool training
     if (!training || p == 0)
         return api_wrap(ctx, graph_ref(X), op);
     kiln_scope_begin(ctx);
-    kiln_tensor *keep = kiln_ge_scalar(kiln_rand(ctx, KILN_F32, X->ndim, X->shape, seed), p);
+    kiln_tensor *keep = api_ge_literal(kiln_rand(ctx, KILN_F32, X->ndim, X->shape, seed), p);
     kiln_tensor *y =
-        kiln_where(keep, kiln_mul_scalar(x, 1.0 / (1.0 - p)), kiln_scalar(ctx, X->dtype, 0));
+        kiln_where(keep, api_mul_literal(x, 1.0 / (1.0 - p)), kiln_scalar(ctx, X->dtype, 0));
     return api_finish(ctx, y);
 }
 
@@ -659,7 +659,7 @@ static kiln_tensor *attention(const char *op, kiln_tensor *q, kiln_tensor *k, ki
         k = kiln_repeat_interleave(k, groups, -3);
         v = kiln_repeat_interleave(v, groups, -3);
     }
-    kiln_tensor *scores = kiln_mul_scalar(kiln_matmul(q, kiln_transpose(k, -1, -2)), scale);
+    kiln_tensor *scores = api_mul_literal(kiln_matmul(q, kiln_transpose(k, -1, -2)), scale);
     kiln_tensor *ninf = kiln_scalar(ctx, kiln_dtype_of(scores), -INFINITY);
     if (causal) {
         int64_t col[2] = {l, 1};

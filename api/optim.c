@@ -296,18 +296,18 @@ static kiln_status update(kiln_optim *o, int i, kiln_tensor *g) {
     g = as_dtype(g, dt);
     kiln_tensor *newp, *newm = NULL, *newv = NULL;
     if (o->weight_decay != 0 && o->kind != OPTIM_ADAMW)
-        g = kiln_add(g, kiln_mul_scalar(p, o->weight_decay));
+        g = kiln_add(g, api_mul_literal(p, o->weight_decay));
     if (o->kind == OPTIM_SGD) {
         if (o->m) {
-            newm = kiln_add(kiln_mul_scalar(o->m[i], o->momentum), g);
-            g = o->nesterov ? kiln_add(g, kiln_mul_scalar(newm, o->momentum)) : newm;
+            newm = kiln_add(api_mul_literal(o->m[i], o->momentum), g);
+            g = o->nesterov ? kiln_add(g, api_mul_literal(newm, o->momentum)) : newm;
         }
         newp = kiln_sub(p, kiln_mul(g, scalar(o, OPTIM_LR, dt, t)));
     } else {
-        newm = kiln_add(kiln_mul_scalar(o->m[i], o->beta1), kiln_mul_scalar(g, 1 - o->beta1));
-        newv = kiln_add(kiln_mul_scalar(o->v[i], o->beta2),
-                        kiln_mul_scalar(kiln_mul(g, g), 1 - o->beta2));
-        kiln_tensor *denom = kiln_add_scalar(
+        newm = kiln_add(api_mul_literal(o->m[i], o->beta1), api_mul_literal(g, 1 - o->beta1));
+        newv = kiln_add(api_mul_literal(o->v[i], o->beta2),
+                        api_mul_literal(kiln_mul(g, g), 1 - o->beta2));
+        kiln_tensor *denom = api_add_literal(
             kiln_mul(kiln_sqrt(newv), scalar(o, OPTIM_INV_SQRT_BC, dt, t)), o->eps);
         kiln_tensor *step = kiln_mul(kiln_div(newm, denom), scalar(o, OPTIM_STEP_SIZE, dt, t));
         if (o->kind == OPTIM_ADAMW && o->weight_decay != 0)

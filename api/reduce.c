@@ -122,7 +122,7 @@ static kiln_tensor *variance(const char *op, kiln_tensor *t, int naxes, const in
     kiln_scope_begin(ctx);
     kiln_tensor *x = kiln_cast(t, acc);
     kiln_tensor *d = kiln_sub(x, kiln_mean(x, nax, ax, true));
-    kiln_tensor *v = kiln_div_scalar(kiln_sum(kiln_mul(d, d), nax, ax, keepdim),
+    kiln_tensor *v = api_div_literal(kiln_sum(kiln_mul(d, d), nax, ax, keepdim),
                                      (double)count - correction);
     if (root)
         v = kiln_sqrt(v);

@@ -83,14 +83,14 @@ static kiln_tensor *sort_network(const char *op, kiln_tensor *t, int axis, bool 
             kiln_tensor *li = kiln_slice(is, nd, 0, 1, 1), *hj = kiln_slice(is, nd, 1, 2, 1);
             /* block b runs up when bit blk of its first position b * 2j is clear */
             kiln_tensor *b = kiln_arange(ctx, KILN_I64, 0, (double)(m / (2 * j)), 1);
-            kiln_tensor *up = kiln_eq_scalar(
-                kiln_bitwise_and(kiln_mul_scalar(b, (double)(2 * j)),
+            kiln_tensor *up = api_eq_literal(
+                kiln_bitwise_and(api_mul_literal(b, (double)(2 * j)),
                                  kiln_scalar(ctx, KILN_I64, (double)blk)),
                 0);
             up = kiln_reshape(up, 3, (const int64_t[]){m / (2 * j), 1, 1});
             /* hi before lo: a real element before padding (index n on), then
              * by key, then by index; out of order in a block going up */
-            kiln_tensor *ph = kiln_ge_scalar(hj, (double)n), *pl = kiln_ge_scalar(li, (double)n);
+            kiln_tensor *ph = api_ge_literal(hj, (double)n), *pl = api_ge_literal(li, (double)n);
             kiln_tensor *by_key =
                 kiln_bitwise_or(key_before(hi, lo, descending, fl),
                                 kiln_bitwise_and(key_equal(hi, lo, fl), kiln_lt(hj, li)));
