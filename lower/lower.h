@@ -259,6 +259,11 @@ typedef enum lower_block_kind {
 typedef struct lower_block {
     lower_block_kind kind;
     int reduce;         /* LOWER_BLOCK_REDUCE: the UOP_REDUCE instruction it finishes */
+    int stash;          /* -1, or an inner value a row kernel computes in a sum pass and
+                           needs again in its store pass (softmax's exp): the sum pass
+                           (REDUCE) also stores it into output 0 at the store index, and
+                           the store pass (STORE) loads it from there instead of computing
+                           it; lower_plan_program decides (see plan_stash) */
     int n;
     int *ins;           /* the instructions computed, in order (dead ones never appear) */
 } lower_block;

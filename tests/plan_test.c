@@ -81,6 +81,40 @@ Test(plan, elementwise_is_one_outer_block) {
     graph_ctx_free(g);
 }
 
+/* Arithmetic instructions (after the rules, all primitives) in a block. */
+static int block_prims(const lower_kernel *k, const lower_block *x) {
+    int n = 0;
+    for (int i = 0; i < x->n; i++)
+        n += k->ins[x->ins[i]].op == UOP_PRIM && !(x->kind == LOWER_BLOCK_STORE && x->ins[i] == x->stash);
+    return n;
+}
+
+/* softmax's exp is computed once: the sum pass stores it into the output
+ * (with the store index in its block) and the store pass loads it back, so
+ * that pass holds only the quotient's few primitives, not exp's thirty. */
+static void check_stash(const lower_kernel *k, const lower_plan *p) {
+    const lower_block *sum = &p->blocks[0], *st = &p->blocks[p->nblocks - 1];
+    for (int b = 0; b < p->nblocks; b++)
+        if (p->blocks[b].kind == LOWER_BLOCK_REDUCE && k->ins[p->blocks[b].reduce].gop == GRAPH_SUM)
+            sum = &p->blocks[b];
+    cr_assert(st->stash >= 0, "softmax's store pass recomputes exp");
+    cr_assert_eq(sum->stash, st->stash);
+    cr_assert_eq(k->ins[st->stash].dt, KILN_F32);
+    cr_assert(k->ins[st->stash].inner);
+    bool has_store = false, has_stash = false;
+    for (int i = 0; i < sum->n; i++) {
+        has_store |= sum->ins[i] == k->store;
+        has_stash |= sum->ins[i] == st->stash;
+    }
+    cr_assert(has_store && has_stash, "the sum pass cannot store the stash");
+    cr_assert(st->stash > k->store, "the store pass would read before its index exists");
+    cr_assert(block_prims(k, st) <= 4, "the store pass computes %d primitives", block_prims(k, st));
+    cr_assert(block_prims(k, sum) >= 20, "the sum pass computes %d primitives", block_prims(k, sum));
+    for (int b = 0; b < p->nblocks; b++)
+        if (&p->blocks[b] != sum && &p->blocks[b] != st)
+            cr_assert_eq(p->blocks[b].stash, -1);
+}
+
 /* softmax over rows: max pass, sum pass, then a store pass, with the outer
  * values between them. */
 Test(plan, softmax_is_two_passes_and_a_store) {
@@ -110,10 +144,12 @@ Test(plan, softmax_is_two_passes_and_a_store) {
     check_blocks(k, &plans[0]);
     cr_assert(!plans[0].split, "64 rows keep the threads busy without splitting");
     cr_assert_eq(plans[0].grid, 64);
+    check_stash(k, &plans[0]);
     lower_plans_free(plans, p->nkernels);
     plans = lower_plan_program(p, &gpu);
     cr_assert(plans);
     cr_assert_eq(plans[0].block_threads, 256);
+    check_stash(k, &plans[0]);
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
     graph_unref(x);
@@ -121,6 +157,69 @@ Test(plan, softmax_is_two_passes_and_a_store) {
     graph_unref(mxe);
     graph_unref(e);
     graph_unref(s);
+    graph_ctx_free(g);
+}
+
+static graph_node *softmax_rows(graph_node *x) {
+    graph_node *mx = graph_reduce(GRAPH_RMAX, x, 2u, x->dtype);
+    graph_node *mxe = graph_expand(mx, x->shape);
+    graph_node *d = graph_binary(GRAPH_SUB, x, mxe);
+    graph_node *e = graph_unary(GRAPH_EXP, d);
+    graph_node *sr = graph_reduce(GRAPH_SUM, e, 2u, x->dtype);
+    graph_node *s = graph_expand(sr, x->shape);
+    graph_node *y = graph_binary(GRAPH_DIV, e, s);
+    graph_node *tmp[6] = {mx, mxe, d, e, sr, s};
+    for (int i = 0; i < 6; i++)
+        graph_unref(tmp[i]);
+    return y;
+}
+
+static bool any_stash(const lower_plan *p) {
+    for (int b = 0; b < p->nblocks; b++)
+        if (p->blocks[b].stash >= 0)
+            return true;
+    return false;
+}
+
+/* No stash where the store pass recomputes little (centring a row: one
+ * subtraction), where the output is a half (storing the value would round
+ * it), or where the rows are split across threads. */
+Test(plan, stash_only_where_it_saves_work) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t shape[2] = {64, 1000}, longrow[2] = {2, 1 << 19};
+    graph_node *x = input(g, KILN_F32, 2, shape), *h = input(g, KILN_F16, 2, shape);
+    graph_node *l = input(g, KILN_F32, 2, longrow);
+    graph_node *m = graph_expand(graph_reduce(GRAPH_SUM, x, 2u, KILN_F32), shape);
+    graph_node *c = graph_binary(GRAPH_SUB, x, m);
+    lower_program *p = schedule(graph_binary(GRAPH_MUL, c, graph_expand(graph_reduce(GRAPH_SUM, c, 2u, KILN_F32), shape)));
+    graph_node *progs_in[3] = {h, l, NULL};
+    cr_assert_eq(p->nkernels, 1);
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    cr_assert(plans && plans[0].blocks[plans[0].nblocks - 1].kind == LOWER_BLOCK_STORE);
+    cr_assert(!any_stash(&plans[0]), "a stash for a subtraction");
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    for (int i = 0; progs_in[i]; i++) {
+        p = schedule(softmax_rows(progs_in[i]));
+        cr_assert_eq(p->nkernels, 1);
+        plans = lower_plan_program(p, &cpu512);
+        cr_assert(plans);
+        cr_assert(!any_stash(&plans[0]), "a stash for %s",
+                  i == 0 ? "a half output" : "rows split across threads");
+        lower_plans_free(plans, p->nkernels);
+        lower_program_free(p);
+    }
+    p = schedule(softmax_rows(x));
+    plans = lower_plan_program(p, &cpu256);
+    cr_assert(plans);
+    check_stash(&p->kernels[0], &plans[0]);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(x);
+    graph_unref(h);
+    graph_unref(l);
+    graph_unref(m);
+    graph_unref(c);
     graph_ctx_free(g);
 }
 

@@ -631,9 +631,16 @@ static void ins_value(gen *g, int i) {
 static LLVMValueRef add(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildAdd(B, a, b, ""); }
 static LLVMValueRef mul(gen *g, LLVMValueRef a, LLVMValueRef b) { return L_->LLVMBuildMul(B, a, b, ""); }
 
+/* A block's values; a store pass reads its stash back from output 0 (see
+ * lower_block). */
 static void block_values(gen *g, const lower_block *blk) {
-    for (int i = 0; i < blk->n; i++)
-        ins_value(g, blk->ins[i]);
+    for (int i = 0; i < blk->n; i++) {
+        int id = blk->ins[i];
+        if (blk->kind == LOWER_BLOCK_STORE && id == blk->stash)
+            g->val[id] = load(g, 0, g->val[g->k->store]);
+        else
+            ins_value(g, id);
+    }
 }
 
 static void elementwise(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
@@ -719,6 +726,8 @@ static void racc_pass(gen *g, racc *a, const lower_block *blk, LLVMValueRef lo, 
     loop l;
     g->ridx = loop_open(g, &l, lo, hi);
     block_values(g, blk);
+    if (blk->stash >= 0)
+        store(g, 0, g->val[g->k->store], g->val[blk->stash]);
     LLVMValueRef v = g->val[a->x->a];
     v = a->fl ? to_f64(g, v, a->in) : wide(g, v, a->in);
     racc_step(g, a, v, g->ridx, NULL);

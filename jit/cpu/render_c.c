@@ -110,10 +110,22 @@ static void store_stmt(sbuf *b, const lower_kernel *k, const char *indent) {
     }
 }
 
-/* The instructions of a block of the plan. */
+/* The instructions of a block of the plan; a store pass reads its stash
+ * back from output 0 (the plan's stash: only f32 and f64 outputs). */
 static void block_stmts(sbuf *b, const lower_kernel *k, const lower_block *blk) {
-    for (int i = 0; i < blk->n; i++)
-        ins_stmt(b, k->ins, blk->ins[i]);
+    for (int i = 0; i < blk->n; i++) {
+        int id = blk->ins[i];
+        if (blk->kind == LOWER_BLOCK_STORE && id == blk->stash)
+            cstyle_put(b, "      const %s v%d = out0[v%d];\n", ctype(k->ins[id].dt), id, k->store);
+        else
+            ins_stmt(b, k->ins, id);
+    }
+}
+
+/* A sum pass's stash, stored where the store pass will read it. */
+static void stash_stmt(sbuf *b, const lower_kernel *k, const lower_block *blk) {
+    if (blk->stash >= 0)
+        cstyle_put(b, "        out0[v%d] = v%d;\n", k->store, blk->stash);
 }
 
 /* Loop counters as wide as the plan's indices: an int32 index taken from
@@ -215,6 +227,7 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
                          : "      #pragma omp simd reduction(+:acc)\n");
         cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
         block_stmts(b, k, blk);
+        stash_stmt(b, k, blk);
         reduce_step(b, x, in);
         cstyle_put(b, "      }\n");
     }

@@ -140,10 +140,18 @@ jit_cuda_dims jit_cuda_launch_dims(const lower_plan *plan) {
     return (jit_cuda_dims){(unsigned)plan->grid, (unsigned)plan->block_threads};
 }
 
+/* A block's statements; a store pass reads its stash back from output 0,
+ * which the same thread wrote at the same index in the sum pass (both
+ * passes give thread t the elements t, t + threads, …). */
 static void block_stmts(sbuf *b, const lower_kernel *k, const lower_block *blk,
                         const char *indent) {
-    for (int i = 0; i < blk->n; i++)
-        ins_stmt(b, k->ins, blk->ins[i], indent);
+    for (int i = 0; i < blk->n; i++) {
+        int id = blk->ins[i];
+        if (blk->kind == LOWER_BLOCK_STORE && id == blk->stash)
+            cstyle_put(b, "%sconst %s v%d = b0[v%d];\n", indent, ctype(k->ins[id].dt), id, k->store);
+        else
+            ins_stmt(b, k->ins, id, indent);
+    }
 }
 
 static void params(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
@@ -184,6 +192,8 @@ static void render_reduction(sbuf *b, const lower_kernel *k, const lower_block *
         cstyle_put(b, "      %s acc = 0;\n", acc);
         cstyle_put(b, "      for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", threads);
         block_stmts(b, k, blk, "        ");
+        if (blk->stash >= 0)
+            cstyle_put(b, "        b0[v%d] = v%d;\n", k->store, blk->stash);
         cstyle_put(b, "        acc += (%s)v%d;\n      }\n", acc, v);
         cstyle_put(b, "      acc = kh_block_sum(acc, kh_s%s);\n", is_float(in) ? "d" : "u");
         if (is_float(dt))
