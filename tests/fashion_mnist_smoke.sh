@@ -1,7 +1,9 @@
 #!/bin/bash
 # fashion_mnist_smoke.sh — examples/fashion_mnist end to end on a slice of
-# the data: both models train one epoch on 2048 images, the loss falls, and no
-# program is built after the first step; a missing dataset and malformed IDX
+# the data: both models train on 2100 images (16 batches of 128 and one of
+# 52; the MLP two epochs, the CNN one) and evaluate 2100 test images (4
+# batches of 500 and one of 100), the loss falls, and no step of a batch size
+# seen before builds a program; a missing dataset and malformed IDX
 # files are refused with messages that say what is wrong. The dataset comes
 # from Debian's dataset-fashion-mnist (in kiln.sh's package list); without it
 # the training checks fail with the example's message saying so.
@@ -25,26 +27,34 @@ bad() {
     [[ -n ${2:-} ]] && printf '          %s\n' "${2//$'\n'/$'\n'          }"
 }
 
-# The run must succeed, report no program built after step 1, and end with a
-# smaller loss than its first step's.
+# The run must succeed, train and evaluate every image (the last batches
+# smaller), report no program built for a batch size seen before, and end
+# with a smaller loss than its first step's.
 train_check() {
-    local model=$1 out rc=0
-    out=$("$bin" "$model" --limit 2048 --epochs 1 2>&1) || rc=$?
+    local model=$1 epochs=$2 out rc=0
+    out=$("$bin" "$model" --limit 2100 --epochs "$epochs" 2>&1) || rc=$?
     if ((rc != 0)); then
-        bad "$model trains on 2048 images (exit status $rc)" "$out"
+        bad "$model trains on 2100 images (exit status $rc)" "$out"
         return
     fi
-    ok "$model trains on 2048 images"
+    ok "$model trains on 2100 images"
+    if grep -q "2100 training images in 17 batches of 128 (the last of 52), 2100 test images" <<<"$out" &&
+        grep -q "2 training and 2 evaluation batch sizes" <<<"$out"; then
+        ok "$model: no image left out, the last batches smaller"
+    else
+        bad "$model: no image left out, the last batches smaller" "$out"
+    fi
     # Into a pipe the progress bar is plain lines, never carriage returns.
     if [[ $out == *$'\r'* ]]; then
         bad "$model: no carriage returns in a log" "$out"
     else
         ok "$model: no carriage returns in a log"
     fi
-    if grep -q "after step 1: 0 programs built" <<<"$out"; then
-        ok "$model: every step after the first replays its program"
+    if grep -q "steps of a size seen before: 0 programs built, [1-9][0-9]* graph-cache hits" <<<"$out" &&
+        grep -q "; 0 built, [1-9][0-9]* hits in" <<<"$out"; then
+        ok "$model: every step of a batch size seen before replays its program"
     else
-        bad "$model: every step after the first replays its program" "$out"
+        bad "$model: every step of a batch size seen before replays its program" "$out"
     fi
     if awk '/: loss .* at step 1, .* over the last/ {
                 first = $3; last = $7; found = 1
@@ -77,8 +87,8 @@ refuse_check() {
 # An IDX header for n images of 28x28 unsigned bytes.
 images_header() { printf '\0\0\x08\x03\0\0\0%b\0\0\0\x1c\0\0\0\x1c' "\\x$(printf %02x "$1")"; }
 
-train_check mlp
-train_check cnn
+train_check mlp 2
+train_check cnn 1
 
 refuse_check "a missing dataset is refused and the package named" "$tmp/nowhere" \
     "cannot open $tmp/nowhere/train-images-idx3-ubyte.gz" "dataset-fashion-mnist"
