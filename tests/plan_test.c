@@ -174,6 +174,21 @@ static graph_node *softmax_rows(graph_node *x) {
     return y;
 }
 
+/* Softmax down the columns of x: a row kernel whose rows are strided. */
+static graph_node *softmax_columns(graph_node *x) {
+    graph_node *mx = graph_reduce(GRAPH_RMAX, x, 1u, x->dtype);
+    graph_node *mxe = graph_expand(mx, x->shape);
+    graph_node *d = graph_binary(GRAPH_SUB, x, mxe);
+    graph_node *e = graph_unary(GRAPH_EXP, d);
+    graph_node *sr = graph_reduce(GRAPH_SUM, e, 1u, x->dtype);
+    graph_node *s = graph_expand(sr, x->shape);
+    graph_node *y = graph_binary(GRAPH_DIV, e, s);
+    graph_node *tmp[6] = {mx, mxe, d, e, sr, s};
+    for (int i = 0; i < 6; i++)
+        graph_unref(tmp[i]);
+    return y;
+}
+
 static bool any_stash(const lower_plan *p) {
     for (int b = 0; b < p->nblocks; b++)
         if (p->blocks[b].stash >= 0)
@@ -206,6 +221,26 @@ Test(plan, stash_only_where_it_saves_work) {
         cr_assert(plans);
         cr_assert(!any_stash(&plans[0]), "a stash for %s",
                   i == 0 ? "a half output" : "rows split across threads");
+        lower_plans_free(plans, p->nkernels);
+        lower_program_free(p);
+    }
+    /* Down columns, or through a transposed view, the store index may be
+     * computed after the values (renderers compute a block in order): a
+     * stash is only taken after its index. */
+    int64_t tall[2] = {1000, 64};
+    graph_node *t = input(g, KILN_F32, 2, tall);
+    graph_node *tt = graph_permute(x, (const int[]){1, 0});
+    graph_node *cols[3] = {softmax_columns(t), softmax_rows(tt), softmax_columns(tt)};
+    graph_unref(t);
+    graph_unref(tt);
+    for (int i = 0; i < 3; i++) {
+        p = schedule(cols[i]);
+        plans = lower_plan_program(p, &cpu512);
+        cr_assert(plans);
+        for (int b = 0; b < plans[0].nblocks; b++)
+            if (plans[0].blocks[b].stash >= 0)
+                cr_assert(plans[0].blocks[b].stash > p->kernels[0].store,
+                          "a stash before its store index");
         lower_plans_free(plans, p->nkernels);
         lower_program_free(p);
     }
