@@ -5,6 +5,7 @@
  * turns out not to fit (a reduction whose row would move with the reduced
  * index, a matmul whose epilogue kernel changed), it names the node for the
  * driver to materialise, and the program is emitted again. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,13 +460,91 @@ static bool reduced_index(emitter *e, const graph_node *dom, uint32_t axes, int 
     return trailing;
 }
 
+/* The value every place a scatter without include_self points at starts
+ * from: the identity of its combination in dt. */
+static graph_scalar scatter_identity(int reduce, kiln_dtype dt) {
+    bool f = graph_dtype_is_float(dt);
+    bool lowest = reduce == KILN_SCATTER_AMAX;
+    switch (reduce) {
+    case KILN_SCATTER_PROD:
+        return f ? (graph_scalar){.f = 1} : (graph_scalar){.i = 1};
+    case KILN_SCATTER_AMAX:
+    case KILN_SCATTER_AMIN:
+        if (f)
+            return (graph_scalar){.f = lowest ? -INFINITY : INFINITY};
+        switch (dt) {
+        case KILN_I8: return (graph_scalar){.i = lowest ? INT8_MIN : INT8_MAX};
+        case KILN_I32: return (graph_scalar){.i = lowest ? INT32_MIN : INT32_MAX};
+        case KILN_I64: return (graph_scalar){.i = lowest ? INT64_MIN : INT64_MAX};
+        case KILN_U8: return (graph_scalar){.i = lowest ? 0 : UINT8_MAX};
+        default: return (graph_scalar){.i = lowest ? 0 : 1};
+        }
+    default:
+        return f ? (graph_scalar){.f = 0} : (graph_scalar){.i = 0};
+    }
+}
+
+static graph_op scatter_combine(int reduce) {
+    switch (reduce) {
+    case KILN_SCATTER_SUM: return GRAPH_ADD;
+    case KILN_SCATTER_PROD: return GRAPH_MUL;
+    case KILN_SCATTER_AMAX: return GRAPH_MAXIMUM;
+    default: return GRAPH_MINIMUM;
+    }
+}
+
+/* A scatter kernel (LOWER_SCATTER): rows are the output's positions off the
+ * axis. The copy pass computes t at each of the row's K places (t's
+ * elementwise producers fuse into it); the index and the source are read at
+ * the row's J source positions, fused likewise. Without include_self a first
+ * scatter pass resets every place pointed at to the identity. */
+static void lower_scatter(lower_kernel *k, emitter *e) {
+    ir_builder *b = &e->b;
+    graph_node *out = k->out, *t = out->src[0], *idx = out->src[1], *src = out->src[2];
+    int ax = out->p.axis, reduce = out->p.reduce;
+    int64_t K = out->shape[ax], J = idx->shape[ax], rows[KILN_MAX_DIMS];
+    for (int d = 0; d < out->ndim; d++)
+        rows[d] = d == ax ? 1 : out->shape[d];
+    k->kind = LOWER_SCATTER;
+    k->numel = graph_shape_numel(out->ndim, rows);
+    k->rnumel = K;
+    k->snumel = J;
+    int gidx = ir_gidx(b, k->numel);
+    ix rowat = unflatten(e, gidx, out->ndim, rows);
+    ix at = rowat;
+    at.flat = -1;
+    at.d[ax] = ir_ridx(b, K);
+    k->result = emit(e, t, &at, -1);
+    k->store = flatten(e, &at, out->ndim, out->shape);
+    ix sat = rowat;
+    sat.flat = -1;
+    sat.d[ax] = ir_ridx(b, J);
+    int i = emit(e, idx, &sat, -1);
+    int inside = ir_ivalid(b, i, K);
+    ix place = rowat;
+    place.flat = -1;
+    place.d[ax] = ir_iclamp(b, i, K);
+    int p = flatten(e, &place, out->ndim, out->shape);
+    k->nscatter = 0;
+    if (!out->p.include_self && reduce != GRAPH_SCATTER_ASSIGN)
+        k->scatter[k->nscatter++] =
+            (lower_scatter_store){ir_imm(b, out->dtype, scatter_identity(reduce, out->dtype)), p,
+                                  inside};
+    int v = emit(e, src, &sat, inside);
+    if (reduce != GRAPH_SCATTER_ASSIGN)
+        v = ir_alu(b, scatter_combine(reduce), out->dtype, ir_load(b, out->dtype, 0, p, inside), v);
+    k->scatter[k->nscatter++] = (lower_scatter_store){v, p, inside};
+}
+
 static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
     graph_node *out = k->out;
     ir_builder *b = &e->b;
     const sched_node *oi = sched_of(e->s, out);
     k->rnumel = 1;
     e->ridx = -1;
-    if (graph_op_is_reduce(out->op)) {
+    if (out->op == GRAPH_SCATTER) {
+        lower_scatter(k, e);
+    } else if (graph_op_is_reduce(out->op)) {
         k->kind = LOWER_REDUCE;
         k->numel = graph_numel(out);
         int gidx = ir_gidx(b, k->numel);
