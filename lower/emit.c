@@ -493,44 +493,65 @@ static graph_op scatter_combine(int reduce) {
     }
 }
 
-/* A scatter kernel (LOWER_SCATTER): rows are the output's positions off the
- * axis. The copy pass computes t at each of the row's K places (t's
- * elementwise producers fuse into it); the index and the source are read at
- * the row's J source positions, fused likewise. Without include_self a first
- * scatter pass resets every place pointed at to the identity. */
+/* How many consecutive positions after the axis one scatter row covers: all
+ * of them when few (a scatter along the last axis: 1), else a divisor of
+ * them from 16 to 64, so that a row's passes touch whole cache lines (the
+ * places of an embedding's gradient are rows of D) while there are still
+ * rows enough for the threads. */
+static int64_t scatter_chunk(int64_t inner) {
+    if (inner <= 64)
+        return inner;
+    for (int64_t c = 64; c >= 16; c--)
+        if (inner % c == 0)
+            return c;
+    return inner;
+}
+
+/* A scatter kernel (LOWER_SCATTER) over t as [outer, K, inner] and the
+ * index and source as [outer, J, inner]: a row is one outer position and one
+ * chunk of C inner positions. Its copy pass computes t at the row's K x C
+ * places (t's elementwise producers fuse into it); its scatter passes read
+ * the index and the source at the row's J x C positions, j-major, so that
+ * the elements reaching one place come in their order along the axis (the
+ * index's and source's producers fuse likewise). Without include_self a
+ * first scatter pass resets every place pointed at to the identity. */
 static void lower_scatter(lower_kernel *k, emitter *e) {
     ir_builder *b = &e->b;
-    graph_node *out = k->out, *t = out->src[0], *idx = out->src[1], *src = out->src[2];
+    graph_node *out = k->out, *idx = out->src[1];
     int ax = out->p.axis, reduce = out->p.reduce;
-    int64_t K = out->shape[ax], J = idx->shape[ax], rows[KILN_MAX_DIMS];
-    for (int d = 0; d < out->ndim; d++)
-        rows[d] = d == ax ? 1 : out->shape[d];
+    int64_t K = out->shape[ax], J = idx->shape[ax], outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++)
+        outer *= out->shape[d];
+    for (int d = ax + 1; d < out->ndim; d++)
+        inner *= out->shape[d];
+    int64_t C = scatter_chunk(inner), nb = C ? inner / C : 0;
     k->kind = LOWER_SCATTER;
-    k->numel = graph_shape_numel(out->ndim, rows);
-    k->rnumel = K;
-    k->snumel = J;
+    k->numel = outer * nb;
+    k->rnumel = K * C;
+    k->snumel = J * C;
     int gidx = ir_gidx(b, k->numel);
-    ix rowat = unflatten(e, gidx, out->ndim, rows);
-    ix at = rowat;
-    at.flat = -1;
-    at.d[ax] = ir_ridx(b, K);
-    k->result = emit(e, t, &at, -1);
-    k->store = flatten(e, &at, out->ndim, out->shape);
-    ix sat = rowat;
-    sat.flat = -1;
-    sat.d[ax] = ir_ridx(b, J);
+    int o = ir_idiv(b, gidx, nb ? nb : 1), lo = ir_imul(b, ir_imod(b, gidx, nb ? nb : 1), C);
+    /* the flat index of [o, a, lo + c] over [outer, n, inner] */
+    int r = ir_ridx(b, k->rnumel);
+    int c = ir_imod(b, r, C ? C : 1);
+    int f = ir_iadd(b, ir_imul(b, ir_iadd(b, ir_imul(b, o, K), ir_idiv(b, r, C ? C : 1)), inner),
+                    ir_iadd(b, lo, c));
+    ix at = unflatten(e, f, out->ndim, out->shape);
+    k->result = emit(e, out->src[0], &at, -1);
+    k->store = f;
+    int s = ir_ridx(b, k->snumel);
+    int sc = ir_iadd(b, lo, ir_imod(b, s, C ? C : 1));
+    int sf = ir_iadd(b, ir_imul(b, ir_iadd(b, ir_imul(b, o, J), ir_idiv(b, s, C ? C : 1)), inner), sc);
+    ix sat = unflatten(e, sf, idx->ndim, idx->shape);
     int i = emit(e, idx, &sat, -1);
     int inside = ir_ivalid(b, i, K);
-    ix place = rowat;
-    place.flat = -1;
-    place.d[ax] = ir_iclamp(b, i, K);
-    int p = flatten(e, &place, out->ndim, out->shape);
+    int p = ir_iadd(b, ir_imul(b, ir_iadd(b, ir_imul(b, o, K), ir_iclamp(b, i, K)), inner), sc);
     k->nscatter = 0;
     if (!out->p.include_self && reduce != GRAPH_SCATTER_ASSIGN)
         k->scatter[k->nscatter++] =
             (lower_scatter_store){ir_imm(b, out->dtype, scatter_identity(reduce, out->dtype)), p,
                                   inside};
-    int v = emit(e, src, &sat, inside);
+    int v = emit(e, out->src[2], &sat, inside);
     if (reduce != GRAPH_SCATTER_ASSIGN)
         v = ir_alu(b, scatter_combine(reduce), out->dtype, ir_load(b, out->dtype, 0, p, inside), v);
     k->scatter[k->nscatter++] = (lower_scatter_store){v, p, inside};
