@@ -2,7 +2,10 @@
  * kiln_pad_mode on every executor, against values computed here; the gather
  * kernel (GRAPH_GATHER): every index dtype and axis, fused with elementwise
  * work (kernels counted on cpu/lazy), lazily computed indices out of range
- * reading 0, and large tables (embedding rows, long axes). */
+ * reading 0, and large tables (embedding rows, long axes); the scatter
+ * kernel (GRAPH_SCATTER): every combination with duplicates and NaN, lazy
+ * indices out of range writing nothing, and an embedding gradient over a
+ * vocabulary too large for a comparison with every row. */
 #include "test_util.h"
 
 TU_TEST(index, gather) {
