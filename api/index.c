@@ -1,14 +1,13 @@
 /* index.c — indexing by an index tensor: kiln_gather and kiln_index_select
  * as GRAPH_GATHER (one load of the index and one of the data per element,
  * fused with the elementwise work around it; its gradient is a scatter-add),
- * and kiln_scatter_add, composed from comparisons with a range, where and
- * sums: along the indexed axis of size K, each of the J source elements of a
- * row is compared with 0..K-1, so the work is J x K per row (one fused
- * reduction kernel, no J x K tensor in memory), quadratic for a long axis,
- * where a scatter kernel would be linear (for later). Indices already
- * computed are checked (an index outside [0, K) is KILN_ERR_ARG naming it);
- * lazily computed ones cannot be checked without a sync, and one outside the
- * range selects nothing (0; scatter_add: adds nothing). */
+ * and kiln_scatter_add, kiln_scatter and kiln_scatter_reduce as GRAPH_SCATTER:
+ * t copied, then each source element combined into the place its index
+ * names, in order, J steps per row along the axis (one kernel whose rows run
+ * in parallel; a mean is a scatter of sums and one of counts). Indices
+ * already computed are checked (an index outside [0, K) is KILN_ERR_ARG
+ * naming it); lazily computed ones cannot be checked without a sync, and one
+ * outside the range selects nothing (0; the scatters: writes nothing). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,21 +33,6 @@ static kiln_tensor *check_index(const char *op, kiln_ctx *ctx, const graph_node 
                         "dimensions, each at most the input's size except on the axis",
                         op, api_shape_str(idx), api_shape_str(t), axis);
     return api_check_indices(ctx, op, idx, 0, t->shape[*ax], "index", t, NULL);
-}
-
-/* [..., J] indices against 0..K-1: a [..., J, K] bool of where each points. */
-static kiln_tensor *points(kiln_tensor *idx, int64_t K) {
-    kiln_tensor *cols = kiln_arange(kiln_ctx_of(idx), KILN_I64, 0, (double)K, 1);
-    return kiln_eq(kiln_unsqueeze(kiln_cast(idx, KILN_I64), -1), cols);
-}
-
-/* The sum over axis of vals where hot holds, else 0: with one hit per row
- * exact in any dtype (integer sums run in i64), so cast back to vals'. */
-static kiln_tensor *pick_sum(kiln_tensor *hot, kiln_tensor *vals, int axis) {
-    kiln_ctx *ctx = kiln_ctx_of(vals);
-    kiln_dtype dt = kiln_dtype_of(vals);
-    kiln_tensor *z = kiln_where(hot, vals, kiln_scalar(ctx, dt, 0));
-    return kiln_cast(kiln_sum(z, 1, &axis, false), dt);
 }
 
 kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index) {
@@ -111,25 +95,35 @@ static kiln_tensor *check_source(const char *op, kiln_ctx *ctx, const graph_node
                            api_shape_str(S), api_shape_str(I));
 }
 
-/* src cut to the index's shape, its axis ax last, in dt: [..., J]. */
-static kiln_tensor *source_rows(kiln_tensor *src, const graph_node *I, int ax, kiln_dtype dt) {
-    kiln_tensor *s = src;
+/* GRAPH_SCATTER of src into t (inside the caller's scope): src cut to the
+ * index's shape in t's dtype, and where the index is smaller than t off the
+ * axis both padded to t's sizes, the index with -1 (cast to i64 first so
+ * that -1 exists), which writes nothing. */
+static kiln_tensor *scatter_node(const char *op, kiln_tensor *t, int ax, kiln_tensor *index,
+                                 kiln_tensor *src, int reduce, bool include_self) {
+    kiln_ctx *ctx = kiln_ctx_of(t);
+    const graph_node *T = t->node, *I = index->node;
+    kiln_tensor *s = src, *i = index;
     for (int d = 0; d < I->ndim; d++)
         if (src->node->shape[d] != I->shape[d])
             s = kiln_slice(s, d, 0, I->shape[d], 1);
-    return kiln_cast(api_axis_last(s, ax, NULL), dt);
-}
-
-/* r (t's shape off ax cut to the index's) padded with zeros to t's. */
-static kiln_tensor *pad_to(kiln_tensor *r, const graph_node *t, const graph_node *I, int ax) {
+    s = kiln_cast(s, kiln_dtype_of(t));
     int64_t pads[2 * KILN_MAX_DIMS] = {0};
     bool pad = false;
-    for (int d = 0; d < t->ndim; d++)
-        if (d != ax && I->shape[d] < t->shape[d]) {
-            pads[2 * d + 1] = t->shape[d] - I->shape[d];
+    for (int d = 0; d < T->ndim; d++)
+        if (d != ax && I->shape[d] < T->shape[d]) {
+            pads[2 * d + 1] = T->shape[d] - I->shape[d];
             pad = true;
         }
-    return pad ? kiln_pad(r, pads, 0) : r;
+    if (pad) {
+        i = kiln_pad(kiln_cast(index, KILN_I64), pads, -1);
+        s = kiln_pad(s, pads, 0);
+    }
+    if (kiln_error(i) != KILN_OK)
+        return i;
+    if (kiln_error(s) != KILN_OK)
+        return s;
+    return api_wrap(ctx, graph_scatter(t->node, ax, i->node, s->node, reduce, include_self), op);
 }
 
 kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln_tensor *src) {
@@ -142,46 +136,15 @@ kiln_tensor *kiln_scatter_add(kiln_tensor *t, int axis, kiln_tensor *index, kiln
     int ax;
     if ((e = check_index(op, ctx, t->node, index->node, axis, &ax)))
         return e;
-    const graph_node *I = index->node;
-    if ((e = check_source(op, ctx, I, src->node)))
+    if ((e = check_source(op, ctx, index->node, src->node)))
         return e;
-    int64_t K = t->node->shape[ax];
     kiln_scope_begin(ctx);
-    /* the source [..., J] -> [..., J, 1], against [..., J, K] pointers,
-     * summed over J: [..., K], added where it belongs (the index covers at
-     * most t's sizes off the axis: zeros past them) */
-    kiln_tensor *sl = kiln_unsqueeze(source_rows(src, I, ax, kiln_dtype_of(t)), -1);
-    kiln_tensor *add = api_axis_back(pick_sum(points(api_axis_last(index, ax, NULL), K), sl, -2), ax);
-    return api_finish(ctx, kiln_add(t, pad_to(add, t->node, I, ax)));
+    return api_finish(ctx, scatter_node(op, t, ax, index, src, KILN_SCATTER_SUM, true));
 }
 
-/* The lowest value of dt: where a masked max puts what no index points at
- * (never seen: the result is masked again by `covered`). */
-static double lowest(kiln_dtype dt) {
-    switch (dt) {
-    case KILN_I8: return -128;
-    case KILN_I32: return -2147483648.0;
-    case KILN_I64: return -9223372036854775808.0;
-    case KILN_U8:
-    case KILN_BOOL: return 0;
-    default: return -INFINITY;
-    }
-}
-
-static double highest(kiln_dtype dt) {
-    switch (dt) {
-    case KILN_I8: return 127;
-    case KILN_I32: return 2147483647.0;
-    case KILN_I64: return 9223372036854775807.0; /* rounds to 2^63: casts saturate */
-    case KILN_U8: return 255;
-    case KILN_BOOL: return 1;
-    default: return INFINITY;
-    }
-}
-
-/* kiln_scatter and kiln_scatter_reduce: t with src's elements combined into
- * the places index points at along ax. The pointers are [..., K, J] (each
- * destination against every source element of its row), reduced over J. */
+/* kiln_scatter and kiln_scatter_reduce: one GRAPH_SCATTER, except the mean:
+ * a scatter of sums (integers in i64, so that a u8 mean does not wrap;
+ * halves in f32) over one of counts. */
 static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_tensor *index,
                                kiln_tensor *src, int reduce, bool include_self) {
     kiln_tensor *args[3] = {t, index, src};
@@ -189,7 +152,7 @@ static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_te
     kiln_tensor *e = api_check(op, 3, args, &ctx);
     if (e || !t || !index || !src)
         return e;
-    if (reduce < -1 || reduce > KILN_SCATTER_MEAN)
+    if (reduce < GRAPH_SCATTER_ASSIGN || reduce > KILN_SCATTER_MEAN)
         return api_fail(ctx, KILN_ERR_ARG, "%s: input %s: unknown reduction %d", op,
                         api_shape_str(t->node), reduce);
     int ax;
@@ -198,70 +161,25 @@ static kiln_tensor *scatter_op(const char *op, kiln_tensor *t, int axis, kiln_te
     const graph_node *I = index->node;
     if ((e = check_source(op, ctx, I, src->node)))
         return e;
-    kiln_dtype dt = t->node->dtype;
-    int64_t K = t->node->shape[ax], J = I->shape[ax];
     kiln_scope_begin(ctx);
-    /* [..., J] -> [..., 1, J] values against [..., K, J] pointers */
-    kiln_tensor *sv = kiln_unsqueeze(source_rows(src, I, ax, dt), -2);
-    kiln_tensor *hot = kiln_transpose(points(api_axis_last(index, ax, NULL), K), -1, -2);
-    int last = -1;
-    kiln_tensor *count = kiln_sum(kiln_cast(hot, KILN_I64), 1, &last, false); /* [..., K] */
-    kiln_tensor *covered = api_gt_literal(count, 0);
-    kiln_tensor *r; /* [..., K]: the combination of what points at each place */
-    switch (reduce) {
-    case -1: { /* assignment: the last source element in row order wins */
-        kiln_tensor *j = kiln_arange(ctx, KILN_I64, 0, (double)J, 1);
-        kiln_tensor *at = kiln_max(kiln_where(hot, j, kiln_scalar(ctx, KILN_I64, -1)), 1, &last,
-                                   true);
-        kiln_tensor *one = kiln_bitwise_and(hot, kiln_eq(j, at));
-        r = kiln_cast(kiln_sum(kiln_where(one, sv, kiln_scalar(ctx, dt, 0)), 1, &last, false), dt);
-        include_self = false;
-        break;
-    }
-    case KILN_SCATTER_SUM:
-    case KILN_SCATTER_MEAN: /* integers in i64 (a u8 mean must not wrap) */
-        r = kiln_sum(kiln_where(hot, sv, kiln_scalar(ctx, dt, 0)), 1, &last, false);
-        break;
-    case KILN_SCATTER_PROD:
-        r = kiln_cast(kiln_prod(kiln_where(hot, sv, kiln_scalar(ctx, dt, 1)), 1, &last, false), dt);
-        break;
-    case KILN_SCATTER_AMAX:
-        r = kiln_max(kiln_where(hot, sv, kiln_scalar(ctx, dt, lowest(dt))), 1, &last, false);
-        break;
-    default:
-        r = kiln_min(kiln_where(hot, sv, kiln_scalar(ctx, dt, highest(dt))), 1, &last, false);
-        break;
-    }
-    r = api_axis_back(r, ax);
-    count = api_axis_back(count, ax);
-    covered = api_axis_back(covered, ax);
-    /* the index covers at most t's sizes off the axis: t itself past them */
-    r = pad_to(r, t->node, I, ax);
-    count = pad_to(count, t->node, I, ax);
-    covered = pad_to(covered, t->node, I, ax);
-    if (include_self) {
-        switch (reduce) {
-        case KILN_SCATTER_SUM: r = kiln_add(r, kiln_cast(t, kiln_dtype_of(r))); break;
-        case KILN_SCATTER_MEAN:
-            r = kiln_add(r, kiln_cast(t, kiln_dtype_of(r)));
-            count = api_add_literal(count, 1);
-            break;
-        case KILN_SCATTER_PROD: r = kiln_mul(r, t); break;
-        case KILN_SCATTER_AMAX: r = kiln_maximum(r, t); break;
-        default: r = kiln_minimum(r, t); break;
-        }
-    }
-    if (reduce == KILN_SCATTER_MEAN) {
-        /* integers divide with floor rounding, as PyTorch's */
-        kiln_tensor *n =
-            kiln_cast(kiln_maximum(count, kiln_scalar(ctx, KILN_I64, 1)), kiln_dtype_of(r));
-        r = graph_dtype_is_float(dt) ? kiln_div(r, n) : kiln_floor_divide(r, n);
-    }
-    return api_finish(ctx, kiln_where(covered, kiln_cast(r, dt), t));
+    if (reduce != KILN_SCATTER_MEAN)
+        return api_finish(ctx, scatter_node(op, t, ax, index, src, reduce, include_self));
+    kiln_dtype dt = t->node->dtype;
+    bool fl = graph_dtype_is_float(dt);
+    kiln_dtype wide = !fl ? KILN_I64 : dt == KILN_F16 || dt == KILN_BF16 ? KILN_F32 : dt;
+    kiln_tensor *sum = scatter_node(op, kiln_cast(t, wide), ax, index, kiln_cast(src, wide),
+                                    KILN_SCATTER_SUM, include_self);
+    kiln_tensor *ones = kiln_ones(ctx, KILN_I64, I->ndim, I->shape);
+    kiln_tensor *base = kiln_full(ctx, KILN_I64, t->node->ndim, t->node->shape, include_self);
+    kiln_tensor *count = scatter_node(op, base, ax, index, ones, KILN_SCATTER_SUM, true);
+    /* nothing points at a place: its sum is t's value, over 1 */
+    kiln_tensor *n = kiln_cast(api_maximum_literal(count, 1), wide);
+    kiln_tensor *r = fl ? kiln_div(sum, n) : kiln_floor_divide(sum, n);
+    return api_finish(ctx, kiln_cast(r, dt));
 }
 
 kiln_tensor *kiln_scatter(kiln_tensor *t, int axis, kiln_tensor *index, kiln_tensor *src) {
-    return scatter_op("kiln_scatter", t, axis, index, src, -1, false);
+    return scatter_op("kiln_scatter", t, axis, index, src, GRAPH_SCATTER_ASSIGN, false);
 }
 
 kiln_tensor *kiln_scatter_reduce(kiln_tensor *t, int axis, kiln_tensor *index, kiln_tensor *src,

@@ -385,9 +385,12 @@ KILN_API kiln_tensor *kiln_logcumsumexp(kiln_tensor *t, int axis);
  * kiln_gather and kiln_index_select cost one load of the index and one of t
  * per result element, fused with elementwise work on the index and on the
  * result (t itself is computed first when it is not data already).
- * kiln_scatter_add compares each source element's index with the whole
- * axis: J x K work per row, one fused kernel; so does the gradient of a
- * gather with respect to t. Differentiable in t and src. */
+ * kiln_scatter_add is one kernel: t copied, then src's J elements of each
+ * row (each position off the axis) added in order where their indices
+ * point, J steps per row whatever the axis's size K (rows run in parallel,
+ * each owning its places: deterministic, no atomics); elementwise work on
+ * t, the index and src fuses into it. The gradient of a gather with respect
+ * to t is such a scatter-add. Differentiable in t and src. */
 KILN_API kiln_tensor *kiln_gather(kiln_tensor *t, int axis, kiln_tensor *index);
 KILN_API kiln_tensor *kiln_index_select(kiln_tensor *t, int axis, kiln_tensor *index);
 /* Advanced indexing by an integer tensor on one axis, NumPy's t[..., index,
@@ -411,14 +414,16 @@ typedef enum kiln_scatter_reduction {
 
 /* t with src's elements written (kiln_scatter) or combined (kiln_scatter_
  * reduce) where the index points along axis, with kiln_scatter_add's shapes,
- * checks and cost (J x K per row, one fused kernel). Places nothing points
+ * checks and cost (J steps per row, one kernel; the mean two, sums and
+ * counts, and a division). Places nothing points
  * at keep t's value. kiln_scatter: where several elements point at one
  * place, the last in the index's row order wins (PyTorch leaves it
  * undefined). kiln_scatter_reduce, as PyTorch's: the sum, product, maximum,
  * minimum or mean of the elements pointing at a place, with t's own value
  * among them when include_self; amax and amin propagate NaN; the mean of
  * integers rounds down. Differentiable in t and src (ties of amax and amin
- * share the gradient evenly, as kiln_max's). */
+ * share the gradient evenly, as kiln_max's), the gradients O(J) per row as
+ * well: gathers and scatters, never a comparison with the whole axis. */
 KILN_API kiln_tensor *kiln_scatter(kiln_tensor *t, int axis, kiln_tensor *index,
                                    kiln_tensor *src);
 KILN_API kiln_tensor *kiln_scatter_reduce(kiln_tensor *t, int axis, kiln_tensor *index,
@@ -1029,8 +1034,9 @@ KILN_API kiln_tensor *kiln_dropout(kiln_tensor *x, double p, uint64_t seed, bool
 /* Rows of weight [V, D] picked by indices (i32, i64 or u8, any shape; other
  * dtypes are KILN_ERR_DTYPE): the result is indices.shape + [D] in weight's
  * dtype. A gather of rows (kiln_gather): one load per result element,
- * whatever V is. Its gradient with respect to weight compares each index
- * with 0..V-1 (numel(indices) * V * D work, no [..., V] tensor in memory).
+ * whatever V is. Its gradient with respect to weight is a scatter-add of
+ * the rows (kiln_scatter_add's kernel: numel(indices) * D steps after
+ * zeroing the [V, D] result, never a [..., V] one-hot tensor or matmul).
  * An index outside [0, V) is KILN_ERR_ARG when indices already holds data;
  * otherwise it gives a row of zeros. */
 KILN_API kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight);

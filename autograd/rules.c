@@ -242,99 +242,137 @@ static graph_node *cat_vjp(graph_node *n, graph_node *g, int j) {
     return graph_slice(g, start, step, len);
 }
 
-/* A scatter-add of g into zeros of the source's shape, where the index
- * points: over [outer, J, inner] views of g and the index (the axis J in the
- * middle), each of the K source positions sums the elements of g whose index
- * equals it, [outer, J, K, inner] comparisons reduced over J in one fused
- * kernel, then padded with zeros where the index is smaller than the source
- * off the axis. Out-of-range indices add nothing. J x K work per row: fine
- * for the gradients of moderate tables; a scatter kernel would be linear. */
-/* Whether a gather's index is constant past its axis (an embedding's: one
- * row index broadcast over the row), so that one index per (outer, j)
- * picks a whole row of `inner` elements. */
-static bool gathers_rows(const graph_node *n) {
-    const graph_node *i = n->src[1];
-    bool view = i->op == GRAPH_VIEW && !i->buf && !i->p.view.masked;
-    bool any = false;
-    for (int d = n->p.axis + 1; d < n->ndim; d++) {
-        if (i->shape[d] != 1 && !(view && i->p.view.strides[d] == 0))
-            return false;
-        any = any || i->shape[d] > 1;
-    }
-    return any && graph_dtype_is_float(n->dtype);
+/* A scatter by n's index along n's axis (GRAPH_SCATTER: O(J) per row, in
+ * one kernel), consuming base and src. */
+static graph_node *scat(const graph_node *n, graph_node *base, graph_node *src, int reduce,
+                        bool include_self) {
+    graph_node *r = base && src ? graph_scatter(base, n->p.axis, n->src[1], src, reduce,
+                                                include_self)
+                                : NULL;
+    graph_unref(base);
+    graph_unref(src);
+    return r;
 }
 
-/* The scatter-add of g by the index, as [outer, nk, inner]. Rows (above): a
- * one-hot [outer, nk, J] of the row indices times g as [outer, J, inner],
- * one matmul (an embedding's weight gradient at matmul speed: the general
- * form below compares and selects J x nk x inner times, without blocking).
- * Otherwise every index is compared with every position and the matches
- * summed over J. */
-static graph_node *scatter_add_of(graph_node *n, graph_node *g, int64_t outer, int64_t J,
-                                  int64_t nk, int64_t inner) {
-    graph_node *x = n->src[0];
-    if (gathers_rows(n)) {
-        int64_t start[KILN_MAX_DIMS] = {0}, step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
-        for (int d = 0; d < n->ndim; d++) {
-            step[d] = 1;
-            len[d] = d > n->p.axis ? 1 : n->shape[d];
-        }
-        const int64_t row[3] = {outer, 1, J}, wide[3] = {outer, nk, J}, col[3] = {1, nk, 1};
-        const int64_t gshape[3] = {outer, J, inner};
-        graph_node *rows = graph_slice(n->src[1], start, step, len);
-        graph_node *il = rows ? autograd_take_reshape(graph_cast(rows, KILN_I64), 3, row) : NULL;
-        graph_unref(rows);
-        graph_node *ie = il ? graph_expand(il, wide) : NULL;
-        graph_node *kl = autograd_take_reshape(graph_arange(x->g, KILN_I64, nk, 0, 1), 3, col);
-        graph_node *ke = kl ? graph_expand(kl, wide) : NULL;
-        graph_unref(il);
-        graph_unref(kl);
-        graph_node *eq = CMP(GRAPH_EQ, ie, ke);
-        graph_node *oh = eq ? graph_cast(eq, g->dtype) : NULL;
-        graph_unref(eq);
-        graph_node *gm = graph_reshape(g, 3, gshape);
-        graph_node *mm = oh && gm ? graph_matmul(oh, gm) : NULL;
-        graph_unref(oh);
-        graph_unref(gm);
-        return mm;
-    }
-    const int64_t line[4] = {outer, J, 1, inner}, wide[4] = {outer, J, nk, inner};
-    const int64_t cols[4] = {1, 1, nk, 1};
-    graph_node *gl = graph_reshape(g, 4, line);
-    graph_node *ge = gl ? graph_expand(gl, wide) : NULL;
-    graph_node *il = autograd_take_reshape(graph_cast(n->src[1], KILN_I64), 4, line);
-    graph_node *ie = il ? graph_expand(il, wide) : NULL;
-    graph_node *kl = autograd_take_reshape(graph_arange(x->g, KILN_I64, nk, 0, 1), 4, cols);
-    graph_node *ke = kl ? graph_expand(kl, wide) : NULL;
-    graph_unref(gl);
-    graph_unref(il);
-    graph_unref(kl);
-    return autograd_take_reduce(
-        WHERE(CMP(GRAPH_EQ, ie, ke), ge, autograd_full_shape(g, 4, wide, 0)), 1u << 1);
+/* x (consumed) read where n's index points: of the index's shape, 0 where
+ * the index lies outside the axis. */
+static graph_node *gat(const graph_node *n, graph_node *x) {
+    graph_node *r = x ? graph_gather(x, n->p.axis, n->src[1]) : NULL;
+    graph_unref(x);
+    return r;
 }
 
+/* The gradient of a gather with respect to its table: g added where the
+ * index points, a scatter-add into zeros (linear in the index's size,
+ * whatever the table's: an embedding's gradient over a large vocabulary),
+ * padded with zeros where the index is smaller than the table off the axis.
+ * Out-of-range indices add nothing. */
 static graph_node *gather_vjp(graph_node *n, graph_node *g) {
     graph_node *x = n->src[0];
     int ax = n->p.axis;
-    int64_t outer = 1, inner = 1, J = n->shape[ax], nk = x->shape[ax];
-    for (int d = 0; d < ax; d++)
-        outer *= n->shape[d];
-    for (int d = ax + 1; d < n->ndim; d++)
-        inner *= n->shape[d];
-    graph_node *sum = scatter_add_of(n, g, outer, J, nk, inner);
     int64_t shape[KILN_MAX_DIMS], before[KILN_MAX_DIMS] = {0}, after[KILN_MAX_DIMS];
     bool pad = false;
     for (int d = 0; d < n->ndim; d++) {
-        shape[d] = d == ax ? nk : n->shape[d];
+        shape[d] = d == ax ? x->shape[ax] : n->shape[d];
         after[d] = x->shape[d] - shape[d];
         pad = pad || after[d] > 0;
     }
-    graph_node *r = autograd_take_reshape(sum, n->ndim, shape);
+    graph_node *r = scat(n, autograd_full_shape(g, n->ndim, shape, 0), R(g), KILN_SCATTER_SUM, true);
     if (!r || !pad)
         return r;
     graph_node *p = graph_pad(r, before, after);
     graph_unref(r);
     return p;
+}
+
+/* g where nothing points (t's value survives there), 0 where something does
+ * (it was replaced): g with zeros assigned at every place pointed at. */
+static graph_node *uncovered(graph_node *n, graph_node *g) {
+    return scat(n, R(g), autograd_full(n->src[2], 0), GRAPH_SCATTER_ASSIGN, false);
+}
+
+/* The source positions along n's axis, of the index's shape (i64). */
+static graph_node *positions(graph_node *n) {
+    const graph_node *I = n->src[1];
+    int ax = n->p.axis;
+    int64_t line[KILN_MAX_DIMS];
+    for (int d = 0; d < I->ndim; d++)
+        line[d] = d == ax ? I->shape[d] : 1;
+    graph_node *j = autograd_take_reshape(graph_arange(n->g, KILN_I64, I->shape[ax], 0, 1),
+                                          I->ndim, line);
+    graph_node *e = j ? graph_expand(j, I->shape) : NULL;
+    graph_unref(j);
+    return e;
+}
+
+/* The scatter's gradients, each O(J) per row like the scatter: gathers of g
+ * and of scatters of g or of counts, never a comparison of every element
+ * with the whole axis. j = 0 is t's, j = 2 the source's. Assignment: only
+ * the last element to reach a place (which a scatter of positions finds)
+ * gets its gradient, t only where nothing points. amax/amin: the elements
+ * equal to the result, t among them with include_self, share it evenly.
+ * prod: each factor gets the product of the others, which with zeros among
+ * them is 0, and otherwise the product of the nonzero factors divided by
+ * its own (from a count of zeros and a product of nonzero factors per place). */
+static graph_node *scatter_vjp(graph_node *n, graph_node *g, int j) {
+    graph_node *t = n->src[0], *src = n->src[2];
+    bool self = n->p.include_self;
+    switch (n->p.reduce) {
+    case KILN_SCATTER_SUM:
+        return j == 0 ? (self ? R(g) : uncovered(n, g)) : gat(n, R(g));
+    case GRAPH_SCATTER_ASSIGN: {
+        if (j == 0)
+            return uncovered(n, g);
+        graph_node *last = scat(n, graph_full(n->g, KILN_I64, t->ndim, t->shape,
+                                              (graph_scalar){.i = -1}),
+                                positions(n), GRAPH_SCATTER_ASSIGN, false);
+        return WHERE(CMP(GRAPH_EQ, gat(n, last), positions(n)), gat(n, R(g)), K(src, 0));
+    }
+    case KILN_SCATTER_AMAX:
+    case KILN_SCATTER_AMIN: {
+        graph_node *hit = CMP(GRAPH_EQ, R(src), gat(n, R(n)));
+        graph_node *tself = self ? CMP(GRAPH_EQ, R(t), R(n)) : NULL;
+        graph_node *base = self ? WHERE(R(tself), K(g, 1), K(g, 0)) : K(g, 0);
+        graph_node *cnt = scat(n, base, WHERE(R(hit), K(src, 1), K(src, 0)), KILN_SCATTER_SUM, true);
+        graph_node *r;
+        if (j == 2) {
+            r = WHERE(hit, DIV(gat(n, R(g)), gat(n, cnt)), K(src, 0));
+            graph_unref(tself);
+        } else {
+            graph_unref(hit);
+            r = self ? WHERE(tself, DIV(R(g), cnt), K(g, 0)) : (graph_unref(cnt), uncovered(n, g));
+        }
+        return r;
+    }
+    default: { /* KILN_SCATTER_PROD */
+        graph_node *z = CMP(GRAPH_EQ, R(src), K(src, 0));
+        graph_node *nz = WHERE(R(z), K(src, 1), R(src));
+        graph_node *tz = CMP(GRAPH_EQ, R(t), K(t, 0));
+        graph_node *nzt = WHERE(R(tz), K(t, 1), R(t));
+        graph_node *zc = scat(n, self ? WHERE(R(tz), K(g, 1), K(g, 0)) : K(g, 0),
+                              WHERE(R(z), K(src, 1), K(src, 0)), KILN_SCATTER_SUM, true);
+        graph_node *prod = scat(n, self ? R(nzt) : K(g, 1), R(nz), KILN_SCATTER_PROD, true);
+        graph_node *r = NULL;
+        if (j == 2) {
+            /* zeros other than this factor's make the product of the others 0 */
+            graph_node *others = SUB(gat(n, R(zc)), WHERE(R(z), K(src, 1), K(src, 0)));
+            r = MUL(gat(n, R(g)), WHERE(CMP(GRAPH_GT, others, K(src, 0.5)), K(src, 0),
+                                        DIV(gat(n, R(prod)), R(nz))));
+        } else if (self) {
+            graph_node *others = SUB(R(zc), WHERE(R(tz), K(t, 1), K(t, 0)));
+            r = MUL(R(g), WHERE(CMP(GRAPH_GT, others, K(t, 0.5)), K(t, 0), DIV(R(prod), R(nzt))));
+        } else {
+            r = uncovered(n, g);
+        }
+        graph_unref(z);
+        graph_unref(nz);
+        graph_unref(tz);
+        graph_unref(nzt);
+        graph_unref(zc);
+        graph_unref(prod);
+        return r;
+    }
+    }
 }
 
 kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_node **out,
@@ -363,6 +401,8 @@ kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_n
             out[j] = matmul_vjp(n, g, j);
         else if (n->op == GRAPH_GATHER)
             out[j] = gather_vjp(n, g);
+        else if (n->op == GRAPH_SCATTER)
+            out[j] = scatter_vjp(n, g, j);
         else if (graph_op_is_collective(n->op))
             out[j] = autograd_collective_vjp(n, g);
         if (!out[j]) {

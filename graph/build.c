@@ -319,6 +319,17 @@ graph_node *graph_gather(graph_node *a, int axis, graph_node *index) {
     return with_sources(&p, 2, srcs);
 }
 
+/* Not folded either: which places the index reaches is data. */
+graph_node *graph_scatter(graph_node *t, int axis, graph_node *index, graph_node *src, int reduce,
+                          bool include_self) {
+    graph_node p = graph_proto(GRAPH_SCATTER, t->dtype, t->ndim, t->shape);
+    p.p.axis = axis;
+    p.p.reduce = reduce;
+    p.p.include_self = include_self && reduce != GRAPH_SCATTER_ASSIGN;
+    graph_node *srcs[3] = {t, index, src};
+    return with_sources(&p, 3, srcs);
+}
+
 graph_node *graph_matmul(graph_node *a, graph_node *b) {
     graph_node p = graph_proto(GRAPH_MATMUL, a->dtype, a->ndim, a->shape);
     p.shape[a->ndim - 1] = b->shape[b->ndim - 1];

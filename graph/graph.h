@@ -97,6 +97,14 @@ typedef enum graph_op {
                      p.axis at most src[0]'s size): element [.., j, ..] is
                      src[0][.., src[1][.., j, ..], ..] along p.axis, 0 where the index lies
                      outside [0, src[0]->shape[p.axis]) */
+    GRAPH_SCATTER, /* src[0] the destination t (the node's shape and dtype), src[1] an integer
+                      index and src[2] values of t's dtype, both of one shape that equals t's
+                      off p.axis: t, then for j in order along the axis, the place
+                      [.., src[1][.., j, ..], ..] combined with src[2][.., j, ..] by p.reduce
+                      (GRAPH_SCATTER_ASSIGN: the last wins, or a kiln_scatter_reduction: sum,
+                      prod, amax, amin; never mean). Without p.include_self, every place an
+                      index points at starts from the combination's identity instead of t's
+                      value. An index outside [0, t->shape[p.axis]) writes nothing. */
     /* collectives over every rank of the graph_ctx's job (graph_comm), of one
      * source and its dtype */
     GRAPH_ALL_REDUCE,     /* reduction p.reduce over the ranks, elementwise */
@@ -159,7 +167,9 @@ struct graph_node {
         uint64_t seed;      /* GRAPH_RAND, GRAPH_RANDN */
         uint32_t axes;      /* reductions: bit d set = axis d reduced */
         int axis;           /* GRAPH_CAT, GRAPH_GATHER, GRAPH_ALL_GATHER, GRAPH_REDUCE_SCATTER */
-        int reduce;         /* GRAPH_ALL_REDUCE, GRAPH_REDUCE_SCATTER: a kiln_reduce_op */
+        int reduce;         /* GRAPH_ALL_REDUCE, GRAPH_REDUCE_SCATTER: a kiln_reduce_op;
+                               GRAPH_SCATTER: GRAPH_SCATTER_ASSIGN or a kiln_scatter_reduction */
+        bool include_self;  /* GRAPH_SCATTER */
         int root;           /* GRAPH_BROADCAST */
         graph_view view;    /* GRAPH_VIEW */
     } p;
@@ -254,6 +264,12 @@ graph_node *graph_matmul(graph_node *a, graph_node *b);
 /* A gather of a along axis by index (i32, i64 or u8; index->ndim == a->ndim),
  * of index's shape and a's dtype: see GRAPH_GATHER. */
 graph_node *graph_gather(graph_node *a, int axis, graph_node *index);
+/* GRAPH_SCATTER's combination that is no reduction: the last element wins. */
+enum { GRAPH_SCATTER_ASSIGN = -1 };
+/* A scatter into t along axis by index of src's elements (see GRAPH_SCATTER:
+ * index and src of one shape, equal to t's off the axis; src of t's dtype). */
+graph_node *graph_scatter(graph_node *t, int axis, graph_node *index, graph_node *src, int reduce,
+                          bool include_self);
 /* A collective op over a's graph_ctx's job of `size` ranks: reduce (a
  * kiln_reduce_op) for an all-reduce or reduce-scatter, axis for an
  * all-gather or reduce-scatter (whose a->shape[axis] size divides), root for

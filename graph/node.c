@@ -136,6 +136,11 @@ void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx) {
     case GRAPH_GATHER:
         feed(ctx, &n->p.axis, sizeof n->p.axis);
         break;
+    case GRAPH_SCATTER:
+        feed(ctx, &n->p.axis, sizeof n->p.axis);
+        feed(ctx, &n->p.reduce, sizeof n->p.reduce);
+        feed(ctx, &n->p.include_self, sizeof n->p.include_self);
+        break;
     case GRAPH_ALL_REDUCE:
     case GRAPH_ALL_GATHER:
     case GRAPH_REDUCE_SCATTER:
@@ -194,6 +199,9 @@ static bool node_equal(const graph_node *a, const graph_node *b) {
     case GRAPH_CAT:
     case GRAPH_GATHER:
         return a->p.axis == b->p.axis;
+    case GRAPH_SCATTER:
+        return a->p.axis == b->p.axis && a->p.reduce == b->p.reduce &&
+               a->p.include_self == b->p.include_self;
     case GRAPH_ALL_REDUCE:
     case GRAPH_ALL_GATHER:
     case GRAPH_REDUCE_SCATTER:
@@ -346,7 +354,7 @@ static const char *const op_names[GRAPH_NUM_OPS] = {
     [GRAPH_WHERE] = "where",     [GRAPH_SUM] = "sum",         [GRAPH_RMAX] = "max",
     [GRAPH_RMIN] = "min",        [GRAPH_ARGMAX] = "argmax",   [GRAPH_ARGMIN] = "argmin",
     [GRAPH_VIEW] = "view",       [GRAPH_CAT] = "cat",         [GRAPH_MATMUL] = "matmul",
-    [GRAPH_GATHER] = "gather",
+    [GRAPH_GATHER] = "gather",    [GRAPH_SCATTER] = "scatter",
     [GRAPH_FLOOR] = "floor",     [GRAPH_CEIL] = "ceil",       [GRAPH_TRUNC] = "trunc",
     [GRAPH_ROUND] = "round",     [GRAPH_TAN] = "tan",         [GRAPH_ASIN] = "asin",
     [GRAPH_ACOS] = "acos",       [GRAPH_ATAN] = "atan",       [GRAPH_SINH] = "sinh",

@@ -174,6 +174,64 @@ static void eval_gather(const graph_node *n, const ev_out *o)
     }
 }
 
+/* The combination a scatter applies at a place (assignment: the new value). */
+static graph_op scatter_combine(int reduce)
+{
+    switch (reduce) {
+    case KILN_SCATTER_SUM: return GRAPH_ADD;
+    case KILN_SCATTER_PROD: return GRAPH_MUL;
+    case KILN_SCATTER_AMAX: return GRAPH_MAXIMUM;
+    case KILN_SCATTER_AMIN: return GRAPH_MINIMUM;
+    default: return GRAPH_NUM_OPS;
+    }
+}
+
+/* t copied, then each source element in order along the axis combined into
+ * the place its index names; without include_self a place's first element
+ * replaces t's value (what starting from the combination's identity gives). */
+static bool eval_scatter(const graph_node *n, const ev_out *o)
+{
+    const graph_node *t = n->src[0], *idx = n->src[1], *src = n->src[2];
+    int ax = n->p.axis;
+    int64_t numel = graph_numel(n), K = n->shape[ax], J = idx->shape[ax];
+    int64_t inner = 1;
+    for (int d = ax + 1; d < n->ndim; d++)
+        inner *= n->shape[d];
+    graph_scalar *acc = malloc(sizeof *acc * (size_t)(numel ? numel : 1));
+    bool *fresh = calloc((size_t)(numel ? numel : 1), sizeof *fresh);
+    if (!acc || !fresh) {
+        free(acc);
+        free(fresh);
+        return false;
+    }
+    for (int64_t i = 0; i < numel; i++)
+        acc[i] = get(t, i);
+    graph_op op = scatter_combine(n->p.reduce);
+    int64_t nsrc = graph_numel(idx);
+    /* row by row (the positions before and after the axis), j in order */
+    int64_t outer = J ? nsrc / (J * inner) : 0;
+    for (int64_t a = 0; a < outer; a++)
+        for (int64_t c = 0; c < inner; c++)
+            for (int64_t j = 0; j < J; j++) {
+                int64_t s = (a * J + j) * inner + c;
+                int64_t k = get(idx, s).i;
+                if (k < 0 || k >= K)
+                    continue;
+                int64_t at = (a * K + k) * inner + c;
+                graph_scalar v = get(src, s);
+                if (op == GRAPH_NUM_OPS || (!n->p.include_self && !fresh[at]))
+                    acc[at] = v;
+                else
+                    acc[at] = graph_scalar_binary(op, n->dtype, acc[at], v);
+                fresh[at] = true;
+            }
+    for (int64_t i = 0; i < numel; i++)
+        put(o, i, acc[i]);
+    free(acc);
+    free(fresh);
+    return true;
+}
+
 static void eval_matmul(const graph_node *n, const ev_out *o)
 {
     const graph_node *a = n->src[0], *b = n->src[1];
@@ -351,6 +409,8 @@ static bool compute(const graph_node *n, const ev_out *o)
     case GRAPH_GATHER:
         eval_gather(n, o);
         return true;
+    case GRAPH_SCATTER:
+        return eval_scatter(n, o);
     default:
         break;
     }

@@ -113,7 +113,10 @@ static jit_kernel_cost kernel_cost(const lower_kernel *k) {
     jit_kernel_cost c = {0, 0};
     if (!lower_kind_has_code(k->kind))
         return c;
-    double outer = (double)k->numel, inner = outer * (double)k->rnumel;
+    /* a scatter's inner instructions run in its copy pass or its scatter
+     * passes: counted over the longer */
+    double outer = (double)k->numel,
+           inner = outer * (double)(k->snumel > k->rnumel ? k->snumel : k->rnumel);
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
         if ((x->op == UOP_PRIM && x->prim != PRIM_CAST && x->prim != PRIM_BITCAST) ||
@@ -163,6 +166,9 @@ static void kernel_grid(const lower_kernel *k, char *dst, size_t cap) {
             snprintf(dst + len, cap - (size_t)len, " batch %.0f", batch);
     } else if (k->kind == LOWER_REDUCE) {
         snprintf(dst, cap, "%lld rows x %lld", (long long)k->numel, (long long)k->rnumel);
+    } else if (k->kind == LOWER_SCATTER) {
+        snprintf(dst, cap, "%lld rows x %lld places, %lld sources", (long long)k->numel,
+                 (long long)k->rnumel, (long long)k->snumel);
     } else if (!lower_kind_has_code(k->kind)) {
         snprintf(dst, cap, "none");
     } else {

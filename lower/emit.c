@@ -5,6 +5,7 @@
  * turns out not to fit (a reduction whose row would move with the reduced
  * index, a matmul whose epilogue kernel changed), it names the node for the
  * driver to materialise, and the program is emitted again. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -459,13 +460,112 @@ static bool reduced_index(emitter *e, const graph_node *dom, uint32_t axes, int 
     return trailing;
 }
 
+/* The value every place a scatter without include_self points at starts
+ * from: the identity of its combination in dt. */
+static graph_scalar scatter_identity(int reduce, kiln_dtype dt) {
+    bool f = graph_dtype_is_float(dt);
+    bool lowest = reduce == KILN_SCATTER_AMAX;
+    switch (reduce) {
+    case KILN_SCATTER_PROD:
+        return f ? (graph_scalar){.f = 1} : (graph_scalar){.i = 1};
+    case KILN_SCATTER_AMAX:
+    case KILN_SCATTER_AMIN:
+        if (f)
+            return (graph_scalar){.f = lowest ? -INFINITY : INFINITY};
+        switch (dt) {
+        case KILN_I8: return (graph_scalar){.i = lowest ? INT8_MIN : INT8_MAX};
+        case KILN_I32: return (graph_scalar){.i = lowest ? INT32_MIN : INT32_MAX};
+        case KILN_I64: return (graph_scalar){.i = lowest ? INT64_MIN : INT64_MAX};
+        case KILN_U8: return (graph_scalar){.i = lowest ? 0 : UINT8_MAX};
+        default: return (graph_scalar){.i = lowest ? 0 : 1};
+        }
+    default:
+        return f ? (graph_scalar){.f = 0} : (graph_scalar){.i = 0};
+    }
+}
+
+static graph_op scatter_combine(int reduce) {
+    switch (reduce) {
+    case KILN_SCATTER_SUM: return GRAPH_ADD;
+    case KILN_SCATTER_PROD: return GRAPH_MUL;
+    case KILN_SCATTER_AMAX: return GRAPH_MAXIMUM;
+    default: return GRAPH_MINIMUM;
+    }
+}
+
+/* How many consecutive positions after the axis one scatter row covers: all
+ * of them when few (a scatter along the last axis: 1), else a divisor of
+ * them from 16 to 64, so that a row's passes touch whole cache lines (the
+ * places of an embedding's gradient are rows of D) while there are still
+ * rows enough for the threads. */
+static int64_t scatter_chunk(int64_t inner) {
+    if (inner <= 64)
+        return inner;
+    for (int64_t c = 64; c >= 16; c--)
+        if (inner % c == 0)
+            return c;
+    return inner;
+}
+
+/* A scatter kernel (LOWER_SCATTER) over t as [outer, K, inner] and the
+ * index and source as [outer, J, inner]: a row is one outer position and one
+ * chunk of C inner positions. Its copy pass computes t at the row's K x C
+ * places (t's elementwise producers fuse into it); its scatter passes read
+ * the index and the source at the row's J x C positions, j-major, so that
+ * the elements reaching one place come in their order along the axis (the
+ * index's and source's producers fuse likewise). Without include_self a
+ * first scatter pass resets every place pointed at to the identity. */
+static void lower_scatter(lower_kernel *k, emitter *e) {
+    ir_builder *b = &e->b;
+    graph_node *out = k->out, *idx = out->src[1];
+    int ax = out->p.axis, reduce = out->p.reduce;
+    int64_t K = out->shape[ax], J = idx->shape[ax], outer = 1, inner = 1;
+    for (int d = 0; d < ax; d++)
+        outer *= out->shape[d];
+    for (int d = ax + 1; d < out->ndim; d++)
+        inner *= out->shape[d];
+    int64_t C = scatter_chunk(inner), nb = C ? inner / C : 0;
+    k->kind = LOWER_SCATTER;
+    k->numel = outer * nb;
+    k->rnumel = K * C;
+    k->snumel = J * C;
+    int gidx = ir_gidx(b, k->numel);
+    int o = ir_idiv(b, gidx, nb ? nb : 1), lo = ir_imul(b, ir_imod(b, gidx, nb ? nb : 1), C);
+    /* the flat index of [o, a, lo + c] over [outer, n, inner] */
+    int r = ir_ridx(b, k->rnumel);
+    int c = ir_imod(b, r, C ? C : 1);
+    int f = ir_iadd(b, ir_imul(b, ir_iadd(b, ir_imul(b, o, K), ir_idiv(b, r, C ? C : 1)), inner),
+                    ir_iadd(b, lo, c));
+    ix at = unflatten(e, f, out->ndim, out->shape);
+    k->result = emit(e, out->src[0], &at, -1);
+    k->store = f;
+    int s = ir_ridx(b, k->snumel);
+    int sc = ir_iadd(b, lo, ir_imod(b, s, C ? C : 1));
+    int sf = ir_iadd(b, ir_imul(b, ir_iadd(b, ir_imul(b, o, J), ir_idiv(b, s, C ? C : 1)), inner), sc);
+    ix sat = unflatten(e, sf, idx->ndim, idx->shape);
+    int i = emit(e, idx, &sat, -1);
+    int inside = ir_ivalid(b, i, K);
+    int p = ir_iadd(b, ir_imul(b, ir_iadd(b, ir_imul(b, o, K), ir_iclamp(b, i, K)), inner), sc);
+    k->nscatter = 0;
+    if (!out->p.include_self && reduce != GRAPH_SCATTER_ASSIGN)
+        k->scatter[k->nscatter++] =
+            (lower_scatter_store){ir_imm(b, out->dtype, scatter_identity(reduce, out->dtype)), p,
+                                  inside};
+    int v = emit(e, out->src[2], &sat, inside);
+    if (reduce != GRAPH_SCATTER_ASSIGN)
+        v = ir_alu(b, scatter_combine(reduce), out->dtype, ir_load(b, out->dtype, 0, p, inside), v);
+    k->scatter[k->nscatter++] = (lower_scatter_store){v, p, inside};
+}
+
 static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
     graph_node *out = k->out;
     ir_builder *b = &e->b;
     const sched_node *oi = sched_of(e->s, out);
     k->rnumel = 1;
     e->ridx = -1;
-    if (graph_op_is_reduce(out->op)) {
+    if (out->op == GRAPH_SCATTER) {
+        lower_scatter(k, e);
+    } else if (graph_op_is_reduce(out->op)) {
         k->kind = LOWER_REDUCE;
         k->numel = graph_numel(out);
         int gidx = ir_gidx(b, k->numel);

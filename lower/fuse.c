@@ -65,7 +65,9 @@ static void boundary_requested(sched *s, int n, graph_node *const *targets) {
  * (fuse_matmul_epilogue). Without fusion (eager mode's baseline) every op
  * that computes is its own kernel. */
 static bool boundary_op(const graph_node *x, bool fuse) {
-    return x->op == GRAPH_MATMUL || graph_op_is_collective(x->op) ||
+    /* A scatter's places are data, so nothing can read its result at a
+     * computed index before every row's pass is done: its own kernel too. */
+    return x->op == GRAPH_MATMUL || graph_op_is_collective(x->op) || x->op == GRAPH_SCATTER ||
            (!fuse && graph_op_computes(x->op));
 }
 
@@ -235,7 +237,10 @@ static bool fuse_kernels(sched *s) {
         sched_node *xs = &s->nodes[i];
         if (xs->materialized || !graph_op_is_reduce(x->op))
             continue;
-        bool fits = over_reduced_result(xs->root, x)
+        /* A scatter kernel's passes run over a row's places and its source
+         * elements, neither of which is a reduction's row. */
+        bool fits = xs->root && xs->root->op == GRAPH_SCATTER ? false
+                    : over_reduced_result(xs->root, x)
                         ? fuse_reduction_into_elementwise(s, x, xs->root)
                         : fuse_row_consumers(s, x, xs->root);
         if (!fits)

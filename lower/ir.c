@@ -144,6 +144,7 @@ int ir_gidx(ir_builder *b, int64_t numel) {
 int ir_ridx(ir_builder *b, int64_t rnumel) {
     lower_ins p = proto(UOP_RIDX, KILN_I64);
     p.max = rnumel > 0 ? rnumel - 1 : 0;
+    p.imm.i = rnumel; /* a scatter kernel's passes differ in length: distinct values */
     return ir_add(b, p);
 }
 

@@ -28,7 +28,9 @@
 
 typedef enum lower_uop {
     UOP_GIDX,  /* i64: flat index of the output element */
-    UOP_RIDX,  /* i64: flat index among the reduced elements (inner) */
+    UOP_RIDX,  /* i64: flat index among the reduced elements (inner); in a scatter kernel,
+                  the element of the current pass over the row (imm.i: the pass's length,
+                  so that passes of different lengths are different values) */
     UOP_IMM,   /* an immediate of dt */
     UOP_IADD,  /* i64 index arithmetic on values >= 0 */
     UOP_IMUL,
@@ -162,13 +164,28 @@ typedef struct lower_ins {
  * its output is a collective (GRAPH_ALL_REDUCE …) of its one input, which is
  * materialised contiguous in memory of its own, and the runtime hands both
  * to dist/. */
+/* LOWER_SCATTER: one program instance per row of the output along the
+ * scattered axis (every position off the axis): a pass over the row's rnumel
+ * places stores the destination's value (results and store, as a row
+ * kernel's last pass), then each of the kernel's scatter passes walks the
+ * row's snumel source elements in order, serially, and stores `value` at
+ * `at` where `valid` holds. A pass's values may load the output itself
+ * (buffer 0) at `at`: what the element before left there. Rows own disjoint
+ * places, so rows run in parallel with no atomics, and the order inside a
+ * row makes the result deterministic (the last assignment wins). */
 typedef enum lower_kind {
     LOWER_ELEMENTWISE,
     LOWER_REDUCE,
     LOWER_MATMUL,
     LOWER_ALIAS,
-    LOWER_COLLECTIVE
+    LOWER_COLLECTIVE,
+    LOWER_SCATTER
 } lower_kind;
+
+/* One scatter pass's store (instruction ids; valid -1: always). */
+typedef struct lower_scatter_store {
+    int value, at, valid;
+} lower_scatter_store;
 
 /* Whether a kernel of kind k is generated code (a renderer's business). */
 bool lower_kind_has_code(lower_kind k);
@@ -200,6 +217,10 @@ typedef struct lower_kernel {
     int64_t numel;   /* program instances' output rows: elements, or in a row kernel rows */
     int64_t rnumel;  /* reduced elements per output element (1 if none) */
     int64_t tile;    /* output elements per program instance */
+    /* LOWER_SCATTER: source elements per row, and the passes over them */
+    int64_t snumel;
+    int nscatter;
+    lower_scatter_store scatter[2];
     /* LOWER_MATMUL */
     int nbatch;
     int64_t batch[KILN_MAX_DIMS];
@@ -253,12 +274,15 @@ typedef struct lower_target {
 typedef enum lower_block_kind {
     LOWER_BLOCK_OUTER,  /* once per output element (a row kernel: per row) */
     LOWER_BLOCK_REDUCE, /* a pass over the reduced elements accumulating `reduce` */
-    LOWER_BLOCK_STORE   /* a last pass over the reduced elements that stores */
+    LOWER_BLOCK_STORE,  /* a last pass over the reduced elements that stores */
+    LOWER_BLOCK_SCATTER /* a scatter kernel's pass over a row's source elements, in order,
+                           storing scatter[reduce] (never vectorised, never split) */
 } lower_block_kind;
 
 typedef struct lower_block {
     lower_block_kind kind;
-    int reduce;         /* LOWER_BLOCK_REDUCE: the UOP_REDUCE instruction it finishes */
+    int reduce;         /* LOWER_BLOCK_REDUCE: the UOP_REDUCE instruction it finishes;
+                           LOWER_BLOCK_SCATTER: which of the kernel's scatter stores */
     int stash;          /* -1, or an inner value a row kernel computes in a sum pass and
                            needs again in its store pass (softmax's exp): the sum pass
                            (REDUCE) also stores it into output 0 at the store index, and

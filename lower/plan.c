@@ -158,13 +158,48 @@ static bool plan_phased(lower_plan *p, const lower_kernel *k, bool *live) {
     return ok;
 }
 
+/* A scatter kernel: per row, the outer values, the pass over the row's
+ * places that stores the destination, then each scatter pass over the row's
+ * source elements, which recomputes its inner values. */
+static bool plan_scatter(lower_plan *p, const lower_kernel *k, bool *live) {
+    int n = k->nins;
+    bool *pick = calloc((size_t)(n ? n : 1), sizeof *pick);
+    if (!pick)
+        return false;
+    needs_stores(k, false, live);
+    for (int j = 0; j < k->nscatter; j++) {
+        const lower_scatter_store *st = &k->scatter[j];
+        needs(k, st->value, false, live);
+        needs(k, st->at, false, live);
+        if (st->valid >= 0)
+            needs(k, st->valid, false, live);
+    }
+    for (int i = 0; i < n; i++)
+        pick[i] = live[i] && !k->ins[i].inner;
+    bool ok = add_block(p, k, LOWER_BLOCK_OUTER, -1, pick);
+    memset(pick, 0, sizeof *pick * (size_t)n);
+    needs_stores(k, true, pick);
+    ok = ok && add_block(p, k, LOWER_BLOCK_STORE, -1, pick);
+    for (int j = 0; ok && j < k->nscatter; j++) {
+        const lower_scatter_store *st = &k->scatter[j];
+        memset(pick, 0, sizeof *pick * (size_t)n);
+        needs(k, st->value, true, pick);
+        needs(k, st->at, true, pick);
+        if (st->valid >= 0)
+            needs(k, st->valid, true, pick);
+        ok = add_block(p, k, LOWER_BLOCK_SCATTER, j, pick);
+    }
+    free(pick);
+    return ok;
+}
+
 /* Whether every index value of k, in every lane (masked ones too), lies well
  * inside int32 — and so do the immediates index arithmetic uses. 64-bit
  * division by a constant does not vectorise, and views make kernels full of
  * it. */
 static bool narrow_indices(const lower_kernel *k) {
     const int64_t lim = INT32_MAX / 2;
-    if (k->numel > lim || k->rnumel > lim)
+    if (k->numel > lim || k->rnumel > lim || k->snumel > lim)
         return false;
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
@@ -460,8 +495,11 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
             p->grid = gpu_grid(k->numel > 0 ? ceil_div(k->numel, tile) : 0);
             p->block_threads = t->block_threads;
             break;
+        case LOWER_SCATTER:
         case LOWER_REDUCE: {
-            /* No more threads than reduced elements, in whole warps. */
+            /* No more threads than reduced elements, in whole warps (a
+             * scatter's: the places its threads store t at; one thread then
+             * walks the source elements in order). */
             int64_t r = k->rnumel < 1 ? 1 : k->rnumel;
             p->grid = gpu_grid(k->numel);
             p->block_threads = r >= GPU_RED_THREADS ? GPU_RED_THREADS : (int)ceil_div(r, 32) * 32;
@@ -495,6 +533,12 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
         p->parallel = !p->split && k->numel * k->rnumel >= PAR_MIN_WORK;
         p->columns = plan_columns(p, k);
         break;
+    case LOWER_SCATTER:
+        /* rows in parallel: each owns its places; never split, since a
+         * row's scatter passes are serial */
+        p->grid = k->numel;
+        p->parallel = k->numel > 1 && k->numel * (k->rnumel + k->snumel) >= PAR_MIN_WORK;
+        break;
     case LOWER_MATMUL:
         plan_cpu_matmul(p, k, t);
         break;
@@ -511,7 +555,9 @@ static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target
     bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
     if (!live)
         return false;
-    bool ok = k->kind == LOWER_REDUCE ? plan_phased(p, k, live) : plan_flat(p, k, live);
+    bool ok = k->kind == LOWER_REDUCE    ? plan_phased(p, k, live)
+              : k->kind == LOWER_SCATTER ? plan_scatter(p, k, live)
+                                         : plan_flat(p, k, live);
     free(live);
     p->narrow = narrow_indices(k);
     plan_loops(p, k, t);
@@ -545,8 +591,9 @@ static const char *const block_names[] = {
     [LOWER_BLOCK_OUTER] = "outer",
     [LOWER_BLOCK_REDUCE] = "reduce",
     [LOWER_BLOCK_STORE] = "store pass",
+    [LOWER_BLOCK_SCATTER] = "scatter pass",
 };
-_Static_assert(sizeof block_names / sizeof *block_names == LOWER_BLOCK_STORE + 1,
+_Static_assert(sizeof block_names / sizeof *block_names == LOWER_BLOCK_SCATTER + 1,
                "a block kind without a name");
 
 void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
@@ -578,6 +625,11 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
         if (x->stash >= 0)
             fprintf(f, x->kind == LOWER_BLOCK_STORE ? " (%%%d loaded from output 0)"
                                                     : " (%%%d stored into output 0)", x->stash);
+        if (x->kind == LOWER_BLOCK_SCATTER) {
+            const lower_scatter_store *st = &k->scatter[x->reduce];
+            fprintf(f, " %lld elements, buf0[%%%d] = %%%d where %%%d", (long long)k->snumel, st->at,
+                    st->value, st->valid);
+        }
         fprintf(f, ":");
         for (int i = 0; i < x->n; i++)
             fprintf(f, " %%%d", x->ins[i]);

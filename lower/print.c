@@ -96,6 +96,9 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
     fprintf(f, "kernel %s: %lld elements x %lld reduced, tile %lld, %d inputs\n", k->name,
             (long long)k->numel, (long long)k->rnumel, (long long)k->tile, k->ninputs);
     fprintf(f, "  fuses: %s\n", k->fused[0] ? k->fused : "(nothing computed)");
+    for (int j = 0; k->kind == LOWER_SCATTER && j < k->nscatter; j++)
+        fprintf(f, "  scatter pass %d over %lld source elements per row: buf0[%%%d] = %%%d where %%%d\n",
+                j, (long long)k->snumel, k->scatter[j].at, k->scatter[j].value, k->scatter[j].valid);
     if (k->kind == LOWER_ALIAS) {
         fprintf(f, "  shares the buffer of buf1\n");
         return;

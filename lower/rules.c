@@ -95,6 +95,12 @@ bool lower_rules(lower_kernel *k) {
             k->results[o] = map[k->results[o]];
         k->result = k->nouts > 0 ? k->results[0] : map[k->result];
         k->store = map[k->store];
+        for (int j = 0; j < k->nscatter; j++) {
+            lower_scatter_store *st = &k->scatter[j];
+            st->value = map[st->value];
+            st->at = map[st->at];
+            st->valid = st->valid >= 0 ? map[st->valid] : -1;
+        }
         free(k->ins);
         k->ins = b.ins;
         k->nins = b.n;

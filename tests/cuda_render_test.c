@@ -177,6 +177,15 @@ static graph_node *gather(graph_node *a, int axis, graph_node *index) {
     return r;
 }
 
+static graph_node *scatter(graph_node *t, int axis, graph_node *index, graph_node *src,
+                           int reduce, bool include_self) {
+    graph_node *r = graph_scatter(t, axis, index, src, reduce, include_self);
+    graph_unref(t);
+    graph_unref(index);
+    graph_unref(src);
+    return r;
+}
+
 static graph_node *expand(graph_node *a, const int64_t *shape) {
     graph_node *r = graph_expand(a, shape);
     graph_unref(a);
@@ -231,6 +240,23 @@ Test(cuda_program, known_programs_compile) {
         assert_compiles(schedule(unary(GRAPH_EXP, gather(leaf(KILN_F16, 2, s), 1, idx))),
                         "gather with work around it");
     }
+    /* scatters: an embedding's table gradient (zeros, rows by broadcast
+     * indices), and every combination with and without include_self in a
+     * float, a half and an integer dtype, t computed in the kernel */
+    assert_compiles(schedule(scatter(graph_full(g, KILN_F32, 2, table, (graph_scalar){.f = 0}), 0,
+                                     expand(leaf(KILN_I64, 2, tok), rows),
+                                     leaf(KILN_F32, 2, rows), KILN_SCATTER_SUM, true)),
+                    "embedding gradient scatter");
+    kiln_dtype sdts[3] = {KILN_F32, KILN_F16, KILN_I32};
+    int64_t ts[2] = {6, 50}, is[2] = {6, 70};
+    for (int d = 0; d < 3; d++)
+        for (int r = GRAPH_SCATTER_ASSIGN; r <= KILN_SCATTER_AMIN; r++)
+            for (int self = 0; self < 2; self++) {
+                graph_node *t = unary(GRAPH_ABS, leaf(sdts[d], 2, ts));
+                assert_compiles(schedule(scatter(t, 1, leaf(KILN_U8, 2, is), leaf(sdts[d], 2, is),
+                                                 r, self)),
+                                "scatter");
+            }
 }
 
 /* A load from a buffer the kernel does not have: the compiler's error comes

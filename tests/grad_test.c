@@ -493,6 +493,19 @@ static kiln_tensor *f_scatter_reduce(kiln_tensor **x) {
     return kiln_add(r, kiln_scatter(x[0], 1, idx, kiln_sin(x[1])));
 }
 
+/* The other combinations, along axis 0 of a 3-d tensor (rows of 2 inner
+ * positions), with duplicates and an index smaller than t off the axis. */
+static kiln_tensor *f_scatter_reduce_more(kiln_tensor **x) {
+    kiln_ctx *c = kiln_ctx_of(x[0]);
+    kiln_tensor *idx = tu_tensor(c, KILN_I32, TU_S(4, 2, 2),
+                                 (double[]){2, 0, 1, 2, 2, 2, 0, 1, 0, 0, 2, 1, 1, 2, 2, 0});
+    kiln_tensor *r = kiln_scatter_reduce(x[0], 0, idx, x[1], KILN_SCATTER_AMIN, false);
+    r = kiln_add(r, kiln_scatter_reduce(x[0], 0, idx, x[1], KILN_SCATTER_SUM, false));
+    r = kiln_add(r, kiln_mul(r, kiln_scatter_reduce(x[0], 0, idx, x[1], KILN_SCATTER_PROD, true)));
+    r = kiln_add(r, kiln_scatter_reduce(x[0], 0, idx, x[1], KILN_SCATTER_MEAN, false));
+    return kiln_add(r, kiln_scatter_reduce(x[0], 0, idx, kiln_sin(x[1]), KILN_SCATTER_AMAX, false));
+}
+
 static const fd_case loss_cases[] = {
     {"cross_entropy_ex weights, ignore, smoothing", 1, {2}, {{4, 3}}, GEN_UNIFORM, -2, 2, f_ce_ex,
      0, 0},
@@ -503,6 +516,8 @@ static const fd_case loss_cases[] = {
     {"kl_div", 2, {2, 2}, {{2, 4}, {2, 4}}, GEN_UNIFORM, -2, 2, f_kl, 0, 0},
     {"scatter_reduce mean, prod, amax; scatter", 2, {2, 2}, {{2, 4}, {2, 3}}, GEN_UNIFORM, -2, 2,
      f_scatter_reduce, 0, 0},
+    {"scatter_reduce amin, sum, prod, mean, amax on axis 0", 2, {3, 3}, {{3, 3, 2}, {4, 2, 2}},
+     GEN_UNIFORM, -2, 2, f_scatter_reduce_more, 0, 0},
     {"attention, bool mask, grouped heads", 3, {4, 4, 4}, {{1, 4, 2, 3}, {1, 2, 3, 3}, {1, 2, 3, 2}},
      GEN_UNIFORM, -1, 1, f_attention, 0, 0},
 };

@@ -2,7 +2,10 @@
  * kiln_pad_mode on every executor, against values computed here; the gather
  * kernel (GRAPH_GATHER): every index dtype and axis, fused with elementwise
  * work (kernels counted on cpu/lazy), lazily computed indices out of range
- * reading 0, and large tables (embedding rows, long axes). */
+ * reading 0, and large tables (embedding rows, long axes); the scatter
+ * kernel (GRAPH_SCATTER): every combination with duplicates and NaN, lazy
+ * indices out of range writing nothing, and an embedding gradient over a
+ * vocabulary too large for a comparison with every row. */
 #include "test_util.h"
 
 TU_TEST(index, gather) {
@@ -344,4 +347,187 @@ TU_TEST(index, advanced_indexing_on_any_axis) {
     TU_ASSERT_ERROR(kiln_index(t, 1, kiln_zeros(ctx, KILN_F32, TU_S(2))), KILN_ERR_DTYPE,
                     "kiln_index", "f32");
     TU_ASSERT_ERROR(kiln_index(t, 3, ti), KILN_ERR_ARG, "kiln_index");
+}
+
+/* ---- the scatter kernel (GRAPH_SCATTER) ---- */
+
+/* The scatter computed here, over t as [outer, K, inner] and the index and
+ * source as [outer, J, ni] (ni <= inner: a smaller index off the axis):
+ * reduce -1 assigns (the last wins), else a kiln_scatter_reduction.
+ * NaN propagates through amax and amin, as kiln's maximum does. */
+static void scatter_ref(const double *t, int64_t outer, int64_t K, int64_t inner,
+                        const int64_t *idx, const double *src, int64_t J, int64_t ni, int reduce,
+                        bool self, double *out) {
+    int64_t n = outer * K * inner;
+    int *count = calloc((size_t)n, sizeof *count);
+    cr_assert(count);
+    memcpy(out, t, sizeof *out * (size_t)n);
+    for (int64_t o = 0; o < outer; o++)
+        for (int64_t j = 0; j < J; j++)
+            for (int64_t c = 0; c < ni; c++) {
+                int64_t k = idx[(o * J + j) * ni + c];
+                if (k < 0 || k >= K)
+                    continue;
+                int64_t at = (o * K + k) * inner + c;
+                double v = src[(o * J + j) * ni + c], *d = &out[at];
+                bool first = !self && count[at] == 0;
+                count[at]++;
+                if (reduce < 0 || first)
+                    *d = v;
+                else if (reduce == KILN_SCATTER_SUM || reduce == KILN_SCATTER_MEAN)
+                    *d += v;
+                else if (reduce == KILN_SCATTER_PROD)
+                    *d *= v;
+                else if (isnan(*d) || isnan(v))
+                    *d = NAN;
+                else
+                    *d = reduce == KILN_SCATTER_AMAX ? fmax(*d, v) : fmin(*d, v);
+            }
+    if (reduce == KILN_SCATTER_MEAN)
+        for (int64_t i = 0; i < n; i++)
+            out[i] /= count[i] + self > 0 ? count[i] + self : 1;
+    free(count);
+}
+
+/* Every combination with and without include_self, along the middle axis of
+ * a 3-d tensor, with many duplicates (8 source elements over 5 places), a
+ * NaN among the sources, and an index narrower than t after the axis. */
+TU_TEST(index, scatter_every_reduction_with_duplicates) {
+    TU_RNG(r);
+    enum { O = 2, K = 5, IN = 3, J = 8, NI = 2 };
+    double t[O * K * IN], src[O * J * IN], want[O * K * IN];
+    int64_t idx[O * J * NI];
+    double sd[O * J * NI];
+    kiln_tensor *tt = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(O, K, IN), -2, 2, t);
+    kiln_tensor *ts = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(O, J, IN), -2, 2, src);
+    for (int i = 0; i < O * J * NI; i++)
+        idx[i] = tu_int(&r, 0, 2); /* places 3 and 4 are never reached */
+    idx[0] = idx[NI] = idx[2 * NI] = 1; /* three elements at one place */
+    kiln_tensor *ti = tu_tensor_i64(ctx, KILN_I64, TU_S(O, J, NI), idx);
+    /* the source as the index sees it: cut to NI after the axis */
+    for (int i = 0; i < O * J; i++)
+        for (int c = 0; c < NI; c++)
+            sd[i * NI + c] = src[i * IN + c];
+    for (int red = -1; red <= KILN_SCATTER_MEAN; red++)
+        for (int self = 0; self < 2; self++) {
+            scatter_ref(t, O, K, IN, idx, sd, J, NI, red, self, want);
+            kiln_tensor *y = red < 0 ? kiln_scatter(tt, 1, ti, ts)
+                                     : kiln_scatter_reduce(tt, 1, ti, ts, red, self);
+            TU_EXPECT(y, KILN_F64, want, O * K * IN);
+        }
+    /* NaN: amax and amin propagate it to its place, whatever comes after */
+    double nsrc[O * J * IN];
+    memcpy(nsrc, src, sizeof nsrc);
+    nsrc[IN] = NAN; /* o 0, j 1, c 0 */
+    for (int i = 0; i < O * J; i++)
+        for (int c = 0; c < NI; c++)
+            sd[i * NI + c] = nsrc[i * IN + c];
+    kiln_tensor *tn = tu_tensor(ctx, KILN_F32, TU_S(O, J, IN), nsrc);
+    kiln_tensor *t32 = kiln_cast(tt, KILN_F32);
+    for (int red = KILN_SCATTER_AMAX; red <= KILN_SCATTER_AMIN; red++)
+        for (int self = 0; self < 2; self++) {
+            scatter_ref(t, O, K, IN, idx, sd, J, NI, red, self, want);
+            for (int i = 0; i < O * K * IN; i++)
+                want[i] = (double)(float)want[i];
+            TU_EXPECT(kiln_scatter_reduce(t32, 1, ti, tn, red, self), KILN_F32, want, O * K * IN);
+        }
+}
+
+/* Integer dtypes: exact sums, products and extremes, a mean that rounds
+ * down, u8 indices; along the last axis (rows of one position). */
+TU_TEST(index, scatter_integers_along_the_last_axis) {
+    TU_RNG(r);
+    enum { R = 3, K = 6, J = 10 };
+    double t[R * K], src[R * J], want[R * K];
+    int64_t idx[R * J];
+    for (int i = 0; i < R * K; i++)
+        t[i] = (double)tu_int(&r, -9, 9);
+    for (int i = 0; i < R * J; i++) {
+        src[i] = (double)tu_int(&r, -9, 9);
+        idx[i] = tu_int(&r, 0, K - 1);
+    }
+    kiln_tensor *tt = tu_tensor(ctx, KILN_I32, TU_S(R, K), t);
+    kiln_tensor *ts = tu_tensor(ctx, KILN_I32, TU_S(R, J), src);
+    kiln_tensor *ti = tu_tensor_i64(ctx, KILN_U8, TU_S(R, J), idx);
+    for (int red = -1; red <= KILN_SCATTER_MEAN; red++)
+        for (int self = 0; self < 2; self++) {
+            if (red == KILN_SCATTER_PROD)
+                continue; /* ten factors of up to 9 overflow i32 */
+            scatter_ref(t, R, K, 1, idx, src, J, 1, red, self, want);
+            if (red == KILN_SCATTER_MEAN) { /* floor, from the sums */
+                double sum[R * K];
+                scatter_ref(t, R, K, 1, idx, src, J, 1, KILN_SCATTER_SUM, self, sum);
+                for (int i = 0; i < R * K; i++)
+                    want[i] = want[i] == t[i] && sum[i] == t[i] ? t[i] : floor(want[i]);
+            }
+            kiln_tensor *y = red < 0 ? kiln_scatter(tt, 1, ti, ts)
+                                     : kiln_scatter_reduce(tt, -1, ti, ts, red, self);
+            TU_EXPECT_EXACT(y, KILN_I32, want, R * K);
+        }
+}
+
+/* Lazily computed indices are not checked: those outside [0, K), below and
+ * above, write nothing, for every combination. */
+TU_TEST(index, scatter_lazy_indices_out_of_range_write_nothing) {
+    TU_RNG(r);
+    enum { R = 2, K = 4, J = 7 };
+    double t[R * K], src[R * J], want[R * K];
+    int64_t idx[R * J], moved[R * J];
+    kiln_tensor *tt = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(R, K), -2, 2, t);
+    kiln_tensor *ts = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(R, J), -2, 2, src);
+    for (int i = 0; i < R * J; i++) {
+        idx[i] = tu_int(&r, -2, K + 2);
+        moved[i] = idx[i] + 3;
+    }
+    idx[0] = -1;
+    moved[0] = 2;
+    idx[1] = K;
+    moved[1] = K + 3;
+    /* computed in the graph: moved - 3 */
+    kiln_tensor *ti = kiln_add_scalar(tu_tensor_i64(ctx, KILN_I64, TU_S(R, J), moved), -3);
+    for (int red = -1; red <= KILN_SCATTER_MEAN; red++) {
+        kiln_tensor *y = red < 0 ? kiln_scatter(tt, 1, ti, ts)
+                                 : kiln_scatter_reduce(tt, 1, ti, ts, red, false);
+        if (kiln_ctx_mode(ctx) == KILN_EAGER) { /* computed already, so checked */
+            TU_ASSERT_ERROR(y, KILN_ERR_ARG, red < 0 ? "kiln_scatter" : "kiln_scatter_reduce");
+            continue;
+        }
+        scatter_ref(t, R, K, 1, idx, src, J, 1, red, false, want);
+        for (int i = 0; i < R * K; i++)
+            want[i] = (double)(float)want[i];
+        TU_EXPECT(y, KILN_F32, want, R * K);
+    }
+    if (kiln_ctx_mode(ctx) != KILN_EAGER) {
+        scatter_ref(t, R, K, 1, idx, src, J, 1, KILN_SCATTER_SUM, true, want);
+        TU_EXPECT(kiln_scatter_add(tt, 1, ti, ts), KILN_F32, want, R * K);
+    }
+}
+
+/* An embedding's table gradient over a large vocabulary: a scatter-add of
+ * the tokens' rows, J steps per row of the table's columns. Comparing every
+ * token with every row (what it was) would be 256 x 50000 x 64 steps, too
+ * slow for the reference evaluator to finish here; one kernel on cpu/lazy. */
+TU_TEST(index, embedding_gradient_of_a_large_vocabulary) {
+    TU_RNG(r);
+    enum { V = 50000, D = 64, T = 256 };
+    static double w[V * D], g[T * D], want[V * D];
+    int64_t tok[T];
+    for (int i = 0; i < T; i++)
+        tok[i] = tu_int(&r, 0, V - 1);
+    tok[1] = tok[0]; /* a repeated token: its rows add */
+    tok[2] = V - 1;
+    kiln_tensor *tw = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(V, D), -1, 1, w);
+    kiln_tensor *tg = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(T, D), -1, 1, g);
+    kiln_requires_grad(tw, true);
+    kiln_tensor *loss = kiln_sum(kiln_mul(kiln_embedding(tu_tensor_i64(ctx, KILN_I32, TU_S(T), tok), tw), tg),
+                                 0, NULL, false);
+    cr_assert_eq(kiln_backward(loss), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    memset(want, 0, sizeof want);
+    for (int i = 0; i < T; i++)
+        for (int d = 0; d < D; d++)
+            want[tok[i] * D + d] += (double)(float)g[i * D + d];
+    kiln_tensor *gw = kiln_grad(tw);
+    int64_t n = kernels_of(ctx, gw);
+    cr_assert(n < 0 || n == 1, "the embedding gradient ran as %lld kernels", (long long)n);
+    TU_EXPECT(gw, KILN_F32, want, V * D);
 }

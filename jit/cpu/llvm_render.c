@@ -936,6 +936,30 @@ static void split_rows(gen *g, const lower_plan *plan, LLVMValueRef entry, LLVMV
     free(chunks);
 }
 
+/* A scatter pass: the row's source elements in order (never vectorised:
+ * an element may land where the one before did), each stored only where
+ * its index is inside the axis. */
+static void scatter_pass(gen *g, const lower_block *blk) {
+    const jit_llvm_api *L = g->L;
+    const lower_kernel *k = g->k;
+    const lower_scatter_store *st = &k->scatter[blk->reduce];
+    loop l;
+    g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, k->snumel));
+    block_values(g, blk);
+    if (st->valid >= 0) {
+        LLVMBasicBlockRef yes = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
+        LLVMBasicBlockRef next = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "next");
+        L->LLVMBuildCondBr(B, icmp(g, LLVMIntNE, g->val[st->valid], ci(g, g->i8, 0)), yes, next);
+        L->LLVMPositionBuilderAtEnd(B, yes);
+        store(g, 0, g->val[st->at], g->val[st->value]);
+        L->LLVMBuildBr(B, next);
+        L->LLVMPositionBuilderAtEnd(B, next);
+    } else {
+        store(g, 0, g->val[st->at], g->val[st->value]);
+    }
+    loop_close(g, &l, false);
+}
+
 /* Reductions and row kernels: per output row, the plan's blocks in order:
  * outer values, passes that finish reductions, and in a row kernel a last
  * pass that stores. */
@@ -962,6 +986,9 @@ static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
             stored = true;
             break;
         }
+        case LOWER_BLOCK_SCATTER:
+            scatter_pass(g, blk);
+            break;
         }
     }
     if (!stored)

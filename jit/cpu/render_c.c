@@ -58,6 +58,10 @@ static void buffer_ptrs(sbuf *b, const lower_kernel *k) {
     for (int i = 0; i < k->ninputs; i++)
         cstyle_put(b, "  const %s *restrict in%d = (const %s *)bufs[%d];\n", stype(k->inputs[i]->dtype),
             k->nouts + i, stype(k->inputs[i]->dtype), k->nouts + i);
+    /* A scatter pass reads back what it stored: loads of buffer 0, through
+     * a pointer based on out0, so restrict still holds. */
+    if (k->kind == LOWER_SCATTER)
+        cstyle_put(b, "  const %s *const in0 = out0;\n", stype(k->out->dtype));
 }
 
 static void params(sbuf *b, const lower_kernel *k) {
@@ -297,6 +301,21 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
         case LOWER_BLOCK_REDUCE:
             reduce_pass(b, k, blk, plan->split);
             break;
+        case LOWER_BLOCK_SCATTER: {
+            /* serial, in the source's order: an element may land where the
+             * one before it did, and the last assignment wins */
+            const lower_scatter_store *st = &k->scatter[blk->reduce];
+            char val[32];
+            snprintf(val, sizeof val, "v%d", st->value);
+            cstyle_put(b, "    for (%s r = 0; r < %lldLL; r++) {\n", ix, (long long)k->snumel);
+            block_stmts(b, k, blk);
+            if (st->valid >= 0)
+                cstyle_put(b, "      if (v%d)\n  ", st->valid);
+            cstyle_put(b, "      out0[v%d] = ", st->at);
+            store_expr(b, k->out->dtype, val);
+            cstyle_put(b, ";\n    }\n");
+            break;
+        }
         case LOWER_BLOCK_STORE:
             cstyle_put(b, plan->split
                        ? "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n"

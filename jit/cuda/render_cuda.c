@@ -261,6 +261,20 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
         case LOWER_BLOCK_REDUCE:
             render_reduction(b, k, blk, plan->block_threads);
             break;
+        case LOWER_BLOCK_SCATTER: {
+            /* one thread walks the source elements in order, after the
+             * block's threads have stored the row (and the pass before) */
+            const lower_scatter_store *st = &k->scatter[blk->reduce];
+            cstyle_put(b, "    __syncthreads();\n    if (threadIdx.x == 0)\n");
+            cstyle_put(b, "    for (kh_i64 r = 0; r < %lldLL; r++) {\n", (long long)k->snumel);
+            block_stmts(b, k, blk, "      ");
+            if (st->valid >= 0)
+                cstyle_put(b, "      if (v%d)\n  ", st->valid);
+            cstyle_put(b, "      b0[v%d] = ", st->at);
+            store_expr(b, k->out->dtype, st->value);
+            cstyle_put(b, ";\n    }\n    __syncthreads();\n");
+            break;
+        }
         case LOWER_BLOCK_STORE:
             cstyle_put(b, "    for (kh_i64 r = threadIdx.x; r < R; r += %d) {\n", plan->block_threads);
             block_stmts(b, k, blk, "      ");
