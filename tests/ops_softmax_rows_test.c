@@ -89,3 +89,50 @@ TU_TEST(softmax_rows, nan_and_infinities) {
     host_softmax(x, 6, 3, true, want);
     TU_EXPECT(kiln_log_softmax(t, 1), KILN_F32, want, 18);
 }
+
+/* Causal attention with 16 keys a row in f64 (two vectors of 8 int lanes on
+ * AVX-512): softmax(q k^T / sqrt(8)) with key j > query i at -inf, times v.
+ * gcc 12 vectorised the row max's NaN flag into a masked load past its
+ * OpenMP lane array (see vector_extreme_pass in jit/cpu/render_c.c), and
+ * every row with an unmasked key past the eighth came out NaN on the C path;
+ * it is the transformer block's softmax. v is not the identity: kiln_eye
+ * would share the mask's index ramps, which are then computed once into
+ * buffers instead of inside the softmax, where the fault was. */
+TU_TEST(softmax_rows, causal_attention_rows_of_16) {
+    enum { NB = 2, NH = 4, L = 16, DH = 8, N = NB * NH * L * DH };
+    TU_RNG(r);
+    double *q = malloc(sizeof *q * N), *k = malloc(sizeof *k * N), *v = malloc(sizeof *v * N);
+    double *want = malloc(sizeof *want * N);
+    for (int i = 0; i < N; i++) {
+        q[i] = tu_unif(&r, -2, 2);
+        k[i] = tu_unif(&r, -2, 2);
+        v[i] = tu_unif(&r, -2, 2);
+    }
+    for (int h = 0; h < NB * NH; h++)
+        for (int i = 0; i < L; i++) {
+            long double s[L], mx = -INFINITY, sum = 0, o[DH] = {0};
+            for (int j = 0; j <= i; j++) {
+                s[j] = 0;
+                for (int d = 0; d < DH; d++)
+                    s[j] += (long double)q[(h * L + i) * DH + d] * k[(h * L + j) * DH + d];
+                s[j] /= sqrtl(DH);
+                mx = s[j] > mx ? s[j] : mx;
+            }
+            for (int j = 0; j <= i; j++)
+                sum += expl(s[j] - mx);
+            for (int j = 0; j <= i; j++)
+                for (int d = 0; d < DH; d++)
+                    o[d] += expl(s[j] - mx) / sum * v[(h * L + j) * DH + d];
+            for (int d = 0; d < DH; d++)
+                want[(h * L + i) * DH + d] = (double)o[d];
+        }
+    const int64_t *dims = TU_DIMS(NB, NH, L, DH);
+    kiln_tensor *p = kiln_scaled_dot_product_attention(tu_tensor(ctx, KILN_F64, 4, dims, q),
+                                                       tu_tensor(ctx, KILN_F64, 4, dims, k),
+                                                       tu_tensor(ctx, KILN_F64, 4, dims, v), true, 0);
+    TU_EXPECT(p, KILN_F64, want, N);
+    free(q);
+    free(k);
+    free(v);
+    free(want);
+}

@@ -27,12 +27,7 @@ extern char **environ;
  * the floating-point exception flags, which kiln never reads; without them
  * gcc keeps floorf and sqrtf scalar, and a loop holding one does not
  * vectorise at all (the exp rule's floor kept gelu(a*b+c) scalar). */
-/* -mno-avx512f: on an Intel Xeon that gcc 12 takes for rocketlake, the
- * transformer block's programs compiled with AVX-512 give NaN where the LLVM
- * path and the reference agree (tests/transformer_test; found 2026-12-02,
- * not yet narrowed to a kernel; AMD Zen 4 with AVX-512 never showed it).
- * Until that is understood the C path stays at 256-bit vectors. */
-static const char *const cflags[] = {"-O3",         "-march=native",      "-mno-avx512f",  "-fopenmp",
+static const char *const cflags[] = {"-O3",         "-march=native",      "-fopenmp",
                                      "-fno-math-errno", "-fno-trapping-math", "-fPIC",
                                      "-shared",     "-std=c11",           "-w",
                                      NULL};

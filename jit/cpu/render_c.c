@@ -189,24 +189,45 @@ static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_block
  * (any NaN makes the result NaN, as in graph/) and through the sign of a zero
  * tie (-0 and +0 compare equal; either may come out). The ordered scan with
  * its index, which argmax/argmin need, was a scalar loop in double: the row
- * max was most of a softmax's time. */
+ * max was most of a softmax's time.
+ *
+ * The NaN count is a double summed with +, not an int or-ed with |, because
+ * of a gcc 12.2 miscompilation (-O2 and -O3, -march=native with AVX-512VL).
+ * With `int nan` and `nan |= v != v`, where v is a select such as a causal
+ * mask's `row < col ? -INFINITY : x * scale` (the attention softmax of
+ * tests/transformer_test, kernel div_r2x4x16x16: a 16-wide row max, 8 int
+ * lanes a vector), gcc sees that the masked lanes or in 0, makes the update
+ * conditional and if-converts it into a .MASK_LOAD from the OpenMP simd
+ * array that holds the lanes' nan. The vectorizer does not take that masked
+ * load for a per-lane access: it steps its address by a vector each
+ * iteration (vmovdqa32 -32(%rsp) then (%rsp), {%k} masked), while the array
+ * is one vector (32 bytes) long, so the second half of the row ors in
+ * whatever lies above it on the stack (the saved frame pointer, the return
+ * address) and every row with an unmasked element past the eighth came out
+ * NaN. `nan += ...` on an int does the same; on a double it cannot, since
+ * adding 0.0 is not an identity (it turns -0.0 into +0.0), so the update
+ * stays unconditional, no masked load is made and the loop still vectorises
+ * (checked in gcc's -fdump-tree-ifcvt and in the assembly). -mno-avx512f hid
+ * it: the same masked load is made, but the loop is not vectorised at all
+ * there. The LLVM path has no such arrays. ops_softmax_rows_test's
+ * causal_attention_rows_of_16 is the reproducer, on every executor. */
 static void vector_extreme_pass(sbuf *b, const lower_kernel *k, const lower_block *blk) {
     const lower_ins *x = &k->ins[blk->reduce];
     kiln_dtype in = k->ins[x->a].dt;
     bool max = x->gop == GRAPH_RMAX, f = is_float(in);
     const char *ty = f ? ctype(in) : "int64_t";
     const char *init = f ? (max ? "-INFINITY" : "INFINITY") : (max ? "INT64_MIN" : "INT64_MAX");
-    cstyle_put(b, "      %s best = %s; int nan = 0;\n", ty, init);
-    cstyle_put(b, "      #pragma omp simd reduction(%s:best) reduction(|:nan)\n", max ? "max" : "min");
+    cstyle_put(b, "      %s best = %s; double nan = 0;\n", ty, init);
+    cstyle_put(b, "      #pragma omp simd reduction(%s:best) reduction(+:nan)\n", max ? "max" : "min");
     cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
     block_stmts(b, k, blk);
     if (f)
-        cstyle_put(b, "        nan |= v%d != v%d;\n", x->a, x->a);
+        cstyle_put(b, "        nan += v%d != v%d;\n", x->a, x->a);
     cstyle_put(b, "        best = (%s)v%d %s best ? (%s)v%d : best;\n", ty, x->a, max ? ">" : "<", ty, x->a);
     cstyle_put(b, "      }\n");
     cstyle_put(b, "      if (R == 0) best = 0;\n");
     if (f)
-        cstyle_put(b, "      if (nan) best = NAN;\n");
+        cstyle_put(b, "      if (nan != 0) best = NAN;\n");
 }
 
 /* A pass over the reduced elements that finishes one reduction. A sum may
