@@ -160,12 +160,13 @@ Test(plan, softmax_is_two_passes_and_a_store) {
     graph_ctx_free(g);
 }
 
-static graph_node *softmax_rows(graph_node *x) {
-    graph_node *mx = graph_reduce(GRAPH_RMAX, x, 2u, x->dtype);
+/* softmax of x along the axes in mask (2u: rows of a matrix, 1u: columns). */
+static graph_node *softmax_over(graph_node *x, uint32_t mask) {
+    graph_node *mx = graph_reduce(GRAPH_RMAX, x, mask, x->dtype);
     graph_node *mxe = graph_expand(mx, x->shape);
     graph_node *d = graph_binary(GRAPH_SUB, x, mxe);
     graph_node *e = graph_unary(GRAPH_EXP, d);
-    graph_node *sr = graph_reduce(GRAPH_SUM, e, 2u, x->dtype);
+    graph_node *sr = graph_reduce(GRAPH_SUM, e, mask, x->dtype);
     graph_node *s = graph_expand(sr, x->shape);
     graph_node *y = graph_binary(GRAPH_DIV, e, s);
     graph_node *tmp[6] = {mx, mxe, d, e, sr, s};
@@ -174,20 +175,8 @@ static graph_node *softmax_rows(graph_node *x) {
     return y;
 }
 
-/* Softmax down the columns of x: a row kernel whose rows are strided. */
-static graph_node *softmax_columns(graph_node *x) {
-    graph_node *mx = graph_reduce(GRAPH_RMAX, x, 1u, x->dtype);
-    graph_node *mxe = graph_expand(mx, x->shape);
-    graph_node *d = graph_binary(GRAPH_SUB, x, mxe);
-    graph_node *e = graph_unary(GRAPH_EXP, d);
-    graph_node *sr = graph_reduce(GRAPH_SUM, e, 1u, x->dtype);
-    graph_node *s = graph_expand(sr, x->shape);
-    graph_node *y = graph_binary(GRAPH_DIV, e, s);
-    graph_node *tmp[6] = {mx, mxe, d, e, sr, s};
-    for (int i = 0; i < 6; i++)
-        graph_unref(tmp[i]);
-    return y;
-}
+static graph_node *softmax_rows(graph_node *x) { return softmax_over(x, 2u); }
+static graph_node *softmax_columns(graph_node *x) { return softmax_over(x, 1u); }
 
 static bool any_stash(const lower_plan *p) {
     for (int b = 0; b < p->nblocks; b++)
