@@ -874,14 +874,22 @@ KILN_API kiln_tensor *kiln_avg_pool3d(kiln_tensor *x, const int64_t *kernel,
                                       const int64_t *stride, const int64_t *pad, bool ceil_mode,
                                       bool count_include_pad);
 
-/* The inverse of kiln_max_pool2d_ex with indices, as PyTorch's max_unpool2d:
- * x [N, C, H, W] or [C, H, W] and indices (i32, i64 or u8, of x's shape)
- * give [..., out_h, out_w] zeros with each x element put at its flat index
- * within its plane; elements with the same index add up. Realized indices
- * outside [0, out_h*out_w) are KILN_ERR_ARG, a size below 1 too. A
- * kiln_scatter_add; differentiable in x. */
+/* The inverses of the max pools with indices, as PyTorch's max_unpool1d/2d/
+ * 3d: x [N, C, s...] or [C, s...] (s... being L, or H, W, or D, H, W) and
+ * indices (i32, i64 or u8, of x's shape) give [..., out...] zeros with each
+ * x element put at its flat index within its plane of out_l, out_h*out_w or
+ * out[0]*out[1]*out[2] elements (kiln_max_unpool3d's out holds (D, H, W)),
+ * the indices kiln_max_pool1d_ex, kiln_max_pool2d_ex, kiln_max_pool3d and
+ * the adaptive max pools return; elements with the same index add up. x of
+ * another rank, or indices of another shape, are KILN_ERR_SHAPE; indices of
+ * another dtype KILN_ERR_DTYPE; realized indices outside [0, plane) are
+ * KILN_ERR_ARG, a size below 1 or a NULL out too. One kiln_scatter_add:
+ * one kernel for the zeros and one for the scatter; differentiable in x (a
+ * gather of the gradient at the indices). */
+KILN_API kiln_tensor *kiln_max_unpool1d(kiln_tensor *x, kiln_tensor *indices, int64_t out_l);
 KILN_API kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, int64_t out_h,
                                         int64_t out_w);
+KILN_API kiln_tensor *kiln_max_unpool3d(kiln_tensor *x, kiln_tensor *indices, const int64_t *out);
 
 /* Adaptive pooling, as PyTorch's: over x [N, C, L] or [C, L] (1d) or [N, C,
  * H, W] or [C, H, W] (2d) to the given output sizes, output i of an axis
@@ -893,18 +901,42 @@ KILN_API kiln_tensor *kiln_adaptive_avg_pool1d(kiln_tensor *x, int64_t out_l);
 KILN_API kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
 KILN_API kiln_tensor *kiln_adaptive_max_pool1d(kiln_tensor *x, int64_t out_l);
 KILN_API kiln_tensor *kiln_adaptive_max_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+/* Adaptive max pooling with PyTorch's return_indices: the values of
+ * kiln_adaptive_max_pool1d/2d, and, with indices not NULL, *indices gets the
+ * i64 flat index within its input plane (of L or H*W elements) of the
+ * element each output took (NULL on failure): the first maximum in
+ * row-major window order, NaN winning (the last NaN of a window), which
+ * also takes the whole gradient. The errors of kiln_adaptive_max_pool1d/2d.
+ * Each axis is a select of every window's t-th element for t below the
+ * largest window size, compared and kept with wheres (as
+ * kiln_max_pool2d_ex): the values and indices fuse into few kernels. */
+KILN_API kiln_tensor *kiln_adaptive_max_pool1d_ex(kiln_tensor *x, int64_t out_l,
+                                                  kiln_tensor **indices);
+KILN_API kiln_tensor *kiln_adaptive_max_pool2d_ex(kiln_tensor *x, int64_t out_h, int64_t out_w,
+                                                  kiln_tensor **indices);
 
-/* Resizing of x [N, C, L] (ndim_spatial 1) or [N, C, H, W] (2) to sizes
- * (ndim_spatial entries), as PyTorch's interpolate with size given:
- * KILN_INTERP_NEAREST takes input floor(o * in/out) (single precision, as
- * PyTorch); KILN_INTERP_LINEAR (linear, bilinear) and KILN_INTERP_BICUBIC
- * (2 spatial axes only; Keys' cubic with A = -0.75) read the source point
- * o*(in-1)/(out-1) with align_corners, else (o + 0.5)*in/out - 0.5 (linear
- * clamps it at 0), the neighbours clamped to the border. Separable: nearest
- * is one kiln_index_select per axis, the others one matmul per axis with an
- * [out, in] weight matrix built here. Another ndim_spatial, bicubic over
- * one axis, align_corners with nearest, an unknown mode, NULL sizes or a
- * size below 1 are KILN_ERR_ARG; x of the wrong rank KILN_ERR_SHAPE. */
+/* Resizing of x [N, C, L] (ndim_spatial 1), [N, C, H, W] (2) or [N, C, D,
+ * H, W] (3) to sizes (ndim_spatial entries), as PyTorch's interpolate with
+ * size given: KILN_INTERP_NEAREST takes input floor(o * in/out) (single
+ * precision, as PyTorch); KILN_INTERP_LINEAR (linear, bilinear, trilinear)
+ * and KILN_INTERP_BICUBIC (2 spatial axes only; Keys' cubic with A = -0.75)
+ * read the source point o*(in-1)/(out-1) with align_corners, else (o +
+ * 0.5)*in/out - 0.5 (linear clamps it at 0), the neighbours clamped to the
+ * border. Separable: nearest is one kiln_index_select per axis, the others
+ * one matmul per axis with an [out, in] weight matrix built here (the depth
+ * axis transposed into place for it). Another ndim_spatial, bicubic over 1
+ * or 3 axes, align_corners with nearest, an unknown mode, NULL sizes or a
+ * size below 1 are KILN_ERR_ARG; x of the wrong rank KILN_ERR_SHAPE.
+ *
+ * kiln_interpolate_scale is PyTorch's interpolate with scale_factor: each
+ * output size is floor(in * scale_factors[d]) (in double precision); with
+ * recompute_scale_factor the result is kiln_interpolate's to those sizes,
+ * else the source points use 1/scale_factors[d] where kiln_interpolate uses
+ * in/out (in/out's single precision for nearest too, and align_corners
+ * still maps corners onto corners, ignoring the factor), PyTorch's default.
+ * The factors differ from in/out only when in * factor is not an integer.
+ * A NULL array, a factor that is not finite and > 0, or one that gives a
+ * size below 1, is KILN_ERR_ARG; otherwise kiln_interpolate's rules. */
 typedef enum kiln_interp_mode {
     KILN_INTERP_NEAREST = 0,
     KILN_INTERP_LINEAR,
@@ -912,6 +944,9 @@ typedef enum kiln_interp_mode {
 } kiln_interp_mode;
 KILN_API kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *sizes,
                                        kiln_interp_mode mode, bool align_corners);
+KILN_API kiln_tensor *kiln_interpolate_scale(kiln_tensor *x, int ndim_spatial,
+                                             const double *scale_factors, kiln_interp_mode mode,
+                                             bool align_corners, bool recompute_scale_factor);
 
 /* Normalises x over its last n axes (1 <= n <= ndim(x), KILN_ERR_ARG
  * otherwise): (x - mean) / sqrt(var + eps) with the biased variance, then
