@@ -698,15 +698,14 @@ kiln_tensor *kiln_adaptive_max_pool2d(kiln_tensor *x, int64_t out_h, int64_t out
     return adaptive("kiln_adaptive_max_pool2d", true, 2, x, (const int64_t[]){out_h, out_w});
 }
 
-/* Adaptive max pooling with indices, one axis at a time: each output reads
- * its window through kmax taps (kmax the largest window; a tap past a
- * window's end reads the window's last element again, which never wins),
- * each an index_select with a host-built position vector, and keeps the
- * tap that is strictly greater or NaN, as pool_nd does. Along the last axis
- * the taps' positions are the indices; along the one before, the winning
- * row's position times the row length plus that row's index. First maxima
- * per row, then the first row holding the maximum, give the first maximum
- * in row-major order (and the last NaN), as PyTorch's loop. */
+/* Adaptive max pooling with indices over the flattened plane: one
+ * index_select of every output's window taps, [..., nout, K] with K the
+ * largest window's size (a window's taps past its end along an axis read
+ * its last element again, which comes after it in row-major tap order and
+ * so never is the first maximum), an argmax over K (the first maximum, or
+ * the first NaN), a host table that maps (output, tap) to the flat index,
+ * and a gather of x at those indices for the values, so that the gradient
+ * is PyTorch's: all of it to the element the index names. */
 static kiln_tensor *adaptive_max_idx(const char *op, int nsp, kiln_tensor *x,
                                      const int64_t *sizes, kiln_tensor **indices) {
     if (indices)
@@ -721,66 +720,66 @@ static kiln_tensor *adaptive_max_idx(const char *op, int nsp, kiln_tensor *x,
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s must be %d-d or %d-d (with a batch axis)",
                         op, api_shape_str(X), nsp + 1, nsp + 2);
     int first = X->ndim - nsp;
-    for (int d = 0; d < nsp; d++)
+    int64_t kmax[2] = {1, 1}, in[2] = {1, 1}, out[2] = {1, 1};
+    for (int d = 0; d < nsp; d++) {
         if (X->shape[first + d] < 1 || sizes[d] < 1 || sizes[d] > CONV_MAX_PARAM)
             return api_fail(ctx, KILN_ERR_ARG,
                             "%s: input %s, output size %s: the sizes and the input's spatial "
                             "sizes must be >= 1",
                             op, api_shape_str(X), tuple_str(nsp, sizes));
+        in[2 - nsp + d] = X->shape[first + d];
+        out[2 - nsp + d] = sizes[d];
+    }
+    for (int d = 0; d < 2; d++)
+        for (int64_t i = 0; i < out[d]; i++) {
+            int64_t w = win_end(i, in[d], out[d]) - win_start(i, in[d], out[d]);
+            kmax[d] = w > kmax[d] ? w : kmax[d];
+        }
+    int64_t K = kmax[0] * kmax[1], nout = out[0] * out[1], plane = in[0] * in[1];
+    if (nout > CONV_MAX_PARAM / K)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: input %s, output size %s: too many window taps",
+                        op, api_shape_str(X), tuple_str(nsp, sizes));
+    int64_t *tap = malloc(sizeof(int64_t) * (size_t)(nout * K));
+    if (!tap)
+        return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory for input %s", op, api_shape_str(X));
+    for (int64_t i = 0; i < out[0]; i++)
+        for (int64_t j = 0; j < out[1]; j++)
+            for (int64_t t = 0; t < K; t++) {
+                int64_t r = win_start(i, in[0], out[0]) + t / kmax[1];
+                int64_t c = win_start(j, in[1], out[1]) + t % kmax[1];
+                int64_t rl = win_end(i, in[0], out[0]) - 1, cl = win_end(j, in[1], out[1]) - 1;
+                tap[(i * out[1] + j) * K + t] = (r < rl ? r : rl) * in[1] + (c < cl ? c : cl);
+            }
+    int64_t lead[KILN_MAX_DIMS];
+    memcpy(lead, X->shape, sizeof(int64_t) * (size_t)first);
     kiln_scope_begin(ctx);
-    kiln_tensor *acc = x, *pos = NULL;
-    for (int d = nsp - 1; d >= 0; d--) {
-        int ax = first + d;
-        int64_t in = X->shape[ax], out = sizes[d], kmax = 0;
-        for (int64_t i = 0; i < out; i++) {
-            int64_t w = win_end(i, in, out) - win_start(i, in, out);
-            kmax = w > kmax ? w : kmax;
-        }
-        int64_t *tap = malloc(sizeof(int64_t) * (size_t)out * 2), *flat = tap + out;
-        if (!tap) {
-            acc = api_fail(ctx, KILN_ERR_OOM, "%s: out of memory for input %s", op,
-                           api_shape_str(X));
-            pos = NULL;
-            break;
-        }
-        /* the row length that turns the winning row into a flat index */
-        int64_t row = d == nsp - 1 ? 1 : X->shape[first + nsp - 1];
-        int64_t bshape[KILN_MAX_DIMS];
-        for (int a = 0; a < kiln_ndim(acc); a++)
-            bshape[a] = a == ax ? out : 1;
-        kiln_tensor *m = NULL, *p = NULL;
-        for (int64_t t = 0; t < kmax; t++) {
-            for (int64_t i = 0; i < out; i++) {
-                int64_t last = win_end(i, in, out) - 1, at = win_start(i, in, out) + t;
-                tap[i] = at < last ? at : last;
-                flat[i] = tap[i] * row;
-            }
-            kiln_tensor *where = kiln_from_data(ctx, KILN_I64, 1, &out, tap);
-            kiln_tensor *v = kiln_index_select(acc, ax, where);
-            kiln_tensor *tp = kiln_from_data(ctx, KILN_I64, kiln_ndim(acc), bshape, flat);
-            if (pos)
-                tp = kiln_add(tp, kiln_index_select(pos, ax, where));
-            if (!m) {
-                m = v;
-                p = tp;
-                continue;
-            }
-            kiln_tensor *take = kiln_bitwise_or(kiln_gt(v, m), kiln_ne(v, v));
-            m = kiln_where(take, v, m);
-            p = kiln_where(take, tp, p);
-        }
-        free(tap);
-        acc = m;
-        /* full-sized, so that the next axis can select its rows */
-        pos = kiln_error(m) == KILN_OK ? kiln_expand(p, kiln_ndim(m), kiln_shape(m)) : p;
-    }
-    if (indices && pos) {
-        if (kiln_error(acc) == KILN_OK && kiln_error(pos) == KILN_OK) {
-            kiln_keep(pos);
-            *indices = pos;
+    lead[first] = plane;
+    kiln_tensor *xf = kiln_reshape(x, first + 1, lead);
+    const int64_t ntap = nout * K, tshape[2] = {nout, K};
+    kiln_tensor *taps = kiln_from_data(ctx, KILN_I64, 1, &ntap, tap);
+    lead[first] = nout;
+    lead[first + 1] = K;
+    kiln_tensor *win = kiln_reshape(kiln_index_select(xf, first, taps), first + 2, lead);
+    const int last[1] = {first + 1};
+    kiln_tensor *am = kiln_argmax(win, 1, last, true);
+    kiln_tensor *table = kiln_expand(kiln_from_data(ctx, KILN_I64, 2, tshape, tap), first + 2, lead);
+    free(tap);
+    lead[first + 1] = 1;
+    lead[first] = nout;
+    kiln_tensor *flat = kiln_reshape(kiln_gather(table, first + 1, am), first + 1, lead);
+    kiln_tensor *y = kiln_gather(xf, first, flat);
+    int64_t full[KILN_MAX_DIMS];
+    memcpy(full, X->shape, sizeof(int64_t) * (size_t)first);
+    memcpy(full + first, sizes, sizeof(int64_t) * (size_t)nsp);
+    y = kiln_reshape(y, X->ndim, full);
+    if (indices) {
+        kiln_tensor *idx = kiln_reshape(flat, X->ndim, full);
+        if (kiln_error(y) == KILN_OK && kiln_error(idx) == KILN_OK) {
+            kiln_keep(idx);
+            *indices = idx;
         }
     }
-    return api_finish(ctx, acc);
+    return api_finish(ctx, y);
 }
 
 kiln_tensor *kiln_adaptive_max_pool1d_ex(kiln_tensor *x, int64_t out_l, kiln_tensor **indices) {

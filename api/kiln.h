@@ -883,9 +883,9 @@ KILN_API kiln_tensor *kiln_avg_pool3d(kiln_tensor *x, const int64_t *kernel,
  * the adaptive max pools return; elements with the same index add up. x of
  * another rank, or indices of another shape, are KILN_ERR_SHAPE; indices of
  * another dtype KILN_ERR_DTYPE; realized indices outside [0, plane) are
- * KILN_ERR_ARG, a size below 1 or a NULL out too. One kiln_scatter_add:
- * one kernel for the zeros and one for the scatter; differentiable in x (a
- * gather of the gradient at the indices). */
+ * KILN_ERR_ARG, a size below 1 or a NULL out too. One kiln_scatter_add,
+ * one kernel (the zeros fuse into it); differentiable in x (a gather of the
+ * gradient at the indices). */
 KILN_API kiln_tensor *kiln_max_unpool1d(kiln_tensor *x, kiln_tensor *indices, int64_t out_l);
 KILN_API kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, int64_t out_h,
                                         int64_t out_w);
@@ -905,11 +905,14 @@ KILN_API kiln_tensor *kiln_adaptive_max_pool2d(kiln_tensor *x, int64_t out_h, in
  * kiln_adaptive_max_pool1d/2d, and, with indices not NULL, *indices gets the
  * i64 flat index within its input plane (of L or H*W elements) of the
  * element each output took (NULL on failure): the first maximum in
- * row-major window order, NaN winning (the last NaN of a window), which
- * also takes the whole gradient. The errors of kiln_adaptive_max_pool1d/2d.
- * Each axis is a select of every window's t-th element for t below the
- * largest window size, compared and kept with wheres (as
- * kiln_max_pool2d_ex): the values and indices fuse into few kernels. */
+ * row-major window order, NaN winning, which also takes the whole gradient.
+ * A window with several NaNs reports its first (PyTorch's loop reports its
+ * last; the value is NaN either way). The errors of
+ * kiln_adaptive_max_pool1d/2d. Computed over the flattened plane as one
+ * index_select of every window's taps (padded to the largest window by
+ * repeating its last row and column), an argmax over them, a lookup of the
+ * flat index and a gather of x there: one kernel for values and indices
+ * together when x is realized. */
 KILN_API kiln_tensor *kiln_adaptive_max_pool1d_ex(kiln_tensor *x, int64_t out_l,
                                                   kiln_tensor **indices);
 KILN_API kiln_tensor *kiln_adaptive_max_pool2d_ex(kiln_tensor *x, int64_t out_h, int64_t out_w,
@@ -924,7 +927,7 @@ KILN_API kiln_tensor *kiln_adaptive_max_pool2d_ex(kiln_tensor *x, int64_t out_h,
  * 0.5)*in/out - 0.5 (linear clamps it at 0), the neighbours clamped to the
  * border. Separable: nearest is one kiln_index_select per axis, the others
  * one matmul per axis with an [out, in] weight matrix built here (the depth
- * axis transposed into place for it). Another ndim_spatial, bicubic over 1
+ * axis transposed into place for it): a kernel per axis, trilinear three. Another ndim_spatial, bicubic over 1
  * or 3 axes, align_corners with nearest, an unknown mode, NULL sizes or a
  * size below 1 are KILN_ERR_ARG; x of the wrong rank KILN_ERR_SHAPE.
  *

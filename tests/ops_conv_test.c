@@ -484,7 +484,8 @@ TU_TEST(adaptive_pool, against_loops) {
 }
 
 /* PyTorch's adaptive_max_pool2d loop: row-major over the window, moving
- * on a greater element or a NaN. */
+ * on a greater element or a NaN (random inputs have no NaN, whose first in
+ * a window kiln reports where this would report the last). */
 static void ref_adaptive_idx(const double *x, int64_t planes, int64_t h, int64_t w, int64_t oh,
                              int64_t ow, double *y, int64_t *idx) {
     for (int64_t c = 0; c < planes; c++)
@@ -550,6 +551,10 @@ TU_TEST(adaptive_max_pool_ex, indices_against_loops) {
     kiln_tensor *zi;
     TU_EXPECT_VALS(kiln_adaptive_max_pool1d_ex(z, 2, &zi), KILN_F32, 3, 5, -INFINITY, NAN);
     TU_EXPECT_I64(zi, KILN_I64, ((const int64_t[]){1, 3, 0, 4}), 4);
+    /* two NaNs in one window: the first is reported */
+    kiln_tensor *n2 = tu_tensor(ctx, KILN_F64, TU_S(1, 4), (const double[]){2, NAN, 1, NAN});
+    TU_EXPECT_VALS(kiln_adaptive_max_pool1d_ex(n2, 1, &zi), KILN_F64, NAN);
+    TU_EXPECT_I64(zi, KILN_I64, ((const int64_t[]){1}), 1);
     /* random [N, C, L] against the 2-d loop over a height of 1 */
     double l[2 * 3 * 11], ly[2 * 3 * 4];
     int64_t li[2 * 3 * 4];
@@ -812,10 +817,12 @@ Test(conv_kernels, lazy_counts) {
         cr_assert_eq(kiln_realize(inputs[i]), KILN_OK);
     const int64_t one3[3] = {1, 1, 1}, two[2] = {2, 2}, one[2] = {1, 1}, zero[2] = {0, 0};
     kiln_tensor *idx;
-    int64_t counts[9];
-    const char *names[9] = {"conv3d",       "conv_transpose2d", "max_pool2d_ex+indices",
-                            "avg_pool2d_ex", "max_pool3d",       "max_unpool2d",
-                            "adaptive_avg", "adaptive_max",     "bicubic"};
+    int64_t counts[14];
+    const char *names[14] = {"conv3d",       "conv_transpose2d", "max_pool2d_ex+indices",
+                             "avg_pool2d_ex", "max_pool3d",       "max_unpool2d",
+                             "adaptive_avg", "adaptive_max",     "bicubic",
+                             "max_unpool1d", "max_unpool3d",     "adaptive_max_ex+indices",
+                             "trilinear",    "bilinear_scale"};
     counts[0] = kernels_for(ctx, kiln_conv3d(v, w3, NULL, one3, one3, one3, 1));
     counts[1] = kernels_for(ctx, kiln_conv_transpose2d(img, wt, b, two, one, one, one, 1));
     kiln_tensor *mp = kiln_max_pool2d_ex(img, TU_DIMS(3, 3), two, one, one, true, &idx);
@@ -830,9 +837,26 @@ Test(conv_kernels, lazy_counts) {
     counts[6] = kernels_for(ctx, kiln_adaptive_avg_pool2d(img, 3, 4));
     counts[7] = kernels_for(ctx, kiln_adaptive_max_pool2d(img, 3, 4));
     counts[8] = kernels_for(ctx, kiln_interpolate(img, 2, TU_DIMS(17, 13), KILN_INTERP_BICUBIC, false));
+    kiln_tensor *mp1 = kiln_max_pool1d_ex(kiln_reshape(img, TU_S(2, 4, 100)), 2, 2, 0, 1, false, &idx);
+    cr_assert_eq(kiln_realize(idx), KILN_OK);
+    cr_assert_eq(kiln_realize(mp1), KILN_OK);
+    counts[9] = kernels_for(ctx, kiln_max_unpool1d(mp1, idx, 100));
+    kiln_tensor *mp3 = kiln_max_pool3d(v, TU_DIMS(2, 2, 2), TU_DIMS(2, 2, 2), TU_DIMS(0, 0, 0),
+                                       one3, false, &idx);
+    cr_assert_eq(kiln_realize(idx), KILN_OK);
+    cr_assert_eq(kiln_realize(mp3), KILN_OK);
+    counts[10] = kernels_for(ctx, kiln_max_unpool3d(mp3, idx, TU_DIMS(6, 8, 8)));
+    kiln_tensor *am = kiln_adaptive_max_pool2d_ex(img, 3, 4, &idx);
+    counts[11] = kernels_for(ctx, kiln_add(am, kiln_cast(idx, KILN_F32)));
+    counts[12] = kernels_for(ctx, kiln_interpolate(v, 3, TU_DIMS(9, 5, 11), KILN_INTERP_LINEAR, true));
+    counts[13] = kernels_for(ctx, kiln_interpolate_scale(img, 2, (const double[]){1.5, 2.5},
+                                                         KILN_INTERP_LINEAR, false, false));
+    /* the constant-per-tap index vectors must not cost a kernel each */
+    cr_assert_leq(counts[11], 2, "adaptive max with indices: %lld kernels", (long long)counts[11]);
+    cr_assert_leq(counts[9], 1, "max_unpool1d: %lld kernels", (long long)counts[9]);
     fprintf(stderr, "conv kernels (lazy):");
-    for (int i = 0; i < 9; i++)
-        fprintf(stderr, " %s %lld%s", names[i], (long long)counts[i], i < 8 ? "," : "\n");
+    for (int i = 0; i < 14; i++)
+        fprintf(stderr, " %s %lld%s", names[i], (long long)counts[i], i < 13 ? "," : "\n");
     kiln_ctx_free(ctx);
 }
 
