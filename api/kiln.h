@@ -583,6 +583,20 @@ KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
  * to a narrower width, and floats round to nearest even. */
 KILN_API kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dtype);
 
+/* Reinterprets the bits of each element as dtype, of the same size, as C's
+ * memcpy between them: f32 <-> i32, f64 <-> i64, i8 <-> u8, f16 <-> bf16
+ * (kiln has no 16-bit integer type), and any dtype to itself (t). bool
+ * takes part only as itself, since its other bit patterns are not values.
+ * Lazy and elementwise: it fuses with its neighbours, in one kernel with
+ * them, and costs one move (the half types, which compute as f32, a few
+ * integer ops more). NaN payloads pass through the compiled executors; the
+ * float64 reference evaluator and constant folding may quiet a signalling
+ * NaN and give an f16 NaN its canonical payload. Another size, bool with
+ * another dtype, or an unknown dtype is KILN_ERR_DTYPE, naming both dtypes.
+ * Not differentiable: no gradient flows through it (a bitcast between the
+ * half types passes a zero gradient). */
+KILN_API kiln_tensor *kiln_bitcast(kiln_tensor *t, kiln_dtype dtype);
+
 /* dst takes src's value, lazily: src broadcasts to dst's shape and converts to
  * dst's dtype. From then on the handle dst refers to the new value, and the
  * next sync point of the context realizes it, whatever else that sync asks

@@ -338,7 +338,7 @@ static const char *const op_names[GRAPH_NUM_OPS] = {
     [GRAPH_SQRT] = "sqrt",       [GRAPH_RSQRT] = "rsqrt",     [GRAPH_SIN] = "sin",
     [GRAPH_COS] = "cos",         [GRAPH_TANH] = "tanh",       [GRAPH_SIGMOID] = "sigmoid",
     [GRAPH_RELU] = "relu",       [GRAPH_GELU] = "gelu",       [GRAPH_SILU] = "silu",
-    [GRAPH_RECIP] = "recip",     [GRAPH_CAST] = "cast",       [GRAPH_ADD] = "add",
+    [GRAPH_RECIP] = "recip",     [GRAPH_CAST] = "cast",       [GRAPH_BITCAST] = "bitcast",       [GRAPH_ADD] = "add",
     [GRAPH_SUB] = "sub",         [GRAPH_MUL] = "mul",         [GRAPH_DIV] = "div",
     [GRAPH_POW] = "pow",         [GRAPH_MAXIMUM] = "maximum", [GRAPH_MINIMUM] = "minimum",
     [GRAPH_LT] = "lt",           [GRAPH_LE] = "le",           [GRAPH_GT] = "gt",
@@ -364,7 +364,7 @@ const char *graph_op_name(graph_op op) {
     return (op >= 0 && op < GRAPH_NUM_OPS && op_names[op]) ? op_names[op] : "?";
 }
 
-bool graph_op_is_unary(graph_op op) { return op >= GRAPH_NEG && op <= GRAPH_CAST; }
+bool graph_op_is_unary(graph_op op) { return op >= GRAPH_NEG && op <= GRAPH_BITCAST; }
 bool graph_op_is_binary(graph_op op) { return op >= GRAPH_ADD && op <= GRAPH_NE; }
 bool graph_op_is_compare(graph_op op) { return op >= GRAPH_LT && op <= GRAPH_NE; }
 bool graph_op_is_reduce(graph_op op) { return op >= GRAPH_SUM && op <= GRAPH_ARGMIN; }
