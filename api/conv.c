@@ -762,7 +762,8 @@ static kiln_tensor *adaptive_max_idx(const char *op, int nsp, kiln_tensor *x,
     kiln_tensor *win = kiln_reshape(kiln_index_select(xf, first, taps), first + 2, lead);
     const int last[1] = {first + 1};
     kiln_tensor *am = kiln_argmax(win, 1, last, true);
-    kiln_tensor *table = kiln_expand(kiln_from_data(ctx, KILN_I64, 2, tshape, tap), first + 2, lead);
+    kiln_tensor *table =
+        kiln_expand(kiln_from_data(ctx, KILN_I64, 2, tshape, tap), first + 2, lead);
     free(tap);
     lead[first + 1] = 1;
     lead[first] = nout;

@@ -941,16 +941,17 @@ KILN_API kiln_tensor *kiln_adaptive_max_pool2d_ex(kiln_tensor *x, int64_t out_h,
  * 0.5)*in/out - 0.5 (linear clamps it at 0), the neighbours clamped to the
  * border. Separable: nearest is one kiln_index_select per axis, the others
  * one matmul per axis with an [out, in] weight matrix built here (the depth
- * axis transposed into place for it): a kernel per axis, trilinear three. Another ndim_spatial, bicubic over 1
- * or 3 axes, align_corners with nearest, an unknown mode, NULL sizes or a
- * size below 1 are KILN_ERR_ARG; x of the wrong rank KILN_ERR_SHAPE.
+ * axis transposed into place for it): a kernel per axis, trilinear three.
+ * Another ndim_spatial, bicubic over 1 or 3 axes, align_corners with
+ * nearest, an unknown mode, NULL sizes or a size below 1 are KILN_ERR_ARG;
+ * x of the wrong rank KILN_ERR_SHAPE.
  *
  * kiln_interpolate_scale is PyTorch's interpolate with scale_factor: each
  * output size is floor(in * scale_factors[d]) (in double precision); with
- * recompute_scale_factor the result is kiln_interpolate's to those sizes,
- * else the source points use 1/scale_factors[d] where kiln_interpolate uses
- * in/out (in/out's single precision for nearest too, and align_corners
- * still maps corners onto corners, ignoring the factor), PyTorch's default.
+ * recompute_scale_factor the result is kiln_interpolate's to those sizes;
+ * without it (PyTorch's default) the source points use 1/scale_factors[d]
+ * in place of in/out: in single precision for nearest, as in/out is there,
+ * and ignored with align_corners, which still maps corners onto corners.
  * The factors differ from in/out only when in * factor is not an integer.
  * A NULL array, a factor that is not finite and > 0, or one that gives a
  * size below 1, is KILN_ERR_ARG; otherwise kiln_interpolate's rules. */

@@ -238,7 +238,8 @@ static int f16_bits_value(ir_builder *b, int h) {
                      rules_i(b, it, 31));
     int m = rules_p2(b, PRIM_AND, it, h, rules_i(b, it, 1023));
     int top = rules_test(b, PRIM_EQ, e, rules_i(b, it, 31));
-    int fe = rules_sel(b, it, top, rules_i(b, it, 255), rules_p2(b, PRIM_ADD, it, e, rules_i(b, it, 112)));
+    int fe = rules_sel(b, it, top, rules_i(b, it, 255),
+                       rules_p2(b, PRIM_ADD, it, e, rules_i(b, it, 112)));
     int bits = rules_p2(b, PRIM_OR, it, rules_p2(b, PRIM_SHL, it, fe, rules_i(b, it, 23)),
                         rules_p2(b, PRIM_SHL, it, m, rules_i(b, it, 13)));
     int sub = rules_p1(b, PRIM_BITCAST, it,
@@ -260,16 +261,13 @@ static int f16_value_bits(ir_builder *b, int v) {
     int e = rules_p2(b, PRIM_SHR, it, a, rules_i(b, it, 23));
     int m = rules_p2(b, PRIM_AND, it, rules_p2(b, PRIM_SHR, it, a, rules_i(b, it, 13)),
                      rules_i(b, it, 1023));
-    int normal = rules_p2(b, PRIM_OR, it,
-                          rules_p2(b, PRIM_SHL, it, rules_p2(b, PRIM_SUB, it, e, rules_i(b, it, 112)),
-                                   rules_i(b, it, 10)),
-                          m);
+    int biased = rules_p2(b, PRIM_SUB, it, e, rules_i(b, it, 112));
+    int normal = rules_p2(b, PRIM_OR, it, rules_p2(b, PRIM_SHL, it, biased, rules_i(b, it, 10)), m);
     int inf = rules_i(b, it, 0x7f800000);
     int nan = rules_test(b, PRIM_LT, inf, a);
+    int lost = rules_test(b, PRIM_AND, nan, rules_test(b, PRIM_EQ, m, rules_i(b, it, 0)));
     int special = rules_p2(b, PRIM_OR, it, rules_i(b, it, 0x7c00),
-                           rules_sel(b, it, rules_test(b, PRIM_AND, nan,
-                                                       rules_test(b, PRIM_EQ, m, rules_i(b, it, 0))),
-                                     rules_i(b, it, 0x200), m));
+                           rules_sel(b, it, lost, rules_i(b, it, 0x200), m));
     /* below f16's smallest normal 2^-14: mant = |v| * 2^24, exact */
     int tiny = rules_p1(b, PRIM_CAST, it,
                         rules_p2(b, PRIM_MUL, KILN_F32, rules_p1(b, PRIM_BITCAST, KILN_F32, a),
@@ -287,11 +285,12 @@ int rules_bitcast(ir_builder *b, kiln_dtype from, kiln_dtype to, int x) {
         return rules_p1(b, PRIM_CAST, to, x);
     /* The half types compute as f32 values: bf16's bits are the top half of
      * its f32's, f16's are re-encoded. */
+    const kiln_dtype it = KILN_I32;
     if (from == KILN_BF16 && to == KILN_F16)
-        return f16_bits_value(b, rules_p2(b, PRIM_SHR, KILN_I32, rules_p1(b, PRIM_BITCAST, KILN_I32, x),
-                                          rules_i(b, KILN_I32, 16)));
+        return f16_bits_value(b, rules_p2(b, PRIM_SHR, it, rules_p1(b, PRIM_BITCAST, it, x),
+                                          rules_i(b, it, 16)));
     if (from == KILN_F16 && to == KILN_BF16)
         return rules_p1(b, PRIM_BITCAST, KILN_F32,
-                        rules_p2(b, PRIM_SHL, KILN_I32, f16_value_bits(b, x), rules_i(b, KILN_I32, 16)));
+                        rules_p2(b, PRIM_SHL, it, f16_value_bits(b, x), rules_i(b, it, 16)));
     return rules_p1(b, PRIM_BITCAST, to, x);
 }

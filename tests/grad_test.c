@@ -638,7 +638,8 @@ static kiln_tensor *f_unpool_1d_3d(kiln_tensor **x) {
     kiln_tensor *l = kiln_reshape(x[0], TU_S(2, 48));
     kiln_tensor *p1 = kiln_max_pool1d_ex(l, 3, 2, 1, 1, false, &i1);
     kiln_tensor *u1 = kiln_max_unpool1d(kiln_mul(p1, p1), i1, 50);
-    return kiln_add(kiln_sum(kiln_mul(u3, u3), 0, NULL, false), kiln_sum(kiln_exp(u1), 0, NULL, false));
+    return kiln_add(kiln_sum(kiln_mul(u3, u3), 0, NULL, false),
+                    kiln_sum(kiln_exp(u1), 0, NULL, false));
 }
 static kiln_tensor *f_adaptive_ex(kiln_tensor **x) {
     kiln_tensor *i2, *i1;

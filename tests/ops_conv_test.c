@@ -837,7 +837,8 @@ Test(conv_kernels, lazy_counts) {
     counts[6] = kernels_for(ctx, kiln_adaptive_avg_pool2d(img, 3, 4));
     counts[7] = kernels_for(ctx, kiln_adaptive_max_pool2d(img, 3, 4));
     counts[8] = kernels_for(ctx, kiln_interpolate(img, 2, TU_DIMS(17, 13), KILN_INTERP_BICUBIC, false));
-    kiln_tensor *mp1 = kiln_max_pool1d_ex(kiln_reshape(img, TU_S(2, 4, 100)), 2, 2, 0, 1, false, &idx);
+    kiln_tensor *flat = kiln_reshape(img, TU_S(2, 4, 100));
+    kiln_tensor *mp1 = kiln_max_pool1d_ex(flat, 2, 2, 0, 1, false, &idx);
     cr_assert_eq(kiln_realize(idx), KILN_OK);
     cr_assert_eq(kiln_realize(mp1), KILN_OK);
     counts[9] = kernels_for(ctx, kiln_max_unpool1d(mp1, idx, 100));
@@ -848,7 +849,8 @@ Test(conv_kernels, lazy_counts) {
     counts[10] = kernels_for(ctx, kiln_max_unpool3d(mp3, idx, TU_DIMS(6, 8, 8)));
     kiln_tensor *am = kiln_adaptive_max_pool2d_ex(img, 3, 4, &idx);
     counts[11] = kernels_for(ctx, kiln_add(am, kiln_cast(idx, KILN_F32)));
-    counts[12] = kernels_for(ctx, kiln_interpolate(v, 3, TU_DIMS(9, 5, 11), KILN_INTERP_LINEAR, true));
+    counts[12] =
+        kernels_for(ctx, kiln_interpolate(v, 3, TU_DIMS(9, 5, 11), KILN_INTERP_LINEAR, true));
     counts[13] = kernels_for(ctx, kiln_interpolate_scale(img, 2, (const double[]){1.5, 2.5},
                                                          KILN_INTERP_LINEAR, false, false));
     /* the constant-per-tap index vectors must not cost a kernel each */
@@ -926,7 +928,8 @@ TU_TEST(conv_errors, name_the_op_and_shapes) {
     TU_ASSERT_ERROR(kiln_max_unpool1d(u, kiln_zeros(ctx, KILN_BOOL, TU_S(1, 1, 2)), 5),
                     KILN_ERR_DTYPE, "bool");
     TU_ASSERT_ERROR(kiln_max_unpool3d(kiln_reshape(u, TU_S(1, 1, 1, 2)),
-                                      tu_tensor_i64(ctx, KILN_I64, TU_S(1, 1, 1, 2), (const int64_t[]){0, 9}),
+                                      tu_tensor_i64(ctx, KILN_I64, TU_S(1, 1, 1, 2),
+                                                    (const int64_t[]){0, 9}),
                                       TU_DIMS(3, 1, 3)),
                     KILN_ERR_ARG, "outside [0, 9)");
     TU_ASSERT_ERROR(kiln_max_unpool3d(x, kiln_zeros(ctx, KILN_I64, TU_S(1, 4, 3, 2)),

@@ -3,7 +3,8 @@
  * and scalar ops, reductions, scans, sorts, views, cat and stack, matmul,
  * casts and bitcasts, max pooling with indices, unpooling, adaptive max
  * pooling, interpolation by sizes and by scale factors, assignments,
- * syncs) on two reference-evaluator contexts, with valid and invalid arguments alike: bad dtypes, ndims,
+ * syncs) on two reference-evaluator contexts, with valid and invalid
+ * arguments alike: bad dtypes, ndims,
  * axes, NULL handles, handles of the other context, and sizes whose element
  * counts overflow. Every call must return a handle (NULL only when every
  * tensor argument was NULL) that is either in a clean error state, with a
