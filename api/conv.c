@@ -1,7 +1,8 @@
 /* conv.c — the convolution and pooling ops beyond nn.c's: 3-d convolution,
  * transposed convolutions (1-d to 3-d), pooling with PyTorch's options
  * (dilation, ceil_mode, count_include_pad, indices) in 1 to 3 dimensions,
- * max unpooling, adaptive pooling and interpolation. Each is composed from
+ * max unpooling in 1 to 3 dimensions, adaptive pooling (max with indices)
+ * and interpolation in 1 to 3 dimensions. Each is composed from
  * public ops (pads, strided slices, cats, matmuls, wheres, host-built
  * constant matrices), so it fuses with its neighbours and is differentiated
  * by their rules; each checks its arguments first, with messages naming the
@@ -529,53 +530,81 @@ kiln_tensor *kiln_avg_pool3d(kiln_tensor *x, const int64_t *kernel, const int64_
 
 /* ---- max unpooling ---- */
 
-kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, int64_t out_h, int64_t out_w) {
-    const char *op = "kiln_max_unpool2d";
+/* Unpooling over the last nsp axes to the sizes out: a scatter_add of x
+ * into zero planes of prod(out) elements, so that repeated indices add (the
+ * same result on every device, where overwriting would depend on the order
+ * of the stores) and the gradient in x is a gather. */
+static kiln_tensor *unpool_nd(const char *op, int nsp, kiln_tensor *x, kiln_tensor *indices,
+                              const int64_t *out) {
+    static const char *const forms[] = {"[N, C, L] or [C, L]", "[N, C, H, W] or [C, H, W]",
+                                        "[N, C, D, H, W] or [C, D, H, W]"};
     const nn_arg args[] = {{x, "input", false, false}, {indices, "indices", false, true}};
     kiln_ctx *ctx;
     kiln_tensor *e = api_nn_args(op, 2, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node, *I = indices->node;
+    if (!out)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: input %s: the output size array is NULL", op,
+                        api_shape_str(X));
     if (!api_index_dtype(I->dtype))
         return api_fail(ctx, KILN_ERR_DTYPE, "%s: indices %s are %s; they must be i32, i64 or u8",
                         op, api_shape_str(I), kiln_dtype_name(I->dtype));
     bool same = X->ndim == I->ndim;
     for (int d = 0; same && d < X->ndim; d++)
         same = X->shape[d] == I->shape[d];
-    if ((X->ndim != 3 && X->ndim != 4) || !same)
-        return api_fail(ctx, KILN_ERR_SHAPE,
-                        "%s: input %s and indices %s must have one shape, [N, C, H, W] or [C, H, "
-                        "W]",
-                        op, api_shape_str(X), api_shape_str(I));
-    if (out_h < 1 || out_w < 1 || out_h > CONV_MAX_PARAM || out_w > CONV_MAX_PARAM)
-        return api_fail(ctx, KILN_ERR_ARG, "%s: input %s: output size (%lld, %lld) must be >= 1",
-                        op, api_shape_str(X), (long long)out_h, (long long)out_w);
-    if ((e = api_check_indices(ctx, op, I, 0, out_h * out_w, "indices", X, NULL)))
+    if ((X->ndim != nsp + 1 && X->ndim != nsp + 2) || !same)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s and indices %s must have one shape, %s",
+                        op, api_shape_str(X), api_shape_str(I), forms[nsp - 1]);
+    int64_t plane = 1;
+    for (int d = 0; d < nsp; d++) {
+        if (out[d] < 1 || out[d] > CONV_MAX_PARAM || plane > CONV_MAX_PARAM)
+            return api_fail(ctx, KILN_ERR_ARG, "%s: input %s: output size %s must be >= 1", op,
+                            api_shape_str(X), tuple_str(nsp, out));
+        plane *= out[d];
+    }
+    if ((e = api_check_indices(ctx, op, I, 0, plane, "indices", X, NULL)))
         return e;
-    int nd = X->ndim;
-    int64_t flat[4], dst[4], full[4];
-    memcpy(flat, X->shape, sizeof(int64_t) * (size_t)(nd - 2));
-    memcpy(dst, X->shape, sizeof(int64_t) * (size_t)(nd - 2));
-    memcpy(full, X->shape, sizeof(int64_t) * (size_t)(nd - 2));
-    flat[nd - 2] = X->shape[nd - 2] * X->shape[nd - 1];
-    dst[nd - 2] = out_h * out_w;
-    full[nd - 2] = out_h;
-    full[nd - 1] = out_w;
+    int nd = X->ndim, first = nd - nsp;
+    int64_t flat[KILN_MAX_DIMS], dst[KILN_MAX_DIMS], full[KILN_MAX_DIMS];
+    memcpy(flat, X->shape, sizeof(int64_t) * (size_t)first);
+    memcpy(dst, X->shape, sizeof(int64_t) * (size_t)first);
+    memcpy(full, X->shape, sizeof(int64_t) * (size_t)first);
+    flat[first] = 1;
+    for (int d = 0; d < nsp; d++)
+        flat[first] *= X->shape[first + d];
+    dst[first] = plane;
+    memcpy(full + first, out, sizeof(int64_t) * (size_t)nsp);
     kiln_scope_begin(ctx);
-    kiln_tensor *z = kiln_zeros(ctx, X->dtype, nd - 1, dst);
-    kiln_tensor *y = kiln_scatter_add(z, nd - 2, kiln_reshape(indices, nd - 1, flat),
-                                      kiln_reshape(x, nd - 1, flat));
+    kiln_tensor *z = kiln_zeros(ctx, X->dtype, first + 1, dst);
+    kiln_tensor *y = kiln_scatter_add(z, first, kiln_reshape(indices, first + 1, flat),
+                                      kiln_reshape(x, first + 1, flat));
     return api_finish(ctx, kiln_reshape(y, nd, full));
+}
+
+kiln_tensor *kiln_max_unpool1d(kiln_tensor *x, kiln_tensor *indices, int64_t out_l) {
+    return unpool_nd("kiln_max_unpool1d", 1, x, indices, &out_l);
+}
+
+kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, int64_t out_h, int64_t out_w) {
+    return unpool_nd("kiln_max_unpool2d", 2, x, indices, (const int64_t[]){out_h, out_w});
+}
+
+kiln_tensor *kiln_max_unpool3d(kiln_tensor *x, kiln_tensor *indices, const int64_t *out) {
+    return unpool_nd("kiln_max_unpool3d", 3, x, indices, out);
 }
 
 /* ---- adaptive pooling and interpolation: one axis at a time ---- */
 
-/* t with its axis ax (one of the last two) replaced by m [out, in] @ it. */
+/* t with its axis ax replaced by m [out, in] @ it; an axis before the last
+ * two (the depth of a volume) is swapped into the rows' place and back. */
 static kiln_tensor *apply_along(kiln_tensor *t, int ax, kiln_tensor *m) {
-    if (ax == kiln_ndim(t) - 1)
+    int nd = kiln_ndim(t);
+    if (ax == nd - 1)
         return kiln_matmul(t, kiln_transpose(m, 0, 1));
-    return kiln_matmul(m, t);
+    if (ax == nd - 2)
+        return kiln_matmul(m, t);
+    return kiln_transpose(kiln_matmul(m, kiln_transpose(t, ax, nd - 2)), ax, nd - 2);
 }
 
 /* A host-built [out, in] f64 matrix as a tensor of dtype dt (converted here
@@ -669,25 +698,123 @@ kiln_tensor *kiln_adaptive_max_pool2d(kiln_tensor *x, int64_t out_h, int64_t out
     return adaptive("kiln_adaptive_max_pool2d", true, 2, x, (const int64_t[]){out_h, out_w});
 }
 
+/* Adaptive max pooling with indices over the flattened plane: one
+ * index_select of every output's window taps, [..., nout, K] with K the
+ * largest window's size (a window's taps past its end along an axis read
+ * its last element again, which comes after it in row-major tap order and
+ * so never is the first maximum), an argmax over K (the first maximum, or
+ * the first NaN), a host table that maps (output, tap) to the flat index,
+ * and a gather of x at those indices for the values, so that the gradient
+ * is PyTorch's: all of it to the element the index names. */
+static kiln_tensor *adaptive_max_idx(const char *op, int nsp, kiln_tensor *x,
+                                     const int64_t *sizes, kiln_tensor **indices) {
+    if (indices)
+        *indices = NULL;
+    const nn_arg args[] = {{x, "input", false, false}};
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_nn_args(op, 1, args, &ctx);
+    if (e || !ctx)
+        return e;
+    graph_node *X = x->node;
+    if (X->ndim != nsp + 1 && X->ndim != nsp + 2)
+        return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s must be %d-d or %d-d (with a batch axis)",
+                        op, api_shape_str(X), nsp + 1, nsp + 2);
+    int first = X->ndim - nsp;
+    int64_t kmax[2] = {1, 1}, in[2] = {1, 1}, out[2] = {1, 1};
+    for (int d = 0; d < nsp; d++) {
+        if (X->shape[first + d] < 1 || sizes[d] < 1 || sizes[d] > CONV_MAX_PARAM)
+            return api_fail(ctx, KILN_ERR_ARG,
+                            "%s: input %s, output size %s: the sizes and the input's spatial "
+                            "sizes must be >= 1",
+                            op, api_shape_str(X), tuple_str(nsp, sizes));
+        in[2 - nsp + d] = X->shape[first + d];
+        out[2 - nsp + d] = sizes[d];
+    }
+    for (int d = 0; d < 2; d++)
+        for (int64_t i = 0; i < out[d]; i++) {
+            int64_t w = win_end(i, in[d], out[d]) - win_start(i, in[d], out[d]);
+            kmax[d] = w > kmax[d] ? w : kmax[d];
+        }
+    int64_t K = kmax[0] * kmax[1], nout = out[0] * out[1], plane = in[0] * in[1];
+    if (nout > CONV_MAX_PARAM / K)
+        return api_fail(ctx, KILN_ERR_ARG, "%s: input %s, output size %s: too many window taps",
+                        op, api_shape_str(X), tuple_str(nsp, sizes));
+    int64_t *tap = malloc(sizeof(int64_t) * (size_t)(nout * K));
+    if (!tap)
+        return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory for input %s", op, api_shape_str(X));
+    for (int64_t i = 0; i < out[0]; i++)
+        for (int64_t j = 0; j < out[1]; j++)
+            for (int64_t t = 0; t < K; t++) {
+                int64_t r = win_start(i, in[0], out[0]) + t / kmax[1];
+                int64_t c = win_start(j, in[1], out[1]) + t % kmax[1];
+                int64_t rl = win_end(i, in[0], out[0]) - 1, cl = win_end(j, in[1], out[1]) - 1;
+                tap[(i * out[1] + j) * K + t] = (r < rl ? r : rl) * in[1] + (c < cl ? c : cl);
+            }
+    int64_t lead[KILN_MAX_DIMS];
+    memcpy(lead, X->shape, sizeof(int64_t) * (size_t)first);
+    kiln_scope_begin(ctx);
+    lead[first] = plane;
+    kiln_tensor *xf = kiln_reshape(x, first + 1, lead);
+    const int64_t ntap = nout * K, tshape[2] = {nout, K};
+    kiln_tensor *taps = kiln_from_data(ctx, KILN_I64, 1, &ntap, tap);
+    lead[first] = nout;
+    lead[first + 1] = K;
+    kiln_tensor *win = kiln_reshape(kiln_index_select(xf, first, taps), first + 2, lead);
+    const int last[1] = {first + 1};
+    kiln_tensor *am = kiln_argmax(win, 1, last, true);
+    kiln_tensor *table =
+        kiln_expand(kiln_from_data(ctx, KILN_I64, 2, tshape, tap), first + 2, lead);
+    free(tap);
+    lead[first + 1] = 1;
+    lead[first] = nout;
+    kiln_tensor *flat = kiln_reshape(kiln_gather(table, first + 1, am), first + 1, lead);
+    kiln_tensor *y = kiln_gather(xf, first, flat);
+    int64_t full[KILN_MAX_DIMS];
+    memcpy(full, X->shape, sizeof(int64_t) * (size_t)first);
+    memcpy(full + first, sizes, sizeof(int64_t) * (size_t)nsp);
+    y = kiln_reshape(y, X->ndim, full);
+    if (indices) {
+        kiln_tensor *idx = kiln_reshape(flat, X->ndim, full);
+        if (kiln_error(y) == KILN_OK && kiln_error(idx) == KILN_OK) {
+            kiln_keep(idx);
+            *indices = idx;
+        }
+    }
+    return api_finish(ctx, y);
+}
+
+kiln_tensor *kiln_adaptive_max_pool1d_ex(kiln_tensor *x, int64_t out_l, kiln_tensor **indices) {
+    return adaptive_max_idx("kiln_adaptive_max_pool1d_ex", 1, x, &out_l, indices);
+}
+kiln_tensor *kiln_adaptive_max_pool2d_ex(kiln_tensor *x, int64_t out_h, int64_t out_w,
+                                         kiln_tensor **indices) {
+    return adaptive_max_idx("kiln_adaptive_max_pool2d_ex", 2, x, (const int64_t[]){out_h, out_w},
+                            indices);
+}
+
 /* PyTorch's source coordinate of output position o (area_pixel_compute_
  * source_index): corners mapped onto corners, or pixel centres onto pixel
  * centres (clamped at 0 for linear, not for cubic). */
-static double source_coord(int64_t o, int64_t in, int64_t out, bool align, bool cubic) {
+static double source_coord(int64_t o, int64_t in, int64_t out, double sf, bool align,
+                           bool cubic) {
     if (align)
         return out > 1 ? (double)o * (double)(in - 1) / (double)(out - 1) : 0.0;
-    double src = ((double)o + 0.5) * (double)in / (double)out - 0.5;
+    double scale = sf > 0 ? 1.0 / sf : (double)in / (double)out;
+    double src = ((double)o + 0.5) * scale - 0.5;
     return !cubic && src < 0 ? 0.0 : src;
 }
 
 static double cubic1(double x, double a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
 static double cubic2(double x, double a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
 
-/* The [out, in] interpolation matrix of one axis (linear or cubic). */
-static void interp_matrix(double *m, int64_t in, int64_t out, kiln_interp_mode mode, bool align) {
+/* The [out, in] interpolation matrix of one axis (linear or cubic); sf is
+ * the axis's given scale factor, or 0 for in/out's. */
+static void interp_matrix(double *m, int64_t in, int64_t out, double sf, kiln_interp_mode mode,
+                          bool align) {
     for (int64_t o = 0; o < out; o++) {
         double *row = m + o * in;
         if (mode == KILN_INTERP_LINEAR) {
-            double src = source_coord(o, in, out, align, false);
+            double src = source_coord(o, in, out, sf, align, false);
             int64_t i0 = (int64_t)src;
             int64_t i1 = i0 < in - 1 ? i0 + 1 : i0;
             double l1 = src - (double)i0;
@@ -696,7 +823,7 @@ static void interp_matrix(double *m, int64_t in, int64_t out, kiln_interp_mode m
             continue;
         }
         const double a = -0.75;
-        double src = source_coord(o, in, out, align, true);
+        double src = source_coord(o, in, out, sf, align, true);
         double f = floor(src), t = src - f;
         double w[4] = {cubic2(t + 1, a), cubic1(t, a), cubic1(1 - t, a), cubic2(2 - t, a)};
         for (int k = 0; k < 4; k++) {
@@ -707,31 +834,34 @@ static void interp_matrix(double *m, int64_t in, int64_t out, kiln_interp_mode m
     }
 }
 
-/* PyTorch's nearest_idx: floor(o * (float)in / out), in single precision. */
-static int64_t nearest_src(int64_t o, int64_t in, int64_t out) {
+/* PyTorch's nearest_idx: floor(o * (float)in / out), or o * (float)(1 /
+ * sf) with a scale factor, in single precision. */
+static int64_t nearest_src(int64_t o, int64_t in, int64_t out, double sf) {
     if (out == in)
         return o;
     if (out == 2 * in)
         return o >> 1;
-    float scale = (float)in / (float)out;
+    float scale = sf > 0 ? (float)(1.0 / sf) : (float)in / (float)out;
     int64_t i = (int64_t)floorf((float)o * scale);
     return i < in - 1 ? i : in - 1;
 }
 
-kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *sizes,
-                              kiln_interp_mode mode, bool align_corners) {
-    const char *op = "kiln_interpolate";
+/* Both forms of kiln_interpolate: sf NULL (sizes given) or the scale
+ * factors that the source coordinates use (sizes derived from them). */
+static kiln_tensor *interp(const char *op, kiln_tensor *x, int ndim_spatial, const int64_t *sizes,
+                           const double *sf, kiln_interp_mode mode, bool align_corners) {
     const nn_arg args[] = {{x, "input", false, false}};
     kiln_ctx *ctx;
     kiln_tensor *e = api_nn_args(op, 1, args, &ctx);
     if (e || !ctx)
         return e;
     graph_node *X = x->node;
-    if ((ndim_spatial != 1 && ndim_spatial != 2) || !sizes)
+    if (ndim_spatial < 1 || ndim_spatial > 3 || !sizes)
         return api_fail(ctx, KILN_ERR_ARG,
-                        "%s: input %s: %d spatial axes%s; 1 or 2 spatial axes and their sizes "
+                        "%s: input %s: %d spatial axes%s; 1, 2 or 3 spatial axes and their %s "
                         "are required",
-                        op, api_shape_str(X), ndim_spatial, sizes ? "" : ", NULL sizes");
+                        op, api_shape_str(X), ndim_spatial, sizes ? "" : ", NULL array",
+                        sf ? "scale factors" : "sizes");
     int nsp = ndim_spatial;
     if (mode != KILN_INTERP_NEAREST && mode != KILN_INTERP_LINEAR && mode != KILN_INTERP_BICUBIC)
         return api_fail(ctx, KILN_ERR_ARG, "%s: input %s: unknown mode %d", op, api_shape_str(X),
@@ -743,9 +873,10 @@ kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *s
         return api_fail(ctx, KILN_ERR_ARG,
                         "%s: input %s: align_corners is only for the linear and bicubic modes",
                         op, api_shape_str(X));
+    static const char *const forms[] = {"L", "H, W", "D, H, W"};
     if (X->ndim != nsp + 2)
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s must be %d-d ([N, C, %s]) for %d spatial axes",
-                        op, api_shape_str(X), nsp + 2, nsp == 1 ? "L" : "H, W", nsp);
+                        op, api_shape_str(X), nsp + 2, forms[nsp - 1], nsp);
     for (int d = 0; d < nsp; d++)
         if (X->shape[2 + d] < 1 || sizes[d] < 1 || sizes[d] > CONV_MAX_PARAM)
             return api_fail(ctx, KILN_ERR_ARG,
@@ -757,6 +888,7 @@ kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *s
     for (int d = 0; d < nsp; d++) {
         int ax = 2 + d;
         int64_t in = X->shape[ax], out = sizes[d];
+        double f = sf ? sf[d] : 0;
         if (mode == KILN_INTERP_NEAREST) {
             /* a gather, not a one-hot product: infinities stay exact */
             int64_t *src = malloc(sizeof(int64_t) * (size_t)out);
@@ -766,7 +898,7 @@ kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *s
                 break;
             }
             for (int64_t o = 0; o < out; o++)
-                src[o] = nearest_src(o, in, out);
+                src[o] = nearest_src(o, in, out, f);
             y = kiln_index_select(y, ax, kiln_from_data(ctx, KILN_I64, 1, &out, src));
             free(src);
             continue;
@@ -776,8 +908,36 @@ kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *s
             y = api_fail(ctx, KILN_ERR_OOM, "%s: out of memory for input %s", op, api_shape_str(X));
             break;
         }
-        interp_matrix(m, in, out, mode, align_corners);
+        interp_matrix(m, in, out, f, mode, align_corners);
         y = apply_along(y, ax, matrix_of(ctx, X->dtype, m, out, in));
     }
     return api_finish(ctx, y);
+}
+
+kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *sizes,
+                              kiln_interp_mode mode, bool align_corners) {
+    return interp("kiln_interpolate", x, ndim_spatial, sizes, NULL, mode, align_corners);
+}
+
+kiln_tensor *kiln_interpolate_scale(kiln_tensor *x, int ndim_spatial, const double *scale_factors,
+                                    kiln_interp_mode mode, bool align_corners,
+                                    bool recompute_scale_factor) {
+    const char *op = "kiln_interpolate_scale";
+    if (!x || !x->node || !scale_factors || ndim_spatial < 1 || ndim_spatial > 3 ||
+        kiln_ndim(x) != ndim_spatial + 2)
+        return interp(op, x, ndim_spatial, scale_factors ? (const int64_t[3]){1, 1, 1} : NULL,
+                      scale_factors, mode, align_corners);
+    /* PyTorch's output size: floor(in * scale) in double precision */
+    int64_t sizes[3];
+    for (int d = 0; d < ndim_spatial; d++) {
+        double f = scale_factors[d], o = floor((double)kiln_shape(x)[2 + d] * f);
+        if (!(f > 0) || !isfinite(f) || !(o >= 1) || o > (double)CONV_MAX_PARAM)
+            return api_fail(x->ctx, KILN_ERR_ARG,
+                            "%s: input %s: scale factor %g of spatial axis %d must be finite and "
+                            "> 0 and give an output size >= 1",
+                            op, api_shape_str(x->node), f, d);
+        sizes[d] = (int64_t)o;
+    }
+    return interp(op, x, ndim_spatial, sizes, recompute_scale_factor ? NULL : scale_factors, mode,
+                  align_corners);
 }

@@ -48,6 +48,28 @@ kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dt) {
     return api_wrap(ctx, graph_cast(t->node, dt), "kiln_cast");
 }
 
+kiln_tensor *kiln_bitcast(kiln_tensor *t, kiln_dtype dt) {
+    const char *op = "kiln_bitcast";
+    kiln_ctx *ctx;
+    kiln_tensor *e = api_check(op, 1, &t, &ctx);
+    if (e || !t)
+        return e;
+    graph_node *a = t->node;
+    if ((unsigned)dt >= KILN_NUM_DTYPES)
+        return api_fail(ctx, KILN_ERR_DTYPE, "kiln_bitcast: input %s %s: unknown dtype %d",
+                        kiln_dtype_name(a->dtype), api_shape_str(a), (int)dt);
+    if (dt != a->dtype && (graph_dtype_size(dt) != graph_dtype_size(a->dtype) ||
+                           dt == KILN_BOOL || a->dtype == KILN_BOOL))
+        return api_fail(ctx, KILN_ERR_DTYPE,
+                        "kiln_bitcast: input %s %s: %s (%zu bytes) and %s (%zu bytes) %s",
+                        kiln_dtype_name(a->dtype), api_shape_str(a), kiln_dtype_name(a->dtype),
+                        graph_dtype_size(a->dtype), kiln_dtype_name(dt), graph_dtype_size(dt),
+                        graph_dtype_size(dt) != graph_dtype_size(a->dtype)
+                            ? "differ in size"
+                            : "cannot share bits: bool's other patterns are not values");
+    return api_wrap(ctx, graph_bitcast(a, dt), op);
+}
+
 /* ---- binary ---- */
 
 /* a and b broadcast to one shape and converted to dt; the graph op on them. */

@@ -588,6 +588,20 @@ KILN_API kiln_tensor *kiln_matmul(kiln_tensor *a, kiln_tensor *b);
  * to a narrower width, and floats round to nearest even. */
 KILN_API kiln_tensor *kiln_cast(kiln_tensor *t, kiln_dtype dtype);
 
+/* Reinterprets the bits of each element as dtype, of the same size, as C's
+ * memcpy between them: f32 <-> i32, f64 <-> i64, i8 <-> u8, f16 <-> bf16
+ * (kiln has no 16-bit integer type), and any dtype to itself (t). bool
+ * takes part only as itself, since its other bit patterns are not values.
+ * Lazy and elementwise: it fuses with its neighbours, in one kernel with
+ * them, and costs one move (the half types, which compute as f32, a few
+ * integer ops more). NaN payloads pass through the compiled executors; the
+ * float64 reference evaluator and constant folding may quiet a signalling
+ * NaN and give an f16 NaN its canonical payload. Another size, bool with
+ * another dtype, or an unknown dtype is KILN_ERR_DTYPE, naming both dtypes.
+ * Not differentiable: no gradient flows through it (a bitcast between the
+ * half types passes a zero gradient). */
+KILN_API kiln_tensor *kiln_bitcast(kiln_tensor *t, kiln_dtype dtype);
+
 /* dst takes src's value, lazily: src broadcasts to dst's shape and converts to
  * dst's dtype. From then on the handle dst refers to the new value, and the
  * next sync point of the context realizes it, whatever else that sync asks
@@ -879,14 +893,22 @@ KILN_API kiln_tensor *kiln_avg_pool3d(kiln_tensor *x, const int64_t *kernel,
                                       const int64_t *stride, const int64_t *pad, bool ceil_mode,
                                       bool count_include_pad);
 
-/* The inverse of kiln_max_pool2d_ex with indices, as PyTorch's max_unpool2d:
- * x [N, C, H, W] or [C, H, W] and indices (i32, i64 or u8, of x's shape)
- * give [..., out_h, out_w] zeros with each x element put at its flat index
- * within its plane; elements with the same index add up. Realized indices
- * outside [0, out_h*out_w) are KILN_ERR_ARG, a size below 1 too. A
- * kiln_scatter_add; differentiable in x. */
+/* The inverses of the max pools with indices, as PyTorch's max_unpool1d/2d/
+ * 3d: x [N, C, s...] or [C, s...] (s... being L, or H, W, or D, H, W) and
+ * indices (i32, i64 or u8, of x's shape) give [..., out...] zeros with each
+ * x element put at its flat index within its plane of out_l, out_h*out_w or
+ * out[0]*out[1]*out[2] elements (kiln_max_unpool3d's out holds (D, H, W)),
+ * the indices kiln_max_pool1d_ex, kiln_max_pool2d_ex, kiln_max_pool3d and
+ * the adaptive max pools return; elements with the same index add up. x of
+ * another rank, or indices of another shape, are KILN_ERR_SHAPE; indices of
+ * another dtype KILN_ERR_DTYPE; realized indices outside [0, plane) are
+ * KILN_ERR_ARG, a size below 1 or a NULL out too. One kiln_scatter_add,
+ * one kernel (the zeros fuse into it); differentiable in x (a gather of the
+ * gradient at the indices). */
+KILN_API kiln_tensor *kiln_max_unpool1d(kiln_tensor *x, kiln_tensor *indices, int64_t out_l);
 KILN_API kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, int64_t out_h,
                                         int64_t out_w);
+KILN_API kiln_tensor *kiln_max_unpool3d(kiln_tensor *x, kiln_tensor *indices, const int64_t *out);
 
 /* Adaptive pooling, as PyTorch's: over x [N, C, L] or [C, L] (1d) or [N, C,
  * H, W] or [C, H, W] (2d) to the given output sizes, output i of an axis
@@ -898,18 +920,46 @@ KILN_API kiln_tensor *kiln_adaptive_avg_pool1d(kiln_tensor *x, int64_t out_l);
 KILN_API kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
 KILN_API kiln_tensor *kiln_adaptive_max_pool1d(kiln_tensor *x, int64_t out_l);
 KILN_API kiln_tensor *kiln_adaptive_max_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+/* Adaptive max pooling with PyTorch's return_indices: the values of
+ * kiln_adaptive_max_pool1d/2d, and, with indices not NULL, *indices gets the
+ * i64 flat index within its input plane (of L or H*W elements) of the
+ * element each output took (NULL on failure): the first maximum in
+ * row-major window order, NaN winning, which also takes the whole gradient.
+ * A window with several NaNs reports its first (PyTorch's loop reports its
+ * last; the value is NaN either way). The errors of
+ * kiln_adaptive_max_pool1d/2d. Computed over the flattened plane as one
+ * index_select of every window's taps (padded to the largest window by
+ * repeating its last row and column), an argmax over them, a lookup of the
+ * flat index and a gather of x there: one kernel for values and indices
+ * together when x is realized. */
+KILN_API kiln_tensor *kiln_adaptive_max_pool1d_ex(kiln_tensor *x, int64_t out_l,
+                                                  kiln_tensor **indices);
+KILN_API kiln_tensor *kiln_adaptive_max_pool2d_ex(kiln_tensor *x, int64_t out_h, int64_t out_w,
+                                                  kiln_tensor **indices);
 
-/* Resizing of x [N, C, L] (ndim_spatial 1) or [N, C, H, W] (2) to sizes
- * (ndim_spatial entries), as PyTorch's interpolate with size given:
- * KILN_INTERP_NEAREST takes input floor(o * in/out) (single precision, as
- * PyTorch); KILN_INTERP_LINEAR (linear, bilinear) and KILN_INTERP_BICUBIC
- * (2 spatial axes only; Keys' cubic with A = -0.75) read the source point
- * o*(in-1)/(out-1) with align_corners, else (o + 0.5)*in/out - 0.5 (linear
- * clamps it at 0), the neighbours clamped to the border. Separable: nearest
- * is one kiln_index_select per axis, the others one matmul per axis with an
- * [out, in] weight matrix built here. Another ndim_spatial, bicubic over
- * one axis, align_corners with nearest, an unknown mode, NULL sizes or a
- * size below 1 are KILN_ERR_ARG; x of the wrong rank KILN_ERR_SHAPE. */
+/* Resizing of x [N, C, L] (ndim_spatial 1), [N, C, H, W] (2) or [N, C, D,
+ * H, W] (3) to sizes (ndim_spatial entries), as PyTorch's interpolate with
+ * size given: KILN_INTERP_NEAREST takes input floor(o * in/out) (single
+ * precision, as PyTorch); KILN_INTERP_LINEAR (linear, bilinear, trilinear)
+ * and KILN_INTERP_BICUBIC (2 spatial axes only; Keys' cubic with A = -0.75)
+ * read the source point o*(in-1)/(out-1) with align_corners, else (o +
+ * 0.5)*in/out - 0.5 (linear clamps it at 0), the neighbours clamped to the
+ * border. Separable: nearest is one kiln_index_select per axis, the others
+ * one matmul per axis with an [out, in] weight matrix built here (the depth
+ * axis transposed into place for it): a kernel per axis, trilinear three.
+ * Another ndim_spatial, bicubic over 1 or 3 axes, align_corners with
+ * nearest, an unknown mode, NULL sizes or a size below 1 are KILN_ERR_ARG;
+ * x of the wrong rank KILN_ERR_SHAPE.
+ *
+ * kiln_interpolate_scale is PyTorch's interpolate with scale_factor: each
+ * output size is floor(in * scale_factors[d]) (in double precision); with
+ * recompute_scale_factor the result is kiln_interpolate's to those sizes;
+ * without it (PyTorch's default) the source points use 1/scale_factors[d]
+ * in place of in/out: in single precision for nearest, as in/out is there,
+ * and ignored with align_corners, which still maps corners onto corners.
+ * The factors differ from in/out only when in * factor is not an integer.
+ * A NULL array, a factor that is not finite and > 0, or one that gives a
+ * size below 1, is KILN_ERR_ARG; otherwise kiln_interpolate's rules. */
 typedef enum kiln_interp_mode {
     KILN_INTERP_NEAREST = 0,
     KILN_INTERP_LINEAR,
@@ -917,6 +967,9 @@ typedef enum kiln_interp_mode {
 } kiln_interp_mode;
 KILN_API kiln_tensor *kiln_interpolate(kiln_tensor *x, int ndim_spatial, const int64_t *sizes,
                                        kiln_interp_mode mode, bool align_corners);
+KILN_API kiln_tensor *kiln_interpolate_scale(kiln_tensor *x, int ndim_spatial,
+                                             const double *scale_factors, kiln_interp_mode mode,
+                                             bool align_corners, bool recompute_scale_factor);
 
 /* Normalises x over its last n axes (1 <= n <= ndim(x), KILN_ERR_ARG
  * otherwise): (x - mean) / sqrt(var + eps) with the biased variance, then

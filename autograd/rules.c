@@ -144,6 +144,8 @@ static graph_node *unary_vjp(graph_node *n, graph_node *g) {
         return DIV(R(g), ADD(R(x), K(x, 1)));
     case GRAPH_CAST:
         return graph_cast(g, x->dtype);
+    case GRAPH_BITCAST: /* not differentiable: between the half types, no gradient */
+        return K(x, 0);
     default:
         return NULL;
     }

@@ -116,6 +116,18 @@ graph_node *graph_cast(graph_node *a, kiln_dtype dt) {
     return with_sources(&p, 1, srcs);
 }
 
+graph_node *graph_bitcast(graph_node *a, kiln_dtype dt) {
+    if (dt == a->dtype)
+        return graph_ref(a);
+    graph_scalar v;
+    if (graph_const_value(a, &v))
+        return graph_full(a->g, dt, a->ndim, a->shape,
+                          graph_scalar_unary(GRAPH_BITCAST, a->dtype, dt, v));
+    graph_node p = graph_proto(GRAPH_BITCAST, dt, a->ndim, a->shape);
+    graph_node *srcs[1] = {a};
+    return with_sources(&p, 1, srcs);
+}
+
 graph_node *graph_binary(graph_op op, graph_node *a, graph_node *b) {
     kiln_dtype out = graph_op_is_compare(op) ? KILN_BOOL : a->dtype;
     graph_scalar va, vb;
@@ -210,8 +222,9 @@ static graph_node *slice_through(graph_node *n, const int64_t *start, const int6
     for (int j = 0; j < n->nsrc && ok; j++)
         ok = (s[j] = slice_through(n->src[j], start, step, len, budget)) != NULL;
     if (ok)
-        r = n->op == GRAPH_CAST    ? graph_cast(s[0], n->dtype)
-            : n->op == GRAPH_WHERE ? graph_where(s[0], s[1], s[2])
+        r = n->op == GRAPH_CAST      ? graph_cast(s[0], n->dtype)
+            : n->op == GRAPH_BITCAST ? graph_bitcast(s[0], n->dtype)
+            : n->op == GRAPH_WHERE   ? graph_where(s[0], s[1], s[2])
             : n->nsrc == 1         ? graph_unary(n->op, s[0])
                                    : graph_binary(n->op, s[0], s[1]);
     for (int j = 0; j < 3; j++)

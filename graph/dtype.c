@@ -506,6 +506,12 @@ graph_scalar graph_scalar_unary(graph_op op, kiln_dtype in, kiln_dtype out, grap
 {
     if (op == GRAPH_CAST)
         return graph_scalar_convert(a, graph_dtype_is_float(in), out);
+    if (op == GRAPH_BITCAST) {
+        /* through memory, as the kernels do: a stored f16 is its bits */
+        unsigned char bits[8];
+        graph_scalar_store(bits, in, 0, a);
+        return graph_scalar_load(bits, out, 0);
+    }
     if (graph_dtype_is_float(out))
         return graph_scalar_from_double(float_unary(op, graph_scalar_to_double(a, in)), out);
     graph_scalar r;

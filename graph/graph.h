@@ -57,6 +57,7 @@ typedef enum graph_op {
     GRAPH_LOG1P,
     GRAPH_BITNOT, /* integers: ~a; bool: !a */
     GRAPH_CAST, /* to the node's dtype from the source's */
+    GRAPH_BITCAST, /* the source's bits read as the node's dtype, of the same size */
     /* elementwise binary: both sources have the node's shape and one dtype */
     GRAPH_ADD,
     GRAPH_SUB,
@@ -255,6 +256,8 @@ graph_node *graph_rand_keyed(graph_node *key, graph_op op, kiln_dtype dt, int nd
                              const int64_t *shape);
 graph_node *graph_unary(graph_op op, graph_node *a);
 graph_node *graph_cast(graph_node *a, kiln_dtype dt);
+/* a's bits as dt, which must have a's size (the caller checks) */
+graph_node *graph_bitcast(graph_node *a, kiln_dtype dt);
 graph_node *graph_binary(graph_op op, graph_node *a, graph_node *b);
 graph_node *graph_where(graph_node *c, graph_node *a, graph_node *b);
 /* dt is the result dtype (i64 for the arg reductions). */

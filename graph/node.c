@@ -361,6 +361,7 @@ static const char *const op_names[GRAPH_NUM_OPS] = {
     [GRAPH_COSH] = "cosh",       [GRAPH_ASINH] = "asinh",     [GRAPH_ACOSH] = "acosh",
     [GRAPH_ATANH] = "atanh",     [GRAPH_ERF] = "erf",         [GRAPH_ERFC] = "erfc",
     [GRAPH_EXPM1] = "expm1",     [GRAPH_LOG1P] = "log1p",     [GRAPH_BITNOT] = "bitnot",
+    [GRAPH_BITCAST] = "bitcast",
     [GRAPH_ATAN2] = "atan2",     [GRAPH_FMOD] = "fmod",       [GRAPH_MOD] = "mod",
     [GRAPH_COPYSIGN] = "copysign", [GRAPH_BITAND] = "bitand", [GRAPH_BITOR] = "bitor",
     [GRAPH_BITXOR] = "bitxor",   [GRAPH_SHL] = "shl",         [GRAPH_SHR] = "shr",
@@ -372,7 +373,7 @@ const char *graph_op_name(graph_op op) {
     return (op >= 0 && op < GRAPH_NUM_OPS && op_names[op]) ? op_names[op] : "?";
 }
 
-bool graph_op_is_unary(graph_op op) { return op >= GRAPH_NEG && op <= GRAPH_CAST; }
+bool graph_op_is_unary(graph_op op) { return op >= GRAPH_NEG && op <= GRAPH_BITCAST; }
 bool graph_op_is_binary(graph_op op) { return op >= GRAPH_ADD && op <= GRAPH_NE; }
 bool graph_op_is_compare(graph_op op) { return op >= GRAPH_LT && op <= GRAPH_NE; }
 bool graph_op_is_reduce(graph_op op) { return op >= GRAPH_SUM && op <= GRAPH_ARGMIN; }

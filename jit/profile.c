@@ -120,7 +120,8 @@ static jit_kernel_cost kernel_cost(const lower_kernel *k) {
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
         if ((x->op == UOP_PRIM && x->prim != PRIM_CAST && x->prim != PRIM_BITCAST) ||
-            (x->op == UOP_ALU && x->gop != GRAPH_CAST) || x->op == UOP_REDUCE)
+            (x->op == UOP_ALU && x->gop != GRAPH_CAST && x->gop != GRAPH_BITCAST) ||
+            x->op == UOP_REDUCE)
             c.flops += x->inner || x->op == UOP_REDUCE ? inner : outer;
     }
     if (k->kind == LOWER_MATMUL) {

@@ -50,6 +50,8 @@ static int alu(ir_builder *b, const lower_kernel *k, const lower_ins *x, int a, 
     kiln_dtype in = k->ins[x->a].dt;
     if (x->gop == GRAPH_CAST)
         return rules_cast(b, in, x->dt, a);
+    if (x->gop == GRAPH_BITCAST)
+        return rules_bitcast(b, in, x->dt, a);
     if (graph_op_is_compare(x->gop))
         return compare(b, x->gop, a, y);
     if (graph_dtype_is_float(x->dt)) {

@@ -66,6 +66,8 @@ int rules_float(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y);
  * f32 (or f64) value x of dtype src rounded to the half type half, as f32. */
 int rules_int(ir_builder *b, graph_op op, kiln_dtype dt, int x, int y);
 int rules_cast(ir_builder *b, kiln_dtype from, kiln_dtype to, int x);
+/* GRAPH_BITCAST between dtypes of one size: x's bits read as to */
+int rules_bitcast(ir_builder *b, kiln_dtype from, kiln_dtype to, int x);
 int rules_round_half(ir_builder *b, kiln_dtype half, kiln_dtype src, int x);
 
 /* rules_rand.c: kiln_rand / kiln_randn's value of dtype dt at index idx. */

@@ -226,3 +226,71 @@ int rules_cast(ir_builder *b, kiln_dtype from, kiln_dtype to, int x) {
         return saturate(b, src, to, x);
     return rules_p1(b, PRIM_CAST, to, x);
 }
+
+/* f16 bits h (an i32 holding 16 bits) as the f32 value they encode:
+ * normals and infinities/NaN by moving the fields into f32's places (a NaN
+ * keeps its payload), subnormals as mant * 2^-24, which f32 holds exactly. */
+static int f16_bits_value(ir_builder *b, int h) {
+    const kiln_dtype it = KILN_I32;
+    int s = rules_p2(b, PRIM_SHL, it, rules_p2(b, PRIM_AND, it, h, rules_i(b, it, 0x8000)),
+                     rules_i(b, it, 16));
+    int e = rules_p2(b, PRIM_AND, it, rules_p2(b, PRIM_SHR, it, h, rules_i(b, it, 10)),
+                     rules_i(b, it, 31));
+    int m = rules_p2(b, PRIM_AND, it, h, rules_i(b, it, 1023));
+    int top = rules_test(b, PRIM_EQ, e, rules_i(b, it, 31));
+    int fe = rules_sel(b, it, top, rules_i(b, it, 255),
+                       rules_p2(b, PRIM_ADD, it, e, rules_i(b, it, 112)));
+    int bits = rules_p2(b, PRIM_OR, it, rules_p2(b, PRIM_SHL, it, fe, rules_i(b, it, 23)),
+                        rules_p2(b, PRIM_SHL, it, m, rules_i(b, it, 13)));
+    int sub = rules_p1(b, PRIM_BITCAST, it,
+                       rules_p2(b, PRIM_MUL, KILN_F32, rules_p1(b, PRIM_CAST, KILN_F32, m),
+                                rules_f(b, KILN_F32, 0x1p-24)));
+    bits = rules_sel(b, it, rules_test(b, PRIM_EQ, e, rules_i(b, it, 0)), sub, bits);
+    return rules_p1(b, PRIM_BITCAST, KILN_F32, rules_p2(b, PRIM_OR, it, bits, s));
+}
+
+/* The f16 bits (in an i32) of v, an f32 that f16 holds exactly (it was
+ * loaded or rounded as f16): the inverse of f16_bits_value. A NaN keeps the
+ * payload's top bits, quieted where they would read as an infinity. */
+static int f16_value_bits(ir_builder *b, int v) {
+    const kiln_dtype it = KILN_I32;
+    int u = rules_p1(b, PRIM_BITCAST, it, v);
+    int s = rules_p2(b, PRIM_AND, it, rules_p2(b, PRIM_SHR, it, u, rules_i(b, it, 16)),
+                     rules_i(b, it, 0x8000));
+    int a = rules_p2(b, PRIM_AND, it, u, rules_i(b, it, 0x7fffffff));
+    int e = rules_p2(b, PRIM_SHR, it, a, rules_i(b, it, 23));
+    int m = rules_p2(b, PRIM_AND, it, rules_p2(b, PRIM_SHR, it, a, rules_i(b, it, 13)),
+                     rules_i(b, it, 1023));
+    int biased = rules_p2(b, PRIM_SUB, it, e, rules_i(b, it, 112));
+    int normal = rules_p2(b, PRIM_OR, it, rules_p2(b, PRIM_SHL, it, biased, rules_i(b, it, 10)), m);
+    int inf = rules_i(b, it, 0x7f800000);
+    int nan = rules_test(b, PRIM_LT, inf, a);
+    int lost = rules_test(b, PRIM_AND, nan, rules_test(b, PRIM_EQ, m, rules_i(b, it, 0)));
+    int special = rules_p2(b, PRIM_OR, it, rules_i(b, it, 0x7c00),
+                           rules_sel(b, it, lost, rules_i(b, it, 0x200), m));
+    /* below f16's smallest normal 2^-14: mant = |v| * 2^24, exact */
+    int tiny = rules_p1(b, PRIM_CAST, it,
+                        rules_p2(b, PRIM_MUL, KILN_F32, rules_p1(b, PRIM_BITCAST, KILN_F32, a),
+                                 rules_f(b, KILN_F32, 0x1p24)));
+    int r = rules_sel(b, it, rules_test(b, PRIM_LE, inf, a), special, normal);
+    r = rules_sel(b, it, rules_test(b, PRIM_LT, a, rules_i(b, it, 0x38800000)), tiny, r);
+    return rules_p2(b, PRIM_OR, it, r, s);
+}
+
+int rules_bitcast(ir_builder *b, kiln_dtype from, kiln_dtype to, int x) {
+    if (from == to)
+        return x;
+    /* the 1-byte integers: a wrapping conversion keeps the bits */
+    if (!graph_dtype_is_float(from) && !graph_dtype_is_float(to))
+        return rules_p1(b, PRIM_CAST, to, x);
+    /* The half types compute as f32 values: bf16's bits are the top half of
+     * its f32's, f16's are re-encoded. */
+    const kiln_dtype it = KILN_I32;
+    if (from == KILN_BF16 && to == KILN_F16)
+        return f16_bits_value(b, rules_p2(b, PRIM_SHR, it, rules_p1(b, PRIM_BITCAST, it, x),
+                                          rules_i(b, it, 16)));
+    if (from == KILN_F16 && to == KILN_BF16)
+        return rules_p1(b, PRIM_BITCAST, KILN_F32,
+                        rules_p2(b, PRIM_SHL, it, f16_value_bits(b, x), rules_i(b, it, 16)));
+    return rules_p1(b, PRIM_BITCAST, to, x);
+}

@@ -644,6 +644,37 @@ static kiln_tensor *f_interp_1d(kiln_tensor **x) {
     return kiln_mul(l, l);
 }
 
+static kiln_tensor *f_unpool_1d_3d(kiln_tensor **x) {
+    /* x [2, 3, 4, 4] as [C, D, H, W] for 3-d, and [2, 3*4*4] as [C, L] */
+    kiln_tensor *i3, *i1;
+    kiln_tensor *p3 = kiln_max_pool3d(x[0], TU_DIMS(2, 2, 2), TU_DIMS(1, 2, 2), TU_DIMS(0, 0, 0),
+                                      TU_DIMS(1, 1, 1), false, &i3);
+    kiln_tensor *u3 = kiln_max_unpool3d(kiln_sin(p3), i3, TU_DIMS(3, 4, 5));
+    kiln_tensor *l = kiln_reshape(x[0], TU_S(2, 48));
+    kiln_tensor *p1 = kiln_max_pool1d_ex(l, 3, 2, 1, 1, false, &i1);
+    kiln_tensor *u1 = kiln_max_unpool1d(kiln_mul(p1, p1), i1, 50);
+    return kiln_add(kiln_sum(kiln_mul(u3, u3), 0, NULL, false),
+                    kiln_sum(kiln_exp(u1), 0, NULL, false));
+}
+static kiln_tensor *f_adaptive_ex(kiln_tensor **x) {
+    kiln_tensor *i2, *i1;
+    kiln_tensor *m = kiln_adaptive_max_pool2d_ex(x[0], 3, 4, &i2);
+    kiln_tensor *l = kiln_adaptive_max_pool1d_ex(kiln_reshape(x[0], TU_S(2, 35)), 6, &i1);
+    return kiln_add(kiln_sum(kiln_mul(m, kiln_cast(i2, KILN_F64)), 0, NULL, false),
+                    kiln_sum(kiln_exp(l), 0, NULL, false));
+}
+static kiln_tensor *f_interp_3d(kiln_tensor **x) {
+    kiln_tensor *v = kiln_reshape(x[0], TU_S(1, 2, 3, 4, 4));
+    kiln_tensor *l = kiln_interpolate(v, 3, TU_DIMS(5, 3, 7), KILN_INTERP_LINEAR, false);
+    kiln_tensor *a = kiln_interpolate(v, 3, TU_DIMS(2, 6, 3), KILN_INTERP_LINEAR, true);
+    kiln_tensor *n = kiln_interpolate(v, 3, TU_DIMS(4, 5, 2), KILN_INTERP_NEAREST, false);
+    kiln_tensor *s = kiln_interpolate_scale(v, 3, (const double[]){1.5, 0.8, 1.3},
+                                            KILN_INTERP_LINEAR, false, false);
+    return kiln_add(kiln_add(kiln_sum(kiln_mul(l, l), 0, NULL, false), kiln_sum(a, 0, NULL, false)),
+                    kiln_add(kiln_sum(kiln_exp(n), 0, NULL, false),
+                             kiln_sum(kiln_mul(s, s), 0, NULL, false)));
+}
+
 static const fd_case conv_cases[] = {
     {"conv3d", 3, {4, 4, 1}, {{2, 4, 4, 3}, {3, 2, 2, 4}, {3}}, GEN_UNIFORM, -1, 1, f_conv3d, 0, 0},
     {"conv_transpose2d groups", 3, {4, 4, 1}, {{1, 2, 3, 3}, {2, 2, 3, 2}, {4}}, GEN_UNIFORM, -1, 1,
@@ -659,6 +690,9 @@ static const fd_case conv_cases[] = {
     {"adaptive pools 1d", 1, {3}, {{2, 2, 7}}, GEN_UNIFORM, -2, 2, f_adaptive_1d, 0, 0},
     {"interpolate 2d", 1, {4}, {{1, 2, 4, 5}}, GEN_UNIFORM, -2, 2, f_interp_2d, 0, 0},
     {"interpolate 1d", 1, {3}, {{1, 2, 5}}, GEN_UNIFORM, -2, 2, f_interp_1d, 0, 0},
+    {"max_unpool1d/3d", 1, {4}, {{2, 3, 4, 4}}, GEN_UNIFORM, -2, 2, f_unpool_1d_3d, 0, 0},
+    {"adaptive max pools ex", 1, {4}, {{1, 2, 5, 7}}, GEN_UNIFORM, -2, 2, f_adaptive_ex, 0, 0},
+    {"interpolate 3d", 1, {4}, {{2, 3, 4, 4}}, GEN_UNIFORM, -2, 2, f_interp_3d, 0, 0},
 };
 
 GRAD_TEST(conv_extras) { fd_run(ctx, conv_cases, sizeof conv_cases / sizeof conv_cases[0]); }

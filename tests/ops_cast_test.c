@@ -1,6 +1,9 @@
 /* Tests of kiln_cast on every pair of dtypes with values that sit on the
  * edges: NaN, infinities, signed zero, ties, f16 overflow, subnormals,
- * saturation of float to integer, and wrapping of integer to integer. */
+ * saturation of float to integer, and wrapping of integer to integer; and of
+ * kiln_bitcast on every pair of equal size, compared bit for bit with
+ * memcpy (every 16-bit pattern between f16 and bf16), fused with integer
+ * ops, without a gradient, and its errors. */
 #include "test_util.h"
 
 static const double float_values[] = {
@@ -219,4 +222,197 @@ TU_TEST(cast, bad_dtype) {
     kiln_tensor *x = kiln_ones(ctx, KILN_F32, TU_S(2));
     TU_ASSERT_ERROR2(kiln_cast(x, (kiln_dtype)99), KILN_ERR_DTYPE, KILN_ERR_ARG);
     TU_ASSERT_ERROR2(kiln_cast(x, (kiln_dtype)-1), KILN_ERR_DTYPE, KILN_ERR_ARG);
+}
+
+/* ---- kiln_bitcast: the bits of each element, read as another dtype ---- */
+
+/* Realizes t and compares its bytes with exp's. */
+#define EXPECT_BYTES(t, exp, nbytes)                                                               \
+    do {                                                                                           \
+        unsigned char got_[4096];                                                                  \
+        cr_assert_leq((size_t)(nbytes), sizeof got_);                                              \
+        cr_assert_eq(kiln_to_host((t), got_, (size_t)(nbytes)), KILN_OK, "%s",                     \
+                     kiln_error_message(t));                                                       \
+        for (size_t i_ = 0; i_ < (size_t)(nbytes); i_++)                                           \
+            cr_assert_eq(got_[i_], ((const unsigned char *)(exp))[i_],                            \
+                         "line %d: byte %zu is %#x, expected %#x", __LINE__, i_, got_[i_],         \
+                         ((const unsigned char *)(exp))[i_]);                                      \
+    } while (0)
+
+/* A random 32-bit pattern as f32 bits; a NaN is made quiet, since a
+ * signalling one may be quieted on the way through double (the reference
+ * evaluator) and so compares by its bits on no executor. */
+static uint32_t quiet32(uint32_t u) {
+    return ((u >> 23) & 255) == 255 && (u & 0x7fffff) ? u | 0x400000 : u;
+}
+static uint64_t quiet64(uint64_t u) {
+    return ((u >> 52) & 2047) == 2047 && (u & 0xfffffffffffffull) ? u | (1ull << 51) : u;
+}
+
+TU_TEST(bitcast, f32_i32_both_ways) {
+    TU_RNG(r);
+    enum { N = 256 };
+    uint32_t bits[N];
+    float f[N];
+    for (int i = 0; i < N; i++)
+        bits[i] = quiet32((uint32_t)tu_next(&r));
+    /* the edges among them: zeros, infinities, a NaN, subnormals, one */
+    const uint32_t edges[] = {0, 0x80000000u, 0x7f800000u, 0xff800000u, 0x7fc00000u, 1,
+                              0x807fffffu, 0x3f800000u};
+    memcpy(bits, edges, sizeof edges);
+    memcpy(f, bits, sizeof f);
+    kiln_tensor *ti = kiln_from_data(ctx, KILN_I32, TU_S(16, 16), bits);
+    kiln_tensor *tf = kiln_from_data(ctx, KILN_F32, TU_S(16, 16), f);
+    kiln_tensor *a = kiln_bitcast(ti, KILN_F32);
+    cr_assert_eq(kiln_dtype_of(a), KILN_F32);
+    TU_ASSERT_SHAPE(a, 16, 16);
+    EXPECT_BYTES(a, f, sizeof f);
+    EXPECT_BYTES(kiln_bitcast(tf, KILN_I32), bits, sizeof bits);
+    /* through a view, and back: the identity */
+    kiln_tensor *t = kiln_bitcast(kiln_bitcast(kiln_transpose(tf, 0, 1), KILN_I32), KILN_F32);
+    float ft[N];
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < 16; j++)
+            ft[i * 16 + j] = f[j * 16 + i];
+    EXPECT_BYTES(t, ft, sizeof ft);
+}
+
+TU_TEST(bitcast, f64_i64_and_bytes) {
+    TU_RNG(r);
+    enum { N = 128 };
+    uint64_t bits[N];
+    double d[N];
+    for (int i = 0; i < N; i++)
+        bits[i] = quiet64(tu_next(&r));
+    bits[0] = 0x8000000000000000ull;
+    bits[1] = 0x7ff0000000000000ull;
+    bits[2] = 1; /* the smallest subnormal */
+    bits[3] = 0x3ff0000000000000ull;
+    memcpy(d, bits, sizeof d);
+    EXPECT_BYTES(kiln_bitcast(kiln_from_data(ctx, KILN_I64, TU_S(N), bits), KILN_F64), d, sizeof d);
+    EXPECT_BYTES(kiln_bitcast(kiln_from_data(ctx, KILN_F64, TU_S(N), d), KILN_I64), bits,
+                 sizeof bits);
+    /* every byte: u8 <-> i8 */
+    uint8_t u[256];
+    for (int i = 0; i < 256; i++)
+        u[i] = (uint8_t)i;
+    kiln_tensor *tu = kiln_from_data(ctx, KILN_U8, TU_S(256), u);
+    kiln_tensor *ti = kiln_bitcast(tu, KILN_I8);
+    cr_assert_eq(kiln_dtype_of(ti), KILN_I8);
+    EXPECT_BYTES(ti, u, sizeof u);
+    EXPECT_BYTES(kiln_bitcast(ti, KILN_U8), u, sizeof u);
+    int64_t w[4] = {-1, -128, 127, 0};
+    TU_EXPECT_I64(kiln_slice(kiln_bitcast(tu, KILN_I8), 0, 252, 256, 1), KILN_I8,
+                  ((const int64_t[]){-4, -3, -2, -1}), 4);
+    TU_EXPECT_I64(kiln_bitcast(tu_tensor_i64(ctx, KILN_U8, TU_S(4), (const int64_t[]){255, 128,
+                                                                                       127, 0}),
+                               KILN_I8),
+                  KILN_I8, w, 4);
+}
+
+TU_TEST(bitcast, f16_bf16_every_pattern) {
+    /* every 16-bit pattern that is a number as both f16 and bf16 (NaN
+     * payloads are not kept by the reference evaluator) */
+    static uint16_t h[65536];
+    int64_t n = 0;
+    for (uint32_t p = 0; p < 65536; p++) {
+        bool nan16 = ((p >> 10) & 31) == 31 && (p & 1023);
+        bool nanb = ((p >> 7) & 255) == 255 && (p & 127);
+        if (!nan16 && !nanb)
+            h[n++] = (uint16_t)p;
+    }
+    for (int64_t at = 0; at < n; at += 2048) {
+        int64_t len = n - at < 2048 ? n - at : 2048;
+        kiln_tensor *f = kiln_from_data(ctx, KILN_F16, TU_S(len), h + at);
+        kiln_tensor *b = kiln_from_data(ctx, KILN_BF16, TU_S(len), h + at);
+        kiln_tensor *fb = kiln_bitcast(f, KILN_BF16), *bf = kiln_bitcast(b, KILN_F16);
+        cr_assert_eq(kiln_dtype_of(fb), KILN_BF16);
+        EXPECT_BYTES(fb, h + at, (size_t)len * 2);
+        EXPECT_BYTES(bf, h + at, (size_t)len * 2);
+        kiln_release(f);
+        kiln_release(b);
+        kiln_release(fb);
+        kiln_release(bf);
+    }
+    /* by hand: 1.0 in f16 is 0x3c00, which as bf16 is 0.0078125 (2^-7) */
+    kiln_tensor *one = kiln_cast(kiln_full(ctx, KILN_F32, TU_S(3), 1.0), KILN_F16);
+    TU_EXPECT_VALS(kiln_bitcast(one, KILN_BF16), KILN_BF16, 0x1p-7, 0x1p-7, 0x1p-7);
+}
+
+TU_TEST(bitcast, fuses_with_arithmetic) {
+    TU_RNG(r);
+    double v[6 * 7];
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(6, 7), -1000, 1000, v);
+    /* clearing the sign bit is abs; the exponent field is floor(log2|x|) + 127 */
+    kiln_tensor *bits = kiln_bitcast(kiln_mul_scalar(x, 2), KILN_I32);
+    kiln_tensor *a = kiln_bitcast(kiln_bitwise_and(bits, kiln_scalar(ctx, KILN_I32, 0x7fffffff)),
+                                  KILN_F32);
+    kiln_tensor *e = kiln_bitwise_and(kiln_shift_right(bits, kiln_scalar(ctx, KILN_I32, 23)),
+                                      kiln_scalar(ctx, KILN_I32, 255));
+    double av[42];
+    int64_t ev[42];
+    for (int i = 0; i < 42; i++) {
+        av[i] = fabs(2 * v[i]);
+        ev[i] = v[i] == 0 ? 0 : (int64_t)floor(log2(fabs(2 * v[i]))) + 127;
+    }
+    TU_EXPECT(a, KILN_F32, av, 42);
+    TU_EXPECT_I64(e, KILN_I32, ev, 42);
+    /* a constant folds: 1.0f is 0x3f800000; the same dtype is t itself */
+    kiln_tensor *c = kiln_bitcast(kiln_full(ctx, KILN_F32, TU_S(2), 1.0), KILN_I32);
+    TU_EXPECT_I64(c, KILN_I32, ((const int64_t[]){0x3f800000, 0x3f800000}), 2);
+    TU_EXPECT(kiln_bitcast(x, KILN_F32), KILN_F32, v, 42);
+    /* 0-d and empty */
+    kiln_tensor *s = kiln_bitcast(kiln_scalar(ctx, KILN_I64, 0x4000000000000000ll), KILN_F64);
+    TU_ASSERT_SCALAR_SHAPE(s);
+    cr_assert_eq(TU_ITEM(s), 2.0);
+    TU_ASSERT_SHAPE(kiln_bitcast(kiln_zeros(ctx, KILN_F32, TU_S(0, 3)), KILN_I32), 0, 3);
+}
+
+TU_TEST(bitcast, not_differentiable) {
+    TU_RNG(r);
+    double v[5];
+    kiln_tensor *x = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(5), -2, 2, v);
+    /* x * (x's bits through i64 and back): the product rule's second term
+     * has no path, so the gradient is the bitcast value, x */
+    kiln_tensor *y = kiln_sum(kiln_mul(x, kiln_bitcast(kiln_bitcast(x, KILN_I64), KILN_F64)), 0,
+                              NULL, false);
+    kiln_tensor *g;
+    cr_assert_eq(kiln_gradients(y, NULL, 1, &x, &g), KILN_OK);
+    TU_EXPECT(g, KILN_F64, v, 5);
+    /* between the half types: a zero gradient */
+    kiln_tensor *h = kiln_cast(x, KILN_F16);
+    kiln_tensor *z = kiln_sum(kiln_cast(kiln_bitcast(h, KILN_BF16), KILN_F64), 0, NULL, false);
+    kiln_tensor *gh;
+    cr_assert_eq(kiln_gradients(z, NULL, 1, &h, &gh), KILN_OK);
+    TU_EXPECT_VALS(gh, KILN_F16, 0, 0, 0, 0, 0);
+}
+
+TU_TEST(bitcast, errors_name_the_op_and_dtypes) {
+    kiln_tensor *x = kiln_ones(ctx, KILN_F32, TU_S(2, 3));
+    TU_ASSERT_ERROR(kiln_bitcast(x, KILN_I64), KILN_ERR_DTYPE, "kiln_bitcast");
+    TU_ASSERT_ERROR(kiln_bitcast(x, KILN_F64), KILN_ERR_DTYPE, "f32 (4 bytes) and f64 (8 bytes)");
+    TU_ASSERT_ERROR(kiln_bitcast(x, KILN_F16), KILN_ERR_DTYPE, "[2,3]");
+    TU_ASSERT_ERROR(kiln_bitcast(kiln_ones(ctx, KILN_BOOL, TU_S(2)), KILN_U8), KILN_ERR_DTYPE,
+                    "bool");
+    TU_ASSERT_ERROR(kiln_bitcast(kiln_ones(ctx, KILN_I8, TU_S(2)), KILN_BOOL), KILN_ERR_DTYPE,
+                    "i8");
+    TU_ASSERT_ERROR(kiln_bitcast(x, (kiln_dtype)99), KILN_ERR_DTYPE, "unknown dtype 99");
+    TU_ASSERT_OK(kiln_bitcast(kiln_ones(ctx, KILN_BOOL, TU_S(2)), KILN_BOOL));
+    /* errors pass on; NULL gives NULL */
+    TU_ASSERT_ERROR(kiln_bitcast(kiln_bitcast(x, KILN_U8), KILN_I8), KILN_ERR_DTYPE,
+                    "kiln_bitcast");
+    cr_assert_null(kiln_bitcast(NULL, KILN_I32));
+}
+
+Test(bitcast, one_kernel_with_its_neighbours) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    cr_assert_not_null(ctx);
+    kiln_tensor *x = kiln_randn(ctx, KILN_F32, TU_S(64, 64), 7);
+    cr_assert_eq(kiln_realize(x), KILN_OK);
+    kiln_tensor *bits = kiln_bitcast(kiln_add_scalar(x, 1), KILN_I32);
+    kiln_tensor *y = kiln_bitcast(kiln_bitwise_xor(bits, kiln_scalar(ctx, KILN_I32, 1)), KILN_F32);
+    int64_t before = kiln_ctx_stats(ctx).kernels;
+    cr_assert_eq(kiln_realize(kiln_mul(y, y)), KILN_OK);
+    cr_assert_eq(kiln_ctx_stats(ctx).kernels - before, 1);
+    kiln_ctx_free(ctx);
 }

@@ -375,6 +375,65 @@ TU_TEST(max_unpool2d, inverts_pooling) {
     TU_EXPECT_VALS(kiln_max_unpool2d(v, vi, 3, 3), KILN_F32, 2, 0, 0, 0, 0, 5, 0, 0, 3);
 }
 
+/* Scatters each pooled value back to its index within the plane, as a
+ * loop: the expected result of unpooling (planes of np elements). */
+static void ref_unpool(const double *v, const int64_t *idx, int64_t planes, int64_t per,
+                       int64_t np, double *y) {
+    for (int64_t i = 0; i < planes * np; i++)
+        y[i] = 0;
+    for (int64_t c = 0; c < planes; c++)
+        for (int64_t i = 0; i < per; i++)
+            y[c * np + idx[c * per + i]] += v[c * per + i];
+}
+
+TU_TEST(max_unpool1d, inverts_pooling_and_by_hand) {
+    /* PyTorch: max_pool1d(k=2, s=2, return_indices=True) of [0.5, -1.25, 3,
+     * 2.5, -0.75, -2] is [0.5, 3, -0.75] at [0, 2, 4]; max_unpool1d to 7 */
+    kiln_tensor *x = tu_tensor(ctx, KILN_F32, TU_S(1, 1, 6),
+                               (const double[]){0.5, -1.25, 3, 2.5, -0.75, -2});
+    kiln_tensor *idx;
+    kiln_tensor *p = kiln_max_pool1d_ex(x, 2, 2, 0, 1, false, &idx);
+    TU_EXPECT_I64(idx, KILN_I64, ((const int64_t[]){0, 2, 4}), 3);
+    kiln_tensor *u = kiln_max_unpool1d(p, idx, 7);
+    TU_ASSERT_SHAPE(u, 1, 1, 7);
+    TU_EXPECT_VALS(u, KILN_F32, 0.5, 0, 3, 0, -0.75, 0, 0);
+    /* random [C, L] with padding, dilation and ceil_mode, i32 indices */
+    TU_RNG(r);
+    double xv[3 * 11], pv[3 * 6], y[3 * 13];
+    int64_t iv[3 * 6];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(3, 11), -2, 2, xv);
+    p = kiln_max_pool1d_ex(tx, 3, 2, 1, 2, true, &idx);
+    TU_ASSERT_SHAPE(p, 3, 5);
+    TU_READ(p, pv, 15);
+    TU_READ_I64(idx, iv, 15);
+    ref_unpool(pv, iv, 3, 5, 13, y);
+    u = kiln_max_unpool1d(p, kiln_cast(idx, KILN_I32), 13);
+    TU_ASSERT_SHAPE(u, 3, 13);
+    TU_EXPECT(u, KILN_F64, y, 3 * 13);
+}
+
+TU_TEST(max_unpool3d, inverts_pooling) {
+    TU_RNG(r);
+    double xv[2 * 2 * 4 * 5 * 6], pv[2 * 2 * 2 * 3 * 3], y[2 * 2 * 4 * 5 * 6];
+    int64_t iv[2 * 2 * 2 * 3 * 3];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(2, 2, 4, 5, 6), -2, 2, xv);
+    kiln_tensor *idx;
+    kiln_tensor *p = kiln_max_pool3d(tx, TU_DIMS(2, 2, 2), TU_DIMS(2, 2, 2), TU_DIMS(0, 1, 0),
+                                     TU_DIMS(1, 1, 1), false, &idx);
+    TU_ASSERT_SHAPE(p, 2, 2, 2, 3, 3);
+    TU_READ(p, pv, 72);
+    TU_READ_I64(idx, iv, 72);
+    ref_unpool(pv, iv, 4, 18, 120, y);
+    kiln_tensor *u = kiln_max_unpool3d(p, idx, TU_DIMS(4, 5, 6));
+    TU_ASSERT_SHAPE(u, 2, 2, 4, 5, 6);
+    TU_EXPECT(u, KILN_F64, y, 2 * 2 * 120);
+    /* unbatched, given u8 indices into a larger volume; a repeated index adds */
+    kiln_tensor *v = tu_tensor(ctx, KILN_F32, TU_S(1, 1, 1, 3), (const double[]){1.5, -2, 4});
+    kiln_tensor *vi = tu_tensor_i64(ctx, KILN_U8, TU_S(1, 1, 1, 3), (const int64_t[]){7, 2, 7});
+    TU_EXPECT_VALS(kiln_max_unpool3d(v, vi, TU_DIMS(2, 2, 2)), KILN_F32, 0, 0, -2, 0, 0, 0, 0,
+                   5.5);
+}
+
 /* ---- adaptive pooling ---- */
 
 static void ref_adaptive(bool is_max, const double *x, int64_t planes, int64_t h, int64_t w,
@@ -424,26 +483,126 @@ TU_TEST(adaptive_pool, against_loops) {
     }
 }
 
+/* PyTorch's adaptive_max_pool2d loop: row-major over the window, moving
+ * on a greater element or a NaN (random inputs have no NaN, whose first in
+ * a window kiln reports where this would report the last). */
+static void ref_adaptive_idx(const double *x, int64_t planes, int64_t h, int64_t w, int64_t oh,
+                             int64_t ow, double *y, int64_t *idx) {
+    for (int64_t c = 0; c < planes; c++)
+        for (int64_t i = 0; i < oh; i++)
+            for (int64_t j = 0; j < ow; j++) {
+                int64_t h0 = i * h / oh, h1 = ((i + 1) * h + oh - 1) / oh;
+                int64_t w0 = j * w / ow, w1 = ((j + 1) * w + ow - 1) / ow;
+                double m = -INFINITY;
+                int64_t best = h0 * w + w0;
+                for (int64_t a = h0; a < h1; a++)
+                    for (int64_t b = w0; b < w1; b++) {
+                        double v = x[(c * h + a) * w + b];
+                        if (v > m || isnan(v)) {
+                            m = v;
+                            best = a * w + b;
+                        }
+                    }
+                y[(c * oh + i) * ow + j] = m;
+                idx[(c * oh + i) * ow + j] = best;
+            }
+}
+
+TU_TEST(adaptive_max_pool_ex, indices_against_loops) {
+    TU_RNG(r);
+    double x[2 * 3 * 7 * 10], y[2 * 3 * 9 * 13];
+    int64_t iy[2 * 3 * 9 * 13];
+    const int64_t sizes[][2] = {{3, 4}, {7, 10}, {1, 1}, {5, 3}, {9, 13}};
+    for (int ties = 0; ties < 2; ties++) {
+        kiln_dtype dt = ties ? KILN_F32 : KILN_F64;
+        kiln_tensor *tx = tu_rand_tensor(ctx, &r, dt, TU_S(2, 3, 7, 10), ties ? 0 : -2,
+                                         ties ? 3 : 2, x);
+        if (ties) {
+            /* integer values in [0, 3): many tied maxima, the first wins */
+            for (int64_t i = 0; i < 2 * 3 * 7 * 10; i++)
+                x[i] = floor(x[i]);
+            tx = tu_tensor(ctx, dt, TU_S(2, 3, 7, 10), x);
+        }
+        for (int s = 0; s < 5; s++) {
+            int64_t oh = sizes[s][0], ow = sizes[s][1];
+            ref_adaptive_idx(x, 6, 7, 10, oh, ow, y, iy);
+            kiln_tensor *ti = NULL;
+            kiln_tensor *got = kiln_adaptive_max_pool2d_ex(tx, oh, ow, &ti);
+            TU_ASSERT_SHAPE(got, 2, 3, oh, ow);
+            TU_EXPECT(got, dt, y, 6 * oh * ow);
+            TU_ASSERT_SHAPE(ti, 2, 3, oh, ow);
+            TU_EXPECT_I64(ti, KILN_I64, iy, 6 * oh * ow);
+            TU_EXPECT(kiln_adaptive_max_pool2d_ex(tx, oh, ow, NULL), dt, y, 6 * oh * ow);
+        }
+    }
+    /* by hand: windows rows {0,1},{1,2} by columns {0,1},{1,2}; the 9 at
+     * flat 1 comes before the one at 3 */
+    kiln_tensor *h = tu_tensor(ctx, KILN_F32, TU_S(1, 3, 3),
+                               (const double[]){1, 9, 2, 9, 0, 3, 4, 5, 6});
+    kiln_tensor *hi;
+    TU_EXPECT_VALS(kiln_adaptive_max_pool2d_ex(h, 2, 2, &hi), KILN_F32, 9, 9, 9, 6);
+    TU_EXPECT_I64(hi, KILN_I64, ((const int64_t[]){1, 1, 3, 8}), 4);
+    /* 1-d over [C, L], windows {0, 1, 2} and {2, 3, 4}: [1, 3, 2, 5, 4]; and
+     * [-inf, -inf, -inf, 7, nan], whose first window reports its first
+     * position and whose NaN wins */
+    kiln_tensor *z = tu_tensor(ctx, KILN_F32, TU_S(2, 5),
+                               (const double[]){1, 3, 2, 5, 4, -INFINITY, -INFINITY, -INFINITY, 7,
+                                                NAN});
+    kiln_tensor *zi;
+    TU_EXPECT_VALS(kiln_adaptive_max_pool1d_ex(z, 2, &zi), KILN_F32, 3, 5, -INFINITY, NAN);
+    TU_EXPECT_I64(zi, KILN_I64, ((const int64_t[]){1, 3, 0, 4}), 4);
+    /* two NaNs in one window: the first is reported */
+    kiln_tensor *n2 = tu_tensor(ctx, KILN_F64, TU_S(1, 4), (const double[]){2, NAN, 1, NAN});
+    TU_EXPECT_VALS(kiln_adaptive_max_pool1d_ex(n2, 1, &zi), KILN_F64, NAN);
+    TU_EXPECT_I64(zi, KILN_I64, ((const int64_t[]){1}), 1);
+    /* random [N, C, L] against the 2-d loop over a height of 1 */
+    double l[2 * 3 * 11], ly[2 * 3 * 4];
+    int64_t li[2 * 3 * 4];
+    kiln_tensor *tl = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(2, 3, 11), -2, 2, l);
+    ref_adaptive_idx(l, 6, 1, 11, 1, 4, ly, li);
+    kiln_tensor *tli;
+    TU_EXPECT(kiln_adaptive_max_pool1d_ex(tl, 4, &tli), KILN_F64, ly, 24);
+    TU_EXPECT_I64(tli, KILN_I64, li, 24);
+    /* the indices invert through max_unpool2d */
+    double xv[2 * 2 * 5 * 7], pv[2 * 2 * 2 * 3], uy[2 * 2 * 5 * 7];
+    int64_t pi[2 * 2 * 2 * 3];
+    kiln_tensor *tv = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(2, 2, 5, 7), -2, 2, xv);
+    ref_adaptive_idx(xv, 4, 5, 7, 2, 3, pv, pi);
+    ref_unpool(pv, pi, 4, 6, 35, uy);
+    kiln_tensor *ui;
+    kiln_tensor *pooled = kiln_adaptive_max_pool2d_ex(tv, 2, 3, &ui);
+    TU_EXPECT(kiln_max_unpool2d(pooled, ui, 5, 7), KILN_F64, uy, 4 * 35);
+}
+
 /* ---- interpolation: PyTorch's upsample loops, in 2-d directly ---- */
 
-static double src_of(int64_t o, int64_t in, int64_t out, bool align, bool cubic) {
+/* sf: a given scale factor (PyTorch's scale_factor without
+ * recompute_scale_factor), or 0 */
+static double src_of_sf(int64_t o, int64_t in, int64_t out, double sf, bool align, bool cubic) {
     double scale = align ? (out > 1 ? (double)(in - 1) / (double)(out - 1) : 0)
-                         : (double)in / (double)out;
+                   : sf > 0 ? 1 / sf
+                            : (double)in / (double)out;
     if (align)
         return scale * (double)o;
     double s = scale * ((double)o + 0.5) - 0.5;
     return !cubic && s < 0 ? 0 : s;
 }
 
-static int64_t near_of(int64_t o, int64_t in, int64_t out) {
+static double src_of(int64_t o, int64_t in, int64_t out, bool align, bool cubic) {
+    return src_of_sf(o, in, out, 0, align, cubic);
+}
+
+static int64_t near_of_sf(int64_t o, int64_t in, int64_t out, double sf) {
     if (out == in)
         return o;
     if (out == 2 * in)
         return o >> 1;
-    float scale = (float)in / (float)out;
+    float scale = sf > 0 ? (float)(1 / sf) : (float)in / (float)out;
     int64_t i = (int64_t)floorf((float)o * scale);
     return i < in - 1 ? i : in - 1;
 }
+
+static int64_t near_of(int64_t o, int64_t in, int64_t out) { return near_of_sf(o, in, out, 0); }
 
 static double cc1(double x, double a) { return ((a + 2) * x - (a + 3)) * x * x + 1; }
 static double cc2(double x, double a) { return ((a * x - 5 * a) * x + 8 * a) * x - 4 * a; }
@@ -524,6 +683,119 @@ TU_TEST(interpolate, one_d_against_loops) {
             }
 }
 
+/* PyTorch's upsample_nearest3d and upsample_trilinear3d loops over
+ * [planes, D, H, W], with scale factors sf (NULL: from the sizes). */
+static void ref_interp3(bool linear, bool align, const double *x, int64_t planes,
+                        const int64_t *in, const int64_t *out, const double *sf, double *y) {
+    int64_t ni = in[0] * in[1] * in[2], no = out[0] * out[1] * out[2];
+    for (int64_t c = 0; c < planes; c++)
+        for (int64_t f = 0; f < no; f++) {
+            int64_t o[3] = {f / (out[1] * out[2]), f / out[2] % out[1], f % out[2]};
+            int64_t i0[3], step[3];
+            double l1[3];
+            for (int a = 0; a < 3; a++) {
+                double g = sf ? sf[a] : 0;
+                if (!linear) {
+                    i0[a] = near_of_sf(o[a], in[a], out[a], g);
+                    continue;
+                }
+                double r = src_of_sf(o[a], in[a], out[a], g, align, false);
+                i0[a] = (int64_t)r;
+                step[a] = i0[a] < in[a] - 1;
+                l1[a] = r - (double)i0[a];
+            }
+            const double *p = x + c * ni;
+            double v = 0;
+            if (!linear)
+                v = p[(i0[0] * in[1] + i0[1]) * in[2] + i0[2]];
+            else
+                for (int corner = 0; corner < 8; corner++) {
+                    double wgt = 1;
+                    int64_t at[3];
+                    for (int a = 0; a < 3; a++) {
+                        int hi = corner >> (2 - a) & 1;
+                        wgt *= hi ? l1[a] : 1 - l1[a];
+                        at[a] = i0[a] + (hi ? step[a] : 0);
+                    }
+                    v += wgt * p[(at[0] * in[1] + at[1]) * in[2] + at[2]];
+                }
+            y[c * no + f] = v;
+        }
+}
+
+TU_TEST(interpolate, three_d_against_loops) {
+    TU_RNG(r);
+    const int64_t in[3] = {3, 4, 5};
+    double x[2 * 2 * 3 * 4 * 5], y[2 * 2 * 7 * 8 * 9];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(2, 2, 3, 4, 5), -2, 2, x);
+    const int64_t sizes[][3] = {{6, 8, 10}, {2, 3, 2}, {7, 1, 9}, {3, 4, 5}};
+    for (int s = 0; s < 4; s++)
+        for (int m = 0; m < 2; m++)
+            for (int align = 0; align < 1 + m; align++) {
+                const int64_t *o = sizes[s];
+                ref_interp3(m, align, x, 4, in, o, NULL, y);
+                kiln_tensor *got = kiln_interpolate(
+                    tx, 3, o, m ? KILN_INTERP_LINEAR : KILN_INTERP_NEAREST, align);
+                TU_ASSERT_SHAPE(got, 2, 2, o[0], o[1], o[2]);
+                TU_EXPECT(got, KILN_F64, y, 4 * o[0] * o[1] * o[2]);
+            }
+}
+
+TU_TEST(interpolate, scale_factors) {
+    TU_RNG(r);
+    /* 3-d: factors whose in * factor is not an integer, so that 1/factor
+     * and in/out differ, with and without recompute_scale_factor */
+    const int64_t in[3] = {3, 4, 5};
+    const double sf[3] = {1.5, 0.7, 1.9};
+    const int64_t o[3] = {4, 2, 9}; /* floor(in * sf) */
+    double x[2 * 3 * 4 * 5], y[2 * 4 * 2 * 9], y2[2 * 4 * 2 * 9];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(1, 2, 3, 4, 5), -2, 2, x);
+    for (int m = 0; m < 2; m++)
+        for (int align = 0; align < 1 + m; align++) {
+            kiln_interp_mode mode = m ? KILN_INTERP_LINEAR : KILN_INTERP_NEAREST;
+            ref_interp3(m, align, x, 2, in, o, sf, y);
+            ref_interp3(m, align, x, 2, in, o, NULL, y2);
+            if (!align) {
+                bool differ = false;
+                for (int i = 0; i < 2 * 4 * 2 * 9; i++)
+                    differ |= y[i] != y2[i];
+                cr_assert(differ, "the factors must change the result (mode %d)", m);
+            }
+            kiln_tensor *got = kiln_interpolate_scale(tx, 3, sf, mode, align, false);
+            TU_ASSERT_SHAPE(got, 1, 2, 4, 2, 9);
+            TU_EXPECT(got, KILN_F64, y, 2 * 4 * 2 * 9);
+            TU_EXPECT(kiln_interpolate_scale(tx, 3, sf, mode, align, true), KILN_F64, y2,
+                      2 * 4 * 2 * 9);
+        }
+    /* 2-d bicubic and bilinear in f32, and 1-d linear, with factors */
+    double a[2 * 5 * 6], ay[2 * 8 * 15];
+    kiln_tensor *ta = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(1, 2, 5, 6), -2, 2, a);
+    const double sf2[2] = {1.7, 2.5};
+    for (int m = 1; m < 3; m++) {
+        kiln_interp_mode mode = m == 1 ? KILN_INTERP_LINEAR : KILN_INTERP_BICUBIC;
+        /* the 3-d loop has no cubic: linear against it, and both against
+         * the sizes-given form where the factors are exact */
+        kiln_tensor *got = kiln_interpolate_scale(ta, 2, sf2, mode, false, false);
+        TU_ASSERT_SHAPE(got, 1, 2, 8, 15);
+        if (m == 1) {
+            ref_interp3(true, false, a, 2, (const int64_t[]){1, 5, 6}, (const int64_t[]){1, 8, 15},
+                        (const double[]){0, 1.7, 2.5}, ay);
+            TU_EXPECT(got, KILN_F32, ay, 2 * 8 * 15);
+        }
+        double sized[2 * 10 * 15];
+        TU_READ(kiln_interpolate(ta, 2, TU_DIMS(10, 15), mode, false), sized, 2 * 10 * 15);
+        TU_EXPECT(kiln_interpolate_scale(ta, 2, (const double[]){2, 2.5}, mode, false, false),
+                  KILN_F32, sized, 2 * 10 * 15);
+    }
+    double b[3 * 7], by[3 * 9];
+    kiln_tensor *tb = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(1, 3, 7), -2, 2, b);
+    ref_interp3(true, false, b, 3, (const int64_t[]){1, 1, 7}, (const int64_t[]){1, 1, 9},
+                (const double[]){0, 0, 1.3}, by);
+    TU_EXPECT(kiln_interpolate_scale(tb, 1, (const double[]){1.3}, KILN_INTERP_LINEAR, false,
+                                     false),
+              KILN_F32, by, 27);
+}
+
 /* ---- kernel counts ---- */
 
 static int64_t kernels_for(kiln_ctx *ctx, kiln_tensor *t) {
@@ -545,10 +817,12 @@ Test(conv_kernels, lazy_counts) {
         cr_assert_eq(kiln_realize(inputs[i]), KILN_OK);
     const int64_t one3[3] = {1, 1, 1}, two[2] = {2, 2}, one[2] = {1, 1}, zero[2] = {0, 0};
     kiln_tensor *idx;
-    int64_t counts[9];
-    const char *names[9] = {"conv3d",       "conv_transpose2d", "max_pool2d_ex+indices",
-                            "avg_pool2d_ex", "max_pool3d",       "max_unpool2d",
-                            "adaptive_avg", "adaptive_max",     "bicubic"};
+    int64_t counts[14];
+    const char *names[14] = {"conv3d",       "conv_transpose2d", "max_pool2d_ex+indices",
+                             "avg_pool2d_ex", "max_pool3d",       "max_unpool2d",
+                             "adaptive_avg", "adaptive_max",     "bicubic",
+                             "max_unpool1d", "max_unpool3d",     "adaptive_max_ex+indices",
+                             "trilinear",    "bilinear_scale"};
     counts[0] = kernels_for(ctx, kiln_conv3d(v, w3, NULL, one3, one3, one3, 1));
     counts[1] = kernels_for(ctx, kiln_conv_transpose2d(img, wt, b, two, one, one, one, 1));
     kiln_tensor *mp = kiln_max_pool2d_ex(img, TU_DIMS(3, 3), two, one, one, true, &idx);
@@ -563,9 +837,28 @@ Test(conv_kernels, lazy_counts) {
     counts[6] = kernels_for(ctx, kiln_adaptive_avg_pool2d(img, 3, 4));
     counts[7] = kernels_for(ctx, kiln_adaptive_max_pool2d(img, 3, 4));
     counts[8] = kernels_for(ctx, kiln_interpolate(img, 2, TU_DIMS(17, 13), KILN_INTERP_BICUBIC, false));
+    kiln_tensor *flat = kiln_reshape(img, TU_S(2, 4, 100));
+    kiln_tensor *mp1 = kiln_max_pool1d_ex(flat, 2, 2, 0, 1, false, &idx);
+    cr_assert_eq(kiln_realize(idx), KILN_OK);
+    cr_assert_eq(kiln_realize(mp1), KILN_OK);
+    counts[9] = kernels_for(ctx, kiln_max_unpool1d(mp1, idx, 100));
+    kiln_tensor *mp3 = kiln_max_pool3d(v, TU_DIMS(2, 2, 2), TU_DIMS(2, 2, 2), TU_DIMS(0, 0, 0),
+                                       one3, false, &idx);
+    cr_assert_eq(kiln_realize(idx), KILN_OK);
+    cr_assert_eq(kiln_realize(mp3), KILN_OK);
+    counts[10] = kernels_for(ctx, kiln_max_unpool3d(mp3, idx, TU_DIMS(6, 8, 8)));
+    kiln_tensor *am = kiln_adaptive_max_pool2d_ex(img, 3, 4, &idx);
+    counts[11] = kernels_for(ctx, kiln_add(am, kiln_cast(idx, KILN_F32)));
+    counts[12] =
+        kernels_for(ctx, kiln_interpolate(v, 3, TU_DIMS(9, 5, 11), KILN_INTERP_LINEAR, true));
+    counts[13] = kernels_for(ctx, kiln_interpolate_scale(img, 2, (const double[]){1.5, 2.5},
+                                                         KILN_INTERP_LINEAR, false, false));
+    /* the constant-per-tap index vectors must not cost a kernel each */
+    cr_assert_leq(counts[11], 2, "adaptive max with indices: %lld kernels", (long long)counts[11]);
+    cr_assert_leq(counts[9], 1, "max_unpool1d: %lld kernels", (long long)counts[9]);
     fprintf(stderr, "conv kernels (lazy):");
-    for (int i = 0; i < 9; i++)
-        fprintf(stderr, " %s %lld%s", names[i], (long long)counts[i], i < 8 ? "," : "\n");
+    for (int i = 0; i < 14; i++)
+        fprintf(stderr, " %s %lld%s", names[i], (long long)counts[i], i < 13 ? "," : "\n");
     kiln_ctx_free(ctx);
 }
 
@@ -629,11 +922,55 @@ TU_TEST(conv_errors, name_the_op_and_shapes) {
     TU_ASSERT_ERROR(kiln_max_unpool2d(u, kiln_zeros(ctx, KILN_I64, TU_S(1, 2, 1)), 3, 3),
                     KILN_ERR_SHAPE, "[1,2,1]");
     TU_ASSERT_ERROR(kiln_max_unpool2d(u, i, 0, 3), KILN_ERR_ARG, "kiln_max_unpool2d");
+    TU_ASSERT_ERROR(kiln_max_unpool1d(u, i, 5), KILN_ERR_ARG, "outside [0, 5)");
+    TU_ASSERT_ERROR(kiln_max_unpool1d(x, kiln_zeros(ctx, KILN_I64, TU_S(1, 4, 3, 3)), 5),
+                    KILN_ERR_SHAPE, "kiln_max_unpool1d");
+    TU_ASSERT_ERROR(kiln_max_unpool1d(u, kiln_zeros(ctx, KILN_BOOL, TU_S(1, 1, 2)), 5),
+                    KILN_ERR_DTYPE, "bool");
+    TU_ASSERT_ERROR(kiln_max_unpool3d(kiln_reshape(u, TU_S(1, 1, 1, 2)),
+                                      tu_tensor_i64(ctx, KILN_I64, TU_S(1, 1, 1, 2),
+                                                    (const int64_t[]){0, 9}),
+                                      TU_DIMS(3, 1, 3)),
+                    KILN_ERR_ARG, "outside [0, 9)");
+    TU_ASSERT_ERROR(kiln_max_unpool3d(x, kiln_zeros(ctx, KILN_I64, TU_S(1, 4, 3, 2)),
+                                      TU_DIMS(2, 2, 3)),
+                    KILN_ERR_SHAPE, "[1,4,3,2]");
+    TU_ASSERT_ERROR(kiln_max_unpool3d(x, kiln_zeros(ctx, KILN_I64, TU_S(1, 4, 3, 3)), NULL),
+                    KILN_ERR_ARG, "NULL");
+    TU_ASSERT_ERROR(kiln_max_unpool3d(x, kiln_zeros(ctx, KILN_I64, TU_S(1, 4, 3, 3)),
+                                      TU_DIMS(2, -1, 3)),
+                    KILN_ERR_ARG, "kiln_max_unpool3d");
     /* adaptive pooling and interpolation */
     TU_ASSERT_ERROR(kiln_adaptive_avg_pool2d(x, 0, 2), KILN_ERR_ARG, "kiln_adaptive_avg_pool2d");
     TU_ASSERT_ERROR(kiln_adaptive_max_pool1d(v, 2), KILN_ERR_SHAPE, "kiln_adaptive_max_pool1d");
-    TU_ASSERT_ERROR(kiln_interpolate(x, 3, TU_DIMS(2, 2, 2), KILN_INTERP_LINEAR, false),
+    TU_ASSERT_ERROR(kiln_interpolate(x, 4, TU_DIMS(2, 2, 2, 2), KILN_INTERP_LINEAR, false),
                     KILN_ERR_ARG, "kiln_interpolate");
+    TU_ASSERT_ERROR(kiln_interpolate(x, 3, TU_DIMS(2, 2, 2), KILN_INTERP_LINEAR, false),
+                    KILN_ERR_SHAPE, "[1,4,3,3]");
+    TU_ASSERT_ERROR(kiln_interpolate(v, 3, TU_DIMS(2, 2, 2), KILN_INTERP_BICUBIC, false),
+                    KILN_ERR_ARG, "bicubic");
+    TU_ASSERT_ERROR(kiln_interpolate_scale(x, 2, (const double[]){2, 0}, KILN_INTERP_LINEAR,
+                                           false, false),
+                    KILN_ERR_ARG, "kiln_interpolate_scale");
+    TU_ASSERT_ERROR(kiln_interpolate_scale(x, 2, (const double[]){2, NAN}, KILN_INTERP_LINEAR,
+                                           false, true),
+                    KILN_ERR_ARG, "[1,4,3,3]");
+    TU_ASSERT_ERROR(kiln_interpolate_scale(x, 2, (const double[]){0.2, 1}, KILN_INTERP_NEAREST,
+                                           false, false),
+                    KILN_ERR_ARG, "size >= 1");
+    TU_ASSERT_ERROR(kiln_interpolate_scale(x, 2, NULL, KILN_INTERP_LINEAR, false, false),
+                    KILN_ERR_ARG, "NULL");
+    TU_ASSERT_ERROR(kiln_interpolate_scale(x, 3, (const double[]){2, 2, 2}, KILN_INTERP_LINEAR,
+                                           false, false),
+                    KILN_ERR_SHAPE, "kiln_interpolate_scale");
+    TU_ASSERT_ERROR(kiln_interpolate_scale(x, 2, (const double[]){2, 2}, KILN_INTERP_NEAREST,
+                                           true, false),
+                    KILN_ERR_ARG, "align_corners");
+    TU_ASSERT_ERROR(kiln_adaptive_max_pool2d_ex(x, 0, 2, &idx), KILN_ERR_ARG,
+                    "kiln_adaptive_max_pool2d_ex");
+    cr_assert_null(idx);
+    TU_ASSERT_ERROR(kiln_adaptive_max_pool1d_ex(v, 2, &idx), KILN_ERR_SHAPE, "[1,4,5,5,5]");
+    cr_assert_null(idx);
     TU_ASSERT_ERROR(kiln_interpolate(x, 1, TU_DIMS(2), KILN_INTERP_LINEAR, false), KILN_ERR_SHAPE,
                     "[1,4,3,3]");
     TU_ASSERT_ERROR(kiln_interpolate(kiln_zeros(ctx, KILN_F32, TU_S(1, 4, 3)), 1, TU_DIMS(2),
@@ -652,4 +989,8 @@ TU_TEST(conv_errors, name_the_op_and_shapes) {
     cr_assert_null(kiln_conv3d(NULL, NULL, NULL, one3, zero3, one3, 1));
     cr_assert_null(kiln_max_pool2d_ex(NULL, two, two, zero, one, false, NULL));
     cr_assert_null(kiln_interpolate(NULL, 2, two, KILN_INTERP_LINEAR, false));
+    cr_assert_null(kiln_interpolate_scale(NULL, 2, (const double[]){2, 2}, KILN_INTERP_LINEAR,
+                                          false, false));
+    cr_assert_null(kiln_max_unpool1d(NULL, NULL, 3));
+    cr_assert_null(kiln_adaptive_max_pool2d_ex(NULL, 2, 2, NULL));
 }

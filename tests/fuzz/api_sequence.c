@@ -1,7 +1,10 @@
 /* api_sequence.c — fuzzes kiln.h as a whole: each input is decoded into up to
  * MAX_CALLS calls (creation with small shapes and every dtype, unary, binary
  * and scalar ops, reductions, scans, sorts, views, cat and stack, matmul,
- * casts, assignments, syncs) on two reference-evaluator contexts, with valid and invalid arguments alike: bad dtypes, ndims,
+ * casts and bitcasts, max pooling with indices, unpooling, adaptive max
+ * pooling, interpolation by sizes and by scale factors, assignments,
+ * syncs) on two reference-evaluator contexts, with valid and invalid
+ * arguments alike: bad dtypes, ndims,
  * axes, NULL handles, handles of the other context, and sizes whose element
  * counts overflow. Every call must return a handle (NULL only when every
  * tensor argument was NULL) that is either in a clean error state, with a
@@ -352,6 +355,75 @@ static bool matmul_cheap(const kiln_tensor *a, const kiln_tensor *b) {
            kiln_numel(b) * kiln_numel(a) <= (int64_t)MAX_MATMUL_WORK * 16;
 }
 
+/* The pooling and resizing ops build host tables as large as their input's
+ * planes (an expand's 2^40 elements would be a real allocation): only
+ * small inputs. */
+static bool host_tables_small(const kiln_tensor *a) {
+    return !a || kiln_error(a) || kiln_numel(a) <= MAX_ELEMS;
+}
+
+/* Output sizes for the pooling and resizing ops: small (their host-built
+ * tables and matrices grow with them), sometimes 0 or -1. */
+static int64_t out_size(input *in) { return sbyte(in, -1, 7); }
+
+/* The max unpools (with b as the indices), the adaptive max pools with
+ * indices, and the max pools whose indices feed an unpool. */
+static kiln_tensor *pool_op(kiln_tensor *a, kiln_tensor *b, input *in) {
+    int64_t o[3] = {out_size(in), out_size(in), out_size(in)};
+    kiln_tensor *idx = NULL, *r;
+    switch (byte(in) % 6) {
+    case 0:
+        return kiln_max_unpool1d(a, b, o[0]);
+    case 1:
+        return kiln_max_unpool3d(a, b, byte(in) % 8 ? o : NULL);
+    case 2:
+        r = kiln_adaptive_max_pool1d_ex(a, o[0], byte(in) & 1 ? &idx : NULL);
+        break;
+    case 3:
+        r = kiln_adaptive_max_pool2d_ex(a, o[0], o[1], byte(in) & 1 ? &idx : NULL);
+        break;
+    default: {
+        /* pool with indices, then unpool to the input's size */
+        bool three = byte(in) & 1;
+        const int64_t k[3] = {sbyte(in, 1, 2), sbyte(in, 1, 2), sbyte(in, 1, 2)};
+        const int64_t one[3] = {1, 1, 1}, zero[3] = {0, 0, 0};
+        kiln_tensor *p = three ? kiln_max_pool3d(a, k, k, zero, one, false, &idx)
+                               : kiln_max_pool1d_ex(a, k[0], k[0], 0, 1, false, &idx);
+        int nd = kiln_ndim(a);
+        const int64_t *sh = kiln_shape(a);
+        r = p && idx && sh && nd >= 3
+                ? (three ? kiln_max_unpool3d(p, idx, sh + nd - 3)
+                         : kiln_max_unpool1d(p, idx, sh[nd - 1]))
+                : NULL;
+        if (!r)
+            r = p;
+        else
+            kiln_release(p);
+    }
+    }
+    /* On failure *indices stays NULL; on success it is a tensor of r's shape. */
+    check(idx, true);
+    kiln_release(idx);
+    return r;
+}
+
+static kiln_tensor *interp_op(kiln_tensor *a, input *in) {
+    static const kiln_interp_mode modes[] = {KILN_INTERP_NEAREST, KILN_INTERP_LINEAR,
+                                             KILN_INTERP_BICUBIC, (kiln_interp_mode)7};
+    int nsp = sbyte(in, 0, 4);
+    kiln_interp_mode mode = modes[byte(in) % 4];
+    bool align = byte(in) & 1;
+    if (byte(in) & 1) {
+        const int64_t sizes[4] = {out_size(in), out_size(in), out_size(in), out_size(in)};
+        return kiln_interpolate(a, nsp, byte(in) % 8 ? sizes : NULL, mode, align);
+    }
+    static const double factors[] = {0.5, 1, 1.5, 2, 2.5, 0.3, 0, -1, NAN, INFINITY, 1e300};
+    double sf[4];
+    for (int d = 0; d < 4; d++)
+        sf[d] = factors[byte(in) % 11];
+    return kiln_interpolate_scale(a, nsp, byte(in) % 8 ? sf : NULL, mode, align, byte(in) & 1);
+}
+
 static void step(state *s, input *in) {
     kiln_tensor *a = pick(s, in), *b = pick(s, in), *c = pick(s, in), *r = NULL;
     int64_t dims[KILN_MAX_DIMS * 2];
@@ -434,9 +506,11 @@ static void step(state *s, input *in) {
             return;
         r = kiln_matmul(a, b), none = !a && !b;
         break;
-    case 15:
-        r = kiln_cast(a, dtype(in));
+    case 15: {
+        kiln_dtype dt = dtype(in);
+        r = byte(in) % 4 ? kiln_cast(a, dt) : kiln_bitcast(a, dt);
         break;
+    }
     case 16:
         if (trace)
             fprintf(stderr, " sync\n");
@@ -480,7 +554,7 @@ static void step(state *s, input *in) {
         }
         break;
     case 20:
-        switch (byte(in) % 5) {
+        switch (byte(in) % 7) {
         case 0:
             n = sbyte(in, 0, 4);
             for (int d = 0; d < KILN_MAX_DIMS; d++)
@@ -496,8 +570,18 @@ static void step(state *s, input *in) {
         case 3:
             r = (byte(in) & 1 ? kiln_tril : kiln_triu)(a, sbyte(in, -3, 3));
             break;
-        default:
+        case 4:
             r = kiln_diag(a, sbyte(in, -3, 3));
+            break;
+        case 5:
+            if (!host_tables_small(a))
+                return;
+            r = pool_op(a, b, in);
+            break;
+        default:
+            if (!host_tables_small(a))
+                return;
+            r = interp_op(a, in);
         }
         break;
     case 21: {
