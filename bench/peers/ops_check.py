@@ -254,7 +254,9 @@ def compare(got, ref, rtol, atol):
     """(max abs error, normwise relative error, pass) of got against ref."""
     if got.shape != ref.shape:
         return float("inf"), float("inf"), False, "shape %s, torch %s" % (got.shape, ref.shape)
-    if got.dtype.kind in "iub" or ref.dtype.kind in "iub":
+    if got.dtype != ref.dtype:
+        return float("inf"), float("inf"), False, "dtype %s, torch %s" % (got.dtype, ref.dtype)
+    if got.dtype.kind in "iub":
         bad = int(np.sum(got.astype(np.int64) != ref.astype(np.int64)))
         return float(bad), float(bad), bad == 0, "%d of %d differ" % (bad, got.size) if bad else ""
     g, r = got.astype(np.float64), ref.astype(np.float64)
@@ -626,8 +628,8 @@ def build_cases(rng, torch, F):
     # only: where two outputs take one input element, kiln's unpool adds them
     # (kiln.h) and PyTorch's writes one of them.
     for xs, kk, st, outsz in [((2, 3, 8, 6), [2, 2], [2, 2], None),
-                              ((1, 2, 9, 7), [3, 2], [3, 2], (10, 8)),
-                              ((2, 1, 5, 5), [2, 3], [2, 3], (5, 6))]:
+                              ((1, 2, 9, 7), [3, 2], [3, 2], (10, 7)),
+                              ((2, 1, 5, 5), [2, 3], [2, 3], (5, 5))]:
         H = outsz or ((xs[2] // kk[0]) * kk[0], (xs[3] // kk[1]) * kk[1])
 
         def kun2(k, x, kk=kk, st=st, H=H):
@@ -781,8 +783,9 @@ def build_cases(rng, torch, F):
                 return F.binary_cross_entropy_with_logits(
                     x, y, rest[0] if wt else None, reduction=red,
                     pos_weight=rest[-1] if pw else None)
+            # PyTorch differentiates neither weight nor pos_weight
             add("bce_with_logits", "%s %s weight=%d pos_weight=%d" % (lbl(s), red, wt, pw),
-                inputs, kbce, tbce, need=["binary_cross_entropy_with_logits"])
+                inputs, kbce, tbce, grad=[0, 1], need=["binary_cross_entropy_with_logits"])
     for s in [(7,), (4, 5), (2, 3, 6)]:
         for red in R:
             a, b = randn(*s, scale=2), randn(*s, scale=2)
@@ -948,6 +951,133 @@ def build_cases(rng, torch, F):
             lambda k, x, m: k.masked_fill(x, m, -2.5), lambda x, m: x.masked_fill(m, -2.5))
         add("where", lbl(s), [(rng.random(s) < 0.5), randn(*s), randn(*s[-1:])],
             lambda k, c, a, b: k.where(c, a, b), lambda c, a, b: torch.where(c, a, b))
+    # -- edge values: ties, NaN, halves, extremes, integers
+    def tied(*s):
+        """Small integers as floats: many ties."""
+        return rng.integers(-3, 4, s).astype(f32)
+
+    def with_nan(a):
+        a = a.copy()
+        a.flat[rng.choice(a.size, max(1, a.size // 6), replace=False)] = np.nan
+        return a
+    for s, ax in [((17,), 0), ((4, 9), 1)]:
+        for desc in (False, True):
+            L = lbl(s) + " axis=%d desc=%d" % (ax, desc)
+            # stable on both sides, so ties keep their order; NaN sorts last
+            # ascending and first descending in both
+            for what, gen in [("ties", tied), ("NaN", lambda *s: with_nan(randn(*s)))]:
+                add("sort", L + " " + what, [gen(*s)], lambda k, x, ax=ax, d=desc: k.sort(x, ax, d),
+                    lambda x, ax=ax, d=desc:
+                        torch.sort(x, dim=ax, descending=d, stable=True).values)
+                add("argsort", L + " " + what, [gen(*s)],
+                    lambda k, x, ax=ax, d=desc: k.argsort(x, ax, d),
+                    lambda x, ax=ax, d=desc: torch.argsort(x, dim=ax, descending=d, stable=True))
+        # topk's order among ties (NaNs among themselves too) is unspecified in
+        # PyTorch, and with it which element each gradient goes to: values only
+        add("topk", lbl(s) + " k=3 axis=%d ties (values)" % ax, [tied(*s)],
+            lambda k, x, ax=ax: k.topk(x, 3, ax, True, None),
+            lambda x, ax=ax: torch.topk(x, 3, dim=ax).values, grad=[])
+        add("topk", lbl(s) + " k=3 axis=%d NaN (values)" % ax, [with_nan(randn(*s))],
+            lambda k, x, ax=ax: k.topk(x, 3, ax, True, None),
+            lambda x, ax=ax: torch.topk(x, 3, dim=ax).values, grad=[])
+        # cummax splits a tie's gradient evenly (kiln.h), PyTorch gives it to
+        # one index: values only; NaN propagates from where it appears in both
+        for name in ("cummax", "cummin"):
+            add(name, lbl(s) + " axis=%d ties (values)" % ax, [tied(*s)],
+                lambda k, x, n=name, ax=ax: getattr(k, n)(x, ax),
+                lambda x, n=name, ax=ax: getattr(torch, n)(x, ax).values, grad=[])
+            add(name, lbl(s) + " axis=%d NaN (values)" % ax, [with_nan(randn(*s))],
+                lambda k, x, n=name, ax=ax: getattr(k, n)(x, ax),
+                lambda x, n=name, ax=ax: getattr(torch, n)(x, ax).values, grad=[])
+        # amax/amin share a tie's gradient evenly, as kiln_max and kiln_min do;
+        # argmax and argmin take the first extreme in both
+        add("max", lbl(s) + " axis=%d ties" % ax, [tied(*s)], lambda k, x, ax=ax: k.max(x, 1, [ax], False),
+            lambda x, ax=ax: torch.amax(x, ax))
+        add("min", lbl(s) + " axis=%d ties" % ax, [tied(*s)], lambda k, x, ax=ax: k.min(x, 1, [ax], False),
+            lambda x, ax=ax: torch.amin(x, ax))
+        add("argmax", lbl(s) + " axis=%d ties" % ax, [tied(*s)],
+            lambda k, x, ax=ax: k.argmax(x, 1, [ax], False), lambda x, ax=ax: torch.argmax(x, ax))
+        add("argmin", lbl(s) + " axis=%d ties" % ax, [tied(*s)],
+            lambda k, x, ax=ax: k.argmin(x, 1, [ax], False), lambda x, ax=ax: torch.argmin(x, ax))
+    # maximum/minimum give each side half of a tie's gradient in both
+    for name in ("maximum", "minimum"):
+        add(name, "5x6,6 ties", [tied(5, 6), tied(6)], lambda k, a, b, n=name: getattr(k, n)(a, b),
+            lambda a, b, n=name: getattr(torch, n)(a, b))
+    # scatter_reduce amax/amin with ties: kiln.h and PyTorch both share the
+    # gradient evenly among the tied elements, self included with
+    # include_self. Without include_self PyTorch still counts self in the
+    # divisor when it happens to equal the result (and then gives it
+    # nothing, so the shares sum to less than 1): there self is kept out of
+    # reach (10 beyond every source value), and only the sources tie.
+    for rname, rk, far in [("amax", lib.KILN_SCATTER_AMAX, -10.0),
+                           ("amin", lib.KILN_SCATTER_AMIN, 10.0)]:
+        why = ("kiln combines self with maximum(max(src), self), so a tie of self with n "
+               "sources gives self 1/2 and each source 1/(2n), not 1/(n+1) each")
+        add("scatter_reduce", "3x4 axis=0 index=9x4 %s include_self=1 ties" % rname,
+            [tied(3, 4), ints(3, 9, 4), tied(9, 4)],
+            lambda k, x, i, s, rk=rk: k.scatter_reduce(x, 0, i, s, rk, True),
+            lambda x, i, s, rn=rname: torch.scatter_reduce(x, 0, i, s, rn, include_self=True),
+            known=why)
+        # the smallest such case: place 0 holds 1 and gets two sources of 1
+        add("scatter_reduce", "3 axis=0 index=5 %s include_self=1 self=[1,2,0] src=[1,1,2,1,-1] "
+            "index=[0,0,1,1,2]" % rname,
+            [np.array([1, 2, 0], f32) * (1 if rname == "amax" else -1),
+             np.array([0, 0, 1, 1, 2], np.int64),
+             np.array([1, 1, 2, 1, -1], f32) * (1 if rname == "amax" else -1)],
+            lambda k, x, i, s, rk=rk: k.scatter_reduce(x, 0, i, s, rk, True),
+            lambda x, i, s, rn=rname: torch.scatter_reduce(x, 0, i, s, rn, include_self=True),
+            known=why)
+        add("scatter_reduce", "5x4 axis=0 index=7x4 %s include_self=0 ties (sources)" % rname,
+            [tied(5, 4) + f32(far), ints(5, 7, 4), tied(7, 4)],
+            lambda k, x, i, s, rk=rk: k.scatter_reduce(x, 0, i, s, rk, False),
+            lambda x, i, s, rn=rname: torch.scatter_reduce(x, 0, i, s, rn, include_self=False))
+    # max pooling: the first maximum of a window in both (PyTorch's CPU loop
+    # takes a later one only when it is strictly greater)
+    def kmpt(k, x):
+        o = Out()
+        v = k.max_pool2d_ex(x, [3, 3], [2, 2], [1, 1], [1, 1], True, o)
+        return v, o.t
+    add("max_pool2d", "2x2x9x8 k=3 stride=2 pad=1 ceil=1 ties +indices", [tied(2, 2, 9, 8)], kmpt,
+        lambda x: F.max_pool2d(x, 3, 2, 1, 1, True, return_indices=True))
+    halves = np.array([-2.5, -1.5, -0.5, 0.5, 1.5, 2.5, 3.5, -0.0, 0.0, 1e7 + 0.5, -3.49999],
+                      dtype=f32)
+    add("round", "halves (to even)", [halves], lambda k, x: k.round(x), lambda x: torch.round(x))
+    add("trunc", "halves", [halves], lambda k, x: k.trunc(x), lambda x: torch.trunc(x))
+    # erfc far out: values down to 1e-37, checked relatively (no atol)
+    add("erfc", "x in [3, 9], relative", [unif(3, 9, 20)], lambda k, x: k.erfc(x),
+        lambda x: torch.erfc(x), rtol=1e-5, atol=0.0)
+    ni = np.array([-np.inf, -np.inf, 5.0, -np.inf, 80.0, -80.0], dtype=f32)
+    add("logaddexp", "-inf and large", [ni, np.array([-np.inf, 3.0, -np.inf, -np.inf, 80.0, 79.0],
+                                                     dtype=f32)],
+        lambda k, a, b: k.logaddexp(a, b), lambda a, b: torch.logaddexp(a, b), grad=[])
+    add("logcumsumexp", "3x20 scale 60", [randn(3, 20, scale=60)],
+        lambda k, x: k.logcumsumexp(x, 1), lambda x: torch.logcumsumexp(x, 1))
+    add("softmax", "3x20 scale 60", [randn(3, 20, scale=60)], lambda k, x: k.softmax(x, 1),
+        lambda x: torch.softmax(x, 1))
+    add("bce_with_logits", "4x5 |x| up to 60, sum", [randn(4, 5, scale=30), unif(0, 1, 4, 5)],
+        lambda k, x, y: k.binary_cross_entropy_with_logits(x, y, None, None, R["sum"]),
+        lambda x, y: F.binary_cross_entropy_with_logits(x, y, reduction="sum"),
+        need=["binary_cross_entropy_with_logits"])
+    # every row ignored: a mean of nothing, NaN in both (no gradient compared)
+    add("cross_entropy_ex", "4x3 all ignored, mean", [randn(4, 3), np.full(4, 1, np.int64)],
+        lambda k, x, t: k.cross_entropy_ex(x, t, None, 1, 0.0, R["mean"]),
+        lambda x, t: F.cross_entropy(x, t, ignore_index=1), grad=[])
+    # integers: floor division and both remainders, signs mixed, zero results
+    ia = rng.integers(-20, 21, (4, 6)).astype(np.int32)
+    ib = (rng.integers(1, 6, (4, 6)) * rng.choice([-1, 1], (4, 6))).astype(np.int32)
+    ia[0, :] = ib[0, :] * 3  # exact multiples
+    for name, tf in [("div", torch and torch.floor_divide), ("floor_divide", torch and torch.floor_divide),
+                     ("mod", torch and torch.remainder), ("fmod", torch and torch.fmod),
+                     ("trunc_divide", lambda a, b: torch.div(a, b, rounding_mode="trunc"))]:
+        add(name, "4x6 i32", [ia, ib], lambda k, a, b, n=name: getattr(k, n)(a, b),
+            lambda a, b, tf=tf: tf(a, b))
+    add("fmod", "exact multiples f32", [ia.astype(f32), ib.astype(f32)],
+        lambda k, a, b: k.fmod(a, b), lambda a, b: torch.fmod(a, b), grad=[])
+    add("mod", "exact multiples f32", [ia.astype(f32), ib.astype(f32)],
+        lambda k, a, b: k.mod(a, b), lambda a, b: torch.remainder(a, b), grad=[])
+    for name in ("cumsum", "cumprod"):
+        add(name, "3x7 i32 (gives i64)", [rng.integers(-3, 4, (3, 7)).astype(np.int32)],
+            lambda k, x, n=name: getattr(k, n)(x, 1), lambda x, n=name: getattr(torch, n)(x, 1))
     return cases
 
 
@@ -955,7 +1085,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("lib", nargs="?", default="bazel-bin/libkiln.so")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("-k", dest="filter", default=None, help="only cases whose op contains this")
+    ap.add_argument("-k", dest="filter", default=None, help="only cases whose op and shape label contain this")
     ap.add_argument("--kiln-only", action="store_true", help="run kiln's side only (no torch)")
     args = ap.parse_args()
     seed = args.seed if args.seed is not None else int.from_bytes(os.urandom(4), "little")
@@ -968,6 +1098,8 @@ def main():
     if not args.kiln_only:
         import torch
         import torch.nn.functional as F
+        import warnings
+        warnings.filterwarnings("ignore", message="reduction: 'mean' divides")  # kl_div's
         torch.manual_seed(seed)
         print("torch %s, numpy %s" % (torch.__version__, np.__version__))
 
@@ -976,7 +1108,7 @@ def main():
     passed = failed = known = 0
     t0 = time.time()
     for c in cases:
-        if args.filter and args.filter not in c.op:
+        if args.filter and args.filter not in c.op + " " + c.label:
             continue
         if any(not lib.has(n) for n in c.need):
             continue
