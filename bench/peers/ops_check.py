@@ -267,7 +267,8 @@ def compare(got, ref, rtol, atol):
     g, r = np.where(nan_g, 0, g), np.where(nan_r, 0, r)
     if g.size == 0:
         return 0.0, 0.0, True, ""
-    err = np.abs(g - r)
+    with np.errstate(invalid="ignore"):  # inf - inf where both are inf
+        err = np.abs(g - r)
     err = np.where(g == r, 0.0, err)  # matching infinities
     scale = max(1.0, float(np.max(np.abs(r[np.isfinite(r)]), initial=0.0)))
     ok = bool(np.all(err <= atol * scale + rtol * np.abs(r)))
