@@ -691,6 +691,12 @@ kiln_tensor *kiln_adaptive_avg_pool1d(kiln_tensor *x, int64_t out_l) {
 kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w) {
     return adaptive("kiln_adaptive_avg_pool2d", false, 2, x, (const int64_t[]){out_h, out_w});
 }
+kiln_tensor *kiln_adaptive_avg_pool3d(kiln_tensor *x, int64_t out_d, int64_t out_h, int64_t out_w) {
+    return adaptive("kiln_adaptive_avg_pool3d", false, 3, x, (const int64_t[]){out_d, out_h, out_w});
+}
+kiln_tensor *kiln_adaptive_max_pool3d(kiln_tensor *x, int64_t out_d, int64_t out_h, int64_t out_w) {
+    return adaptive("kiln_adaptive_max_pool3d", true, 3, x, (const int64_t[]){out_d, out_h, out_w});
+}
 kiln_tensor *kiln_adaptive_max_pool1d(kiln_tensor *x, int64_t out_l) {
     return adaptive("kiln_adaptive_max_pool1d", true, 1, x, &out_l);
 }

@@ -910,16 +910,21 @@ KILN_API kiln_tensor *kiln_max_unpool2d(kiln_tensor *x, kiln_tensor *indices, in
                                         int64_t out_w);
 KILN_API kiln_tensor *kiln_max_unpool3d(kiln_tensor *x, kiln_tensor *indices, const int64_t *out);
 
-/* Adaptive pooling, as PyTorch's: over x [N, C, L] or [C, L] (1d) or [N, C,
- * H, W] or [C, H, W] (2d) to the given output sizes, output i of an axis
- * covering input elements floor(i*in/out) to ceil((i+1)*in/out) - 1.
- * Sizes below 1 or an empty spatial axis are KILN_ERR_ARG. Average pooling
- * is one matmul per axis with an [out, in] matrix built here; max pooling
- * is one max per output position per axis and a cat. */
+/* Adaptive pooling, as PyTorch's: over x [N, C, L] or [C, L] (1d), [N, C,
+ * H, W] or [C, H, W] (2d), or [N, C, D, H, W] or [C, D, H, W] (3d) to the
+ * given output sizes, output i of an axis covering input elements
+ * floor(i*in/out) to ceil((i+1)*in/out) - 1. Sizes below 1 or an empty
+ * spatial axis are KILN_ERR_ARG, another rank KILN_ERR_SHAPE. Average
+ * pooling is one matmul per axis with an [out, in] matrix built here; max
+ * pooling is one max per output position per axis and a cat. */
 KILN_API kiln_tensor *kiln_adaptive_avg_pool1d(kiln_tensor *x, int64_t out_l);
 KILN_API kiln_tensor *kiln_adaptive_avg_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+KILN_API kiln_tensor *kiln_adaptive_avg_pool3d(kiln_tensor *x, int64_t out_d, int64_t out_h,
+                                               int64_t out_w);
 KILN_API kiln_tensor *kiln_adaptive_max_pool1d(kiln_tensor *x, int64_t out_l);
 KILN_API kiln_tensor *kiln_adaptive_max_pool2d(kiln_tensor *x, int64_t out_h, int64_t out_w);
+KILN_API kiln_tensor *kiln_adaptive_max_pool3d(kiln_tensor *x, int64_t out_d, int64_t out_h,
+                                               int64_t out_w);
 /* Adaptive max pooling with PyTorch's return_indices: the values of
  * kiln_adaptive_max_pool1d/2d, and, with indices not NULL, *indices gets the
  * i64 flat index within its input plane (of L or H*W elements) of the

@@ -632,6 +632,11 @@ static kiln_tensor *f_adaptive_1d(kiln_tensor **x) {
     kiln_tensor *m = kiln_adaptive_max_pool1d(x[0], 3);
     return kiln_add(kiln_sum(kiln_exp(a), 0, NULL, false), kiln_sum(m, 0, NULL, false));
 }
+static kiln_tensor *f_adaptive_3d(kiln_tensor **x) {
+    kiln_tensor *a = kiln_adaptive_avg_pool3d(x[0], 2, 3, 2);
+    kiln_tensor *m = kiln_adaptive_max_pool3d(x[0], 3, 2, 3);
+    return kiln_add(kiln_sum(kiln_mul(a, a), 0, NULL, false), kiln_sum(m, 0, NULL, false));
+}
 static kiln_tensor *f_interp_2d(kiln_tensor **x) {
     kiln_tensor *c = kiln_interpolate(x[0], 2, TU_DIMS(7, 3), KILN_INTERP_BICUBIC, false);
     kiln_tensor *l = kiln_interpolate(x[0], 2, TU_DIMS(3, 8), KILN_INTERP_LINEAR, true);
@@ -688,6 +693,7 @@ static const fd_case conv_cases[] = {
     {"max_unpool2d", 1, {4}, {{1, 2, 4, 5}}, GEN_UNIFORM, -2, 2, f_unpool, 0, 0},
     {"adaptive pools 2d", 1, {4}, {{1, 2, 5, 7}}, GEN_UNIFORM, -2, 2, f_adaptive, 0, 0},
     {"adaptive pools 1d", 1, {3}, {{2, 2, 7}}, GEN_UNIFORM, -2, 2, f_adaptive_1d, 0, 0},
+    {"adaptive pools 3d", 1, {4}, {{2, 3, 5, 4}}, GEN_UNIFORM, -2, 2, f_adaptive_3d, 0, 0},
     {"interpolate 2d", 1, {4}, {{1, 2, 4, 5}}, GEN_UNIFORM, -2, 2, f_interp_2d, 0, 0},
     {"interpolate 1d", 1, {3}, {{1, 2, 5}}, GEN_UNIFORM, -2, 2, f_interp_1d, 0, 0},
     {"max_unpool1d/3d", 1, {4}, {{2, 3, 4, 4}}, GEN_UNIFORM, -2, 2, f_unpool_1d_3d, 0, 0},

@@ -483,6 +483,60 @@ TU_TEST(adaptive_pool, against_loops) {
     }
 }
 
+/* 3-d: volumes [planes, d, h, w] to [planes, od, oh, ow]. */
+static int64_t win0(int64_t i, int64_t in, int64_t out) { return (int64_t)floor((double)(i * in) / (double)out); }
+static int64_t win1(int64_t i, int64_t in, int64_t out) {
+    return (int64_t)ceil((double)((i + 1) * in) / (double)out);
+}
+
+static void ref_adaptive3(bool is_max, const double *x, int64_t planes, const int64_t *in,
+                          const int64_t *out, double *y) {
+    for (int64_t c = 0; c < planes; c++)
+        for (int64_t i = 0; i < out[0]; i++)
+            for (int64_t j = 0; j < out[1]; j++)
+                for (int64_t k = 0; k < out[2]; k++) {
+                    double acc = is_max ? -INFINITY : 0;
+                    int64_t n = 0;
+                    for (int64_t a = win0(i, in[0], out[0]); a < win1(i, in[0], out[0]); a++)
+                        for (int64_t b = win0(j, in[1], out[1]); b < win1(j, in[1], out[1]); b++)
+                            for (int64_t e = win0(k, in[2], out[2]); e < win1(k, in[2], out[2]); e++, n++) {
+                                double v = x[((c * in[0] + a) * in[1] + b) * in[2] + e];
+                                acc = is_max ? fmax(acc, v) : acc + v;
+                            }
+                    y[((c * out[0] + i) * out[1] + j) * out[2] + k] = is_max ? acc : acc / (double)n;
+                }
+}
+
+TU_TEST(adaptive_pool, three_d_against_loops) {
+    TU_RNG(r);
+    const int64_t in[3] = {5, 6, 7};
+    double x[2 * 3 * 5 * 6 * 7], y[6 * 5 * 6 * 7];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(2, 3, 5, 6, 7), -2, 2, x);
+    const int64_t sizes[][3] = {{2, 3, 4}, {5, 6, 7}, {1, 1, 1}, {3, 4, 2}};
+    for (int s = 0; s < 4; s++)
+        for (int m = 0; m < 2; m++) {
+            const int64_t *o = sizes[s];
+            ref_adaptive3(m, x, 6, in, o, y);
+            kiln_tensor *got = m ? kiln_adaptive_max_pool3d(tx, o[0], o[1], o[2])
+                                 : kiln_adaptive_avg_pool3d(tx, o[0], o[1], o[2]);
+            TU_ASSERT_SHAPE(got, 2, 3, o[0], o[1], o[2]);
+            TU_EXPECT(got, KILN_F64, y, 6 * o[0] * o[1] * o[2]);
+        }
+    /* [C, D, H, W] in f32 */
+    double z[3 * 5 * 6 * 7], zy[3 * 2 * 3 * 4];
+    kiln_tensor *tz = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(3, 5, 6, 7), -2, 2, z);
+    for (int m = 0; m < 2; m++) {
+        ref_adaptive3(m, z, 3, in, sizes[0], zy);
+        kiln_tensor *got = m ? kiln_adaptive_max_pool3d(tz, 2, 3, 4) : kiln_adaptive_avg_pool3d(tz, 2, 3, 4);
+        TU_ASSERT_SHAPE(got, 3, 2, 3, 4);
+        TU_EXPECT(got, KILN_F32, zy, 72);
+    }
+    /* a 2-d input is the wrong rank; a zero output size a bad argument */
+    TU_ASSERT_ERROR(kiln_adaptive_avg_pool3d(kiln_reshape(tz, TU_S(15, 42)), 1, 1, 1), KILN_ERR_SHAPE,
+                    "kiln_adaptive_avg_pool3d");
+    TU_ASSERT_ERROR(kiln_adaptive_max_pool3d(tz, 0, 1, 1), KILN_ERR_ARG, "output size");
+}
+
 /* PyTorch's adaptive_max_pool2d loop: row-major over the window, moving
  * on a greater element or a NaN (random inputs have no NaN, whose first in
  * a window kiln reports where this would report the last). */

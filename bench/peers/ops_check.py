@@ -688,6 +688,13 @@ def build_cases(rng, torch, F):
             return v, out.t
         add("adaptive_max_pool2d_ex", "%s out=%dx%d +indices" % (lbl(xs), *o), [randn(*xs)],
             kam2, lambda x, o=o: F.adaptive_max_pool2d(x, o, return_indices=True))
+    for xs, o in [((2, 3, 5, 6, 7), (2, 3, 4)), ((3, 4, 4, 5), (3, 2, 5))]:
+        add("adaptive_avg_pool3d", "%s out=%dx%dx%d" % (lbl(xs), *o), [randn(*xs)],
+            lambda k, x, o=o: k.adaptive_avg_pool3d(x, *o),
+            lambda x, o=o: F.adaptive_avg_pool3d(x, o), need=["adaptive_avg_pool3d"])
+        add("adaptive_max_pool3d", "%s out=%dx%dx%d" % (lbl(xs), *o), [randn(*xs)],
+            lambda k, x, o=o: k.adaptive_max_pool3d(x, *o),
+            lambda x, o=o: F.adaptive_max_pool3d(x, o), need=["adaptive_max_pool3d"])
 
     # -- interpolation
     NEAREST, LINEAR, BICUBIC = lib.KILN_INTERP_NEAREST, lib.KILN_INTERP_LINEAR, \
