@@ -167,6 +167,24 @@ def embedding_section(out_md):
             "", "```", text, "```", ""]
 
 
+def gpt2_section(out_md):
+    """bench/gpt2's last output (bench/results_gpt2.txt, written by run.sh)."""
+    path = os.path.join(os.path.dirname(os.path.abspath(out_md)), "results_gpt2.txt")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        text = f.read().strip()
+    return ["## A GPT-2 training step", "",
+            "From bench/gpt2.c in the same run (its load average is its first line): "
+            "token and position embeddings, pre-norm blocks with causal attention and a "
+            "tanh-GELU MLP, the head tied to the token embedding, mean cross-entropy, the "
+            "backward pass and AdamW, written with kiln.h as a user would; the loss is the "
+            "step's one sync point. Kernel kinds come from the fused ops of a profiled warm "
+            "step (copy-only: nothing but movements); the cold first step compiles into an "
+            "empty disk cache, the warm-disk one is a new process over that cache.",
+            "", "```", text, "```", ""]
+
+
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
@@ -329,6 +347,7 @@ def main():
 
     lines += dist_section(out_md)
     lines += embedding_section(out_md)
+    lines += gpt2_section(out_md)
 
     lines += ["## Where kiln loses", ""]
     if losses:

@@ -63,7 +63,7 @@ read -r -a build <<<"${BAZEL_BUILD_OPTS:-}"
 bazel=${BAZEL:-bazel}
 "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
     --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost \
-    //bench:embedding
+    //bench:embedding //bench:gpt2
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
 base_bin=
@@ -109,6 +109,13 @@ run kiln_compile "$bin/bench/compile_cost" "${args[@]+"${args[@]}"}"
 stage "embedding"
 { echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"; "$bin/bench/embedding"; } \
     >bench/results_embedding.txt || echo "bench/embedding failed" >&2
+# A GPT-2 training step at two sizes (text beside RESULTS.md; --quick: the
+# small one only, its 124M-parameter step costs minutes of compiling cold).
+stage "gpt2"
+gpt2_args=()
+[[ $quick == true ]] && gpt2_args=(--small)
+"$bin/bench/gpt2" "${gpt2_args[@]+"${gpt2_args[@]}"}" >bench/results_gpt2.txt ||
+    echo "bench/gpt2 failed" >&2
 # The peers get their best: as many threads as kiln, and a current NumPy or
 # PyTorch with its bundled OpenBLAS is slowed by these two settings.
 peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"

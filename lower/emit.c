@@ -563,6 +563,10 @@ static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
     const sched_node *oi = sched_of(e->s, out);
     k->rnumel = 1;
     e->ridx = -1;
+    /* A scatter or a plain reduction lowers its sources, never itself
+     * through emit(): listed here, its op leads the kernel's description. */
+    if (out->op == GRAPH_SCATTER || graph_op_is_reduce(out->op))
+        note_fused(e, out);
     if (out->op == GRAPH_SCATTER) {
         lower_scatter(k, e);
     } else if (graph_op_is_reduce(out->op)) {
