@@ -216,14 +216,50 @@ static graph_node *reduce_extreme_vjp(graph_node *n, graph_node *g) {
     return WHERE(hit, spread, K(x, 0));
 }
 
+/* Whether v is an unrealized view that only swaps the last two axes of its
+ * contiguous source: a weight read as w^T (kiln_linear's). */
+static bool is_transposed_source(const graph_node *v) {
+    if (v->op != GRAPH_VIEW || v->buf || v->p.view.masked || v->p.view.offset != 0 ||
+        v->ndim < 2 || v->src[0]->ndim != v->ndim)
+        return false;
+    const graph_node *s = v->src[0];
+    int nd = v->ndim;
+    int64_t st = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        int vd = d == nd - 1 ? nd - 2 : d == nd - 2 ? nd - 1 : d; /* v's axis of s's d */
+        if (v->shape[vd] != s->shape[d] || (s->shape[d] > 1 && v->p.view.strides[vd] != st))
+            return false;
+        st *= s->shape[d];
+    }
+    return true;
+}
+
+static graph_node *swap_last(graph_node *x) {
+    int perm[KILN_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++)
+        perm[d] = d;
+    perm[x->ndim - 2] = x->ndim - 1;
+    perm[x->ndim - 1] = x->ndim - 2;
+    return graph_permute(x, perm);
+}
+
+/* y = a @ b: da = g @ b^T, db = a^T @ g. When the operand is itself a
+ * transposed view of its source (b = w^T), its gradient is computed
+ * transposed, dw = g^T @ a, so that the view's own rule swaps it back into
+ * the matmul's output as it is: otherwise every linear layer's weight
+ * gradient was a [in, out] product copied into the [out, in] layout by a
+ * kernel of its own (4 of GPT-2's copy-only kernels per layer). */
 static graph_node *matmul_vjp(graph_node *n, graph_node *g, int j) {
     graph_node *other = n->src[1 - j];
-    int perm[KILN_MAX_DIMS];
-    for (int d = 0; d < other->ndim; d++)
-        perm[d] = d;
-    perm[other->ndim - 2] = other->ndim - 1;
-    perm[other->ndim - 1] = other->ndim - 2;
-    graph_node *t = graph_permute(other, perm);
+    if (is_transposed_source(n->src[j])) {
+        graph_node *gt = swap_last(g);
+        graph_node *m = gt ? (j == 0 ? graph_matmul(other, gt) : graph_matmul(gt, other)) : NULL;
+        graph_node *r = m ? swap_last(m) : NULL;
+        graph_unref(gt);
+        graph_unref(m);
+        return r;
+    }
+    graph_node *t = swap_last(other);
     graph_node *r = t ? (j == 0 ? graph_matmul(g, t) : graph_matmul(t, g)) : NULL;
     graph_unref(t);
     return r;

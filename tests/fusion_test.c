@@ -173,6 +173,51 @@ Test(fusion, gelu_mlp_layer_is_two_kernels) {
     kiln_ctx_free(ref);
 }
 
+/* The gradients of sum(linear(x, w)^2) with respect to w [out, in] (read
+ * transposed by kiln_linear) and, as the other side of the rule, of
+ * sum((u^T @ v)^2) with respect to u: realized with the forward product
+ * already in memory, each is two kernels, the square's derivative 2y (a
+ * matmul's operand is in memory) and one matmul storing in the parameter's
+ * layout; before, a third copied a product made in the transposed layout
+ * into it. */
+static void transposed_operand_grads(kiln_ctx *ctx, kiln_tensor **gw, kiln_tensor **gu,
+                                     kiln_tensor **fwd) {
+    const int64_t xd[2] = {13, 21}, wd[2] = {17, 21}, ud[2] = {21, 13}, vd[2] = {21, 9};
+    float *x = random_data(13 * 21, 31), *w = random_data(17 * 21, 32),
+          *u = random_data(21 * 13, 33), *v = random_data(21 * 9, 34);
+    kiln_tensor *X = kiln_from_data(ctx, KILN_F32, 2, xd, x),
+                *W = kiln_from_data(ctx, KILN_F32, 2, wd, w),
+                *U = kiln_from_data(ctx, KILN_F32, 2, ud, u),
+                *V = kiln_from_data(ctx, KILN_F32, 2, vd, v);
+    free(x);
+    free(w);
+    free(u);
+    free(v);
+    kiln_tensor *y = kiln_linear(X, W, NULL), *z = kiln_matmul(kiln_transpose(U, 0, 1), V);
+    fwd[0] = y;
+    fwd[1] = z;
+    kiln_tensor *ly = kiln_sum(kiln_mul(y, y), 0, NULL, false);
+    kiln_tensor *lz = kiln_sum(kiln_mul(z, z), 0, NULL, false);
+    cr_assert_eq(kiln_gradients(ly, NULL, 1, &W, gw), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    cr_assert_eq(kiln_gradients(lz, NULL, 1, &U, gu), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+}
+
+Test(fusion, a_transposed_operand_gets_its_gradient_without_a_copy) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *gw, *gu, *rw, *ru, *fwd[2], *rfwd[2];
+    transposed_operand_grads(ctx, &gw, &gu, fwd);
+    transposed_operand_grads(ref, &rw, &ru, rfwd);
+    cr_assert_eq(kernels_for(ctx, fwd[0]), 1);
+    cr_assert_eq(kernels_for(ctx, fwd[1]), 1);
+    int64_t kw = kernels_for(ctx, gw), ku = kernels_for(ctx, gu);
+    cr_assert_eq(kw, 2, "dW: %lld kernels", (long long)kw);
+    cr_assert_eq(ku, 2, "dU: %lld kernels", (long long)ku);
+    expect_like_ref(gw, rw);
+    expect_like_ref(gu, ru);
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
+
 static kiln_tensor *matmul_read_twice(kiln_ctx *ctx) {
     const int64_t xd[2] = {8, 9}, wd[2] = {9, 10};
     float *x = random_data(8 * 9, 7), *w = random_data(9 * 10, 8);
