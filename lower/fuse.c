@@ -10,10 +10,21 @@
 
 #include "lower/sched.h"
 
-/* Leaves and views of leaves cost nothing to read again in every consumer. */
-static bool cheap(const graph_node *n) {
-    while (n->op == GRAPH_VIEW && sched_pending(n))
+/* Leaves, and views of leaves or of nodes already materialised, cost
+ * nothing to read again in every consumer: a view is index arithmetic over
+ * a buffer. (A layer-norm's row statistic broadcast over its rows, read by
+ * the forward normalisation and by the backward pass, was copied to full
+ * size by a kernel of its own: two of GPT-2's copy-only kernels per layer.) */
+static bool cheap(const sched *s, const graph_node *n) {
+    /* A view read by one consumer that a matmul's epilogue may still take
+     * into the matmul's kernel (conv2d's bias through a reshape) is not. */
+    bool shared = sched_pending(n) && sched_of(s, n)->nconsumers > 1;
+    while (n->op == GRAPH_VIEW && sched_pending(n)) {
         n = n->src[0];
+        if (sched_pending(n) && sched_of(s, n)->materialized &&
+            (shared || n->op != GRAPH_MATMUL))
+            return true;
+    }
     return !sched_pending(n) || n->op == GRAPH_CONST;
 }
 
@@ -154,7 +165,7 @@ static void fuse_into_consumers(sched *s) {
             xs->root = x;
         for (int j = 0; j < x->nsrc; j++) {
             sched_node *ss = sched_of(s, x->src[j]);
-            if (!ss || cheap(x->src[j]))
+            if (!ss || cheap(s, x->src[j]))
                 continue;
             if (!ss->root)
                 ss->root = xs->root;
@@ -221,10 +232,23 @@ static bool fuse_row_consumers(sched *s, graph_node *x, graph_node *root) {
  * materialised. */
 static bool refuse_recompute(const sched *s, const graph_node *x) {
     const sched_node *xs = sched_of(s, x);
-    if (xs->materialized || cheap(x) || graph_op_is_reduce(x->op))
+    if (xs->materialized || cheap(s, x) || graph_op_is_reduce(x->op))
         return false;
     return xs->split_consumers ||
            (xs->nconsumers > 1 && sched_of(s, xs->root)->form == SCHED_PLAIN);
+}
+
+/* Materialises x, read from several kernels; but for a view at least as
+ * large as the computed node it views (a broadcast, a permute), that node:
+ * then the view is index arithmetic over its buffer in every consumer
+ * (cheap), where materialising the view itself stored a copy of it. */
+static void materialise_shared(sched *s, graph_node *x) {
+    graph_node *b = x->op == GRAPH_VIEW ? x->src[0] : NULL;
+    if (b && b->op != GRAPH_VIEW && sched_pending(b) && !sched_of(s, b)->materialized &&
+        graph_numel(x) >= graph_numel(b))
+        sched_of(s, b)->materialized = true;
+    else
+        sched_of(s, x)->materialized = true;
 }
 
 /* Decides which kernel every fused node belongs to, and materialises what
@@ -247,8 +271,10 @@ static bool fuse_kernels(sched *s) {
             xs->materialized = changed = true;
     }
     for (int64_t i = 0; i < s->count; i++)
-        if (refuse_recompute(s, s->order[i]))
-            s->nodes[i].materialized = changed = true;
+        if (refuse_recompute(s, s->order[i])) {
+            materialise_shared(s, s->order[i]);
+            changed = true;
+        }
     return changed;
 }
 
@@ -272,8 +298,8 @@ static void fuse_matmul_epilogue(sched *s, graph_node *m) {
     if (ms->requested || ms->nconsumers != 1)
         return;
     graph_node *root = sched_of(s, ms->last_consumer)->root;
-    sched_node *rs = sched_of(s, root);
-    if (rs->form != SCHED_PLAIN || rs->epilogue_of || rs->alias)
+    sched_node *rs = root ? sched_of(s, root) : NULL;
+    if (!rs || rs->form != SCHED_PLAIN || rs->epilogue_of || rs->alias)
         return;
     for (graph_node *x = ms->last_consumer;; x = sched_of(s, x)->last_consumer) {
         const sched_node *xs = sched_of(s, x);
@@ -371,11 +397,11 @@ static bool find_reads(siblings *g) {
     for (int64_t i = 0; i < s->count; i++) {
         graph_node *x = s->order[i];
         graph_node *r = root_of(s, x);
-        if (!r || (cheap(x) && !s->nodes[i].materialized))
+        if (!r || (cheap(s, x) && !s->nodes[i].materialized))
             continue;
         for (int j = 0; j < x->nsrc; j++) {
             graph_node *src = x->src[j];
-            if (sched_pending(src) && !sched_of(s, src)->materialized && !cheap(src))
+            if (sched_pending(src) && !sched_of(s, src)->materialized && !cheap(s, src))
                 continue; /* fused into the same kernel */
             graph_node *base = src;
             while (sched_pending(base) && !sched_of(s, base)->materialized &&

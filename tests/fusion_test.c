@@ -218,6 +218,56 @@ Test(fusion, a_transposed_operand_gets_its_gradient_without_a_copy) {
     kiln_ctx_free(ref);
 }
 
+/* A row statistic broadcast over its rows and read by two kernels (a
+ * matmul's operand and a column sum), as a layer-norm's is by its forward
+ * and backward passes: the statistic is stored once, [rows, 1], and each
+ * kernel reads it through the broadcast; nothing stores the [rows, cols]
+ * broadcast itself (in GPT-2's step it was a copy-only kernel, or the
+ * statistic computed at the broadcast's size). */
+static kiln_tensor *broadcast_read_twice(kiln_ctx *ctx) {
+    const int64_t xd[2] = {24, 40}, wd[2] = {40, 8};
+    float *x = random_data(24 * 40, 41), *w = random_data(40 * 8, 42);
+    kiln_tensor *X = kiln_from_data(ctx, KILN_F32, 2, xd, x),
+                *W = kiln_from_data(ctx, KILN_F32, 2, wd, w);
+    free(x);
+    free(w);
+    int ax = 1, ax0 = 0;
+    kiln_tensor *cx = kiln_sub(X, kiln_mean(X, 1, &ax, true));
+    kiln_tensor *r = kiln_rsqrt(kiln_add_scalar(kiln_mean(kiln_mul(cx, cx), 1, &ax, true), 1e-5));
+    X = cx;
+    kiln_tensor *a = kiln_matmul(kiln_mul(X, r), W);
+    kiln_tensor *c = kiln_sum(kiln_mul(kiln_exp(X), r), 1, &ax0, false);
+    const int64_t na = 24 * 8, nc = 40;
+    kiln_tensor *parts[2] = {kiln_reshape(a, 1, &na), kiln_reshape(c, 1, &nc)};
+    return kiln_cat(2, parts, 0);
+}
+
+Test(fusion, a_broadcast_read_by_two_kernels_is_not_copied) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *y = broadcast_read_twice(ctx);
+    cr_assert_eq(kiln_profile_begin(ctx), KILN_OK);
+    int64_t k = kernels_for(ctx, y);
+    cr_assert_eq(kiln_profile_end(ctx), KILN_OK);
+    /* the mean, the centring, the variance, the statistic, the operand, the
+     * matmul, the column sum, the cat */
+    cr_assert_eq(k, 8, "%lld kernels", (long long)k);
+    /* The statistic's kernel stores its 24 values, not their broadcast over
+     * 24x40 (which it did, computing rsqrt 960 times). */
+    bool found = false;
+    for (int i = 0; i < kiln_profile_count(ctx); i++) {
+        kiln_kernel_profile p;
+        cr_assert_eq(kiln_profile_kernel(ctx, i, &p), KILN_OK);
+        if (!strstr(p.fused, "rsqrt"))
+            continue;
+        found = true;
+        cr_assert(p.bytes < 24 * 40 * 4, "%s (%s) moves %g bytes", p.name, p.fused, p.bytes);
+    }
+    cr_assert(found, "no kernel computes the rsqrt");
+    expect_like_ref(y, broadcast_read_twice(ref));
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
+
 static kiln_tensor *matmul_read_twice(kiln_ctx *ctx) {
     const int64_t xd[2] = {8, 9}, wd[2] = {9, 10};
     float *x = random_data(8 * 9, 7), *w = random_data(9 * 10, 8);
