@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <math.h>
 #include <ftw.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -230,4 +231,54 @@ Test(compiler, disk_cache_off_is_said_once) {
     cr_assert(first, "nothing said: %s", text);
     cr_assert(strstr(first, "KILN_CACHE_MAX_BYTES"), "no reason: %s", text);
     cr_assert_null(strstr(first + 1, "the disk cache is off"), "said twice: %s", text);
+}
+
+/* One sync of 30 independent row sums and their cat: 31 kernels, so with
+ * KILN_COMPILE_JOBS=3 the program is compiled as 3 translation units at once
+ * and linked. Returns the status; the values go to out (30 x 7). */
+static kiln_status many_kernels(kiln_ctx *ctx, float *out) {
+    kiln_tensor *rows[30];
+    int ax = 1;
+    for (int i = 0; i < 30; i++)
+        rows[i] = kiln_sum(kiln_mul_scalar(kiln_randn(ctx, KILN_F32, 2, (const int64_t[]){7, 19},
+                                                      100 + (uint64_t)i), 1.0 + i),
+                           1, &ax, false);
+    return kiln_to_host(kiln_cat(30, rows, 0), out, sizeof(float) * 30 * 7);
+}
+
+Test(compiler, a_large_program_compiles_in_parts_that_agree_with_the_reference) {
+    fresh_dir();
+    unsetenv("KILN_CC");
+    setenv("KILN_COMPILE_JOBS", "3", 1);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    static float got[210], want[210];
+    cr_assert_eq(many_kernels(ctx, got), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    cr_assert_eq(many_kernels(ref, want), KILN_OK, "%s", kiln_ctx_last_error(ref));
+    for (int i = 0; i < 210; i++)
+        cr_assert(fabsf(got[i] - want[i]) <= 1e-4f * (1 + fabsf(want[i])), "%d: %g vs %g", i,
+                  (double)got[i], (double)want[i]);
+    cr_assert_eq(kiln_ctx_stats(ctx).kernels, 31);
+    cr_assert_eq(objects_in_cache(), 1, "the parts are one cached object");
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    unsetenv("KILN_COMPILE_JOBS");
+}
+
+/* A part that fails to compile fails the sync with the compiler's words;
+ * the parts that compiled are not cached. */
+Test(compiler, a_failing_part_is_reported) {
+    fresh_dir();
+    setenv("KILN_COMPILE_JOBS", "3", 1);
+    fake_cc("for a in \"$@\"; do case \"$a\" in *part1.c) echo \"part1.c:1: error: nope\" >&2; "
+            "exit 1;; esac; done; exec cc \"$@\"");
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    static float got[210];
+    kiln_status st = many_kernels(ctx, got);
+    cr_assert_eq(st, KILN_ERR_COMPILE, "status %d: %s", (int)st, kiln_ctx_last_error(ctx));
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "part1.c:1: error: nope"), "%s",
+              kiln_ctx_last_error(ctx));
+    cr_assert_eq(objects_in_cache(), 0);
+    kiln_ctx_free(ctx);
+    unsetenv("KILN_COMPILE_JOBS");
+    unsetenv("KILN_CC");
 }

@@ -331,6 +331,166 @@ void *jit_cpu_load(cache *c, const char *src, cache_key key, bool *compiled, cha
     return h;
 }
 
+/* ---- compiling: one translation unit, or several in parallel ---- */
+
+/* The compiler's command line for src into out (-c: an object, else the
+ * shared object itself). */
+static void compile_argv(char **argv, const char *src, const char *out, bool object) {
+    int a = 0;
+    argv[a++] = (char *)jit_cpu_compiler();
+    for (size_t i = 0; i < NFLAGS; i++)
+        if (!object || strcmp(cflags[i], "-shared"))
+            argv[a++] = (char *)cflags[i];
+    if (object)
+        argv[a++] = "-c";
+    argv[a++] = "-o";
+    argv[a++] = (char *)out;
+    argv[a++] = (char *)src;
+    if (!object)
+        argv[a++] = "-lm";
+    argv[a] = NULL;
+}
+
+/* A failed compiler run as the message users see. */
+static void compile_failure(int rc, const char *why, const char *logpath, char *msg, size_t cap) {
+    char log[1024];
+    read_log(logpath, log, sizeof log);
+    if (rc < 0)
+        snprintf(msg, cap, "kiln: the C compiler (%s) %s%s%s", jit_cpu_compiler(), why,
+                 log[0] ? ": " : "", log);
+    else
+        snprintf(msg, cap, "kiln: the C compiler (%s) failed with status %d: %s",
+                 jit_cpu_compiler(), rc, log);
+}
+
+static bool write_text(const char *path, const char *a, size_t na, const char *b, size_t nb) {
+    FILE *f = fopen(path, "w");
+    bool ok = f && fwrite(a, 1, na, f) == na && fwrite(b, 1, nb, f) == nb;
+    if (f && fclose(f) != 0)
+        ok = false;
+    return ok;
+}
+
+/* How many translation units src is compiled as: one per core the process
+ * may use (KILN_COMPILE_JOBS overrides; at most 16), but no fewer than 8
+ * kernels each, so that a small program pays for one compiler start only.
+ * gcc -O3 takes about 40 ms per kernel here, so GPT-2's step (355 kernels
+ * at L4) spent 13 s in one compiler process on one core. */
+static int compile_parts(const char *src) {
+    int kernels = 0;
+    for (const char *p = src; (p = strstr(p, JIT_CPU_KERNEL_MARK)); p += strlen(JIT_CPU_KERNEL_MARK))
+        kernels++;
+    long jobs = sysconf(_SC_NPROCESSORS_ONLN);
+    const char *e = getenv("KILN_COMPILE_JOBS");
+    if (e && *e)
+        jobs = strtol(e, NULL, 10);
+    if (jobs > kernels / 8)
+        jobs = kernels / 8;
+    return jobs < 1 ? 1 : jobs > 16 ? 16 : (int)jobs;
+}
+
+typedef struct compile_job {
+    char *argv[NFLAGS + 8];
+    char src[4200], obj[4200], log[4200];
+    char why[256];
+    int rc;
+    pthread_t thread;
+} compile_job;
+
+static void *compile_job_run(void *arg) {
+    compile_job *j = arg;
+    j->rc = run(j->argv, j->log, j->why, sizeof j->why);
+    return NULL;
+}
+
+/* src compiled into sopath as `parts` translation units, each the prelude
+ * (everything before the first kernel mark) and a run of whole kernels of
+ * about equal text, compiled at once, then linked. */
+static bool build_parallel(const char *src, int parts, const char *dir, const char *sopath,
+                           char *msg, size_t cap) {
+    const char *first = strstr(src, JIT_CPU_KERNEL_MARK);
+    size_t pre = (size_t)(first - src), len = strlen(src);
+    compile_job *jobs = calloc((size_t)parts, sizeof *jobs);
+    if (!jobs) {
+        snprintf(msg, cap, "kiln: out of memory compiling %d parts", parts);
+        return false;
+    }
+    bool ok = true;
+    int started = 0;
+    const char *at = first;
+    for (int i = 0; i < parts && ok; i++) {
+        /* the cut: the first mark past an equal share of the kernels' text */
+        const char *end = src + len;
+        if (i + 1 < parts) {
+            const char *want = first + (len - pre) * (size_t)(i + 1) / (size_t)parts;
+            const char *cut = strstr(want > at ? want : at + 1, JIT_CPU_KERNEL_MARK);
+            end = cut ? cut : src + len;
+        }
+        compile_job *j = &jobs[i];
+        snprintf(j->src, sizeof j->src, "%s/part%d.c", dir, i);
+        snprintf(j->obj, sizeof j->obj, "%s/part%d.o", dir, i);
+        snprintf(j->log, sizeof j->log, "%s/log%d", dir, i);
+        if (!write_text(j->src, src, pre, at, (size_t)(end - at))) {
+            snprintf(msg, cap, "kiln: cannot write %s", j->src);
+            ok = false;
+            break;
+        }
+        compile_argv(j->argv, j->src, j->obj, true);
+        if (pthread_create(&j->thread, NULL, compile_job_run, j) != 0) {
+            compile_job_run(j); /* no thread: compile it here */
+            j->thread = 0;
+        }
+        started++;
+        at = end;
+        if (at == src + len)
+            break;
+    }
+    for (int i = 0; i < started; i++)
+        if (jobs[i].thread)
+            pthread_join(jobs[i].thread, NULL);
+    for (int i = 0; i < started && ok; i++)
+        if (jobs[i].rc != 0) {
+            compile_failure(jobs[i].rc, jobs[i].why, jobs[i].log, msg, cap);
+            ok = false;
+        }
+    char linklog[4200];
+    snprintf(linklog, sizeof linklog, "%s/log", dir);
+    if (ok) {
+        char **argv = calloc((size_t)started + 8, sizeof *argv);
+        int a = 0;
+        if (argv) {
+            argv[a++] = (char *)jit_cpu_compiler();
+            argv[a++] = "-shared";
+            argv[a++] = "-fopenmp";
+            argv[a++] = "-o";
+            argv[a++] = (char *)sopath;
+            for (int i = 0; i < started; i++)
+                argv[a++] = jobs[i].obj;
+            argv[a++] = "-lm";
+            argv[a] = NULL;
+            char why[256] = "";
+            int rc = run(argv, linklog, why, sizeof why);
+            if (rc != 0) {
+                compile_failure(rc, why, linklog, msg, cap);
+                ok = false;
+            }
+            free(argv);
+        } else {
+            snprintf(msg, cap, "kiln: out of memory linking %d parts", started);
+            ok = false;
+        }
+    }
+    for (int i = 0; i < parts; i++)
+        if (jobs[i].src[0]) {
+            unlink(jobs[i].src);
+            unlink(jobs[i].obj);
+            unlink(jobs[i].log);
+        }
+    unlink(linklog);
+    free(jobs);
+    return ok;
+}
+
 static void *load_or_build(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
                            size_t cap) {
     char path[4096];
@@ -349,36 +509,23 @@ static void *load_or_build(cache *c, const char *src, cache_key key, bool *compi
     snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
     snprintf(logpath, sizeof logpath, "%s/log", dir);
     void *h = NULL;
-    FILE *f = fopen(cpath, "w");
-    bool wrote = f && fputs(src, f) >= 0;
-    if (f && fclose(f) != 0)
-        wrote = false;
-    if (!wrote) {
-        snprintf(msg, cap, "kiln: cannot write %s", cpath);
-        goto done;
-    }
-    char *argv[NFLAGS + 8];
-    int a = 0;
-    argv[a++] = (char *)jit_cpu_compiler();
-    for (size_t i = 0; i < NFLAGS; i++)
-        argv[a++] = (char *)cflags[i];
-    argv[a++] = "-o";
-    argv[a++] = sopath;
-    argv[a++] = cpath;
-    argv[a++] = "-lm";
-    argv[a] = NULL;
-    char why[256] = "";
-    int rc = run(argv, logpath, why, sizeof why);
-    if (rc != 0) {
-        char log[1024];
-        read_log(logpath, log, sizeof log);
-        if (rc < 0)
-            snprintf(msg, cap, "kiln: the C compiler (%s) %s%s%s", jit_cpu_compiler(), why,
-                     log[0] ? ": " : "", log);
-        else
-            snprintf(msg, cap, "kiln: the C compiler (%s) failed with status %d: %s",
-                     jit_cpu_compiler(), rc, log);
-        goto done;
+    int parts = compile_parts(src);
+    if (parts > 1) {
+        if (!build_parallel(src, parts, dir, sopath, msg, cap))
+            goto done;
+    } else {
+        if (!write_text(cpath, src, strlen(src), "", 0)) {
+            snprintf(msg, cap, "kiln: cannot write %s", cpath);
+            goto done;
+        }
+        char *argv[NFLAGS + 8];
+        compile_argv(argv, cpath, sopath, false);
+        char why[256] = "";
+        int rc = run(argv, logpath, why, sizeof why);
+        if (rc != 0) {
+            compile_failure(rc, why, logpath, msg, cap);
+            goto done;
+        }
     }
     *compiled = true;
     /* Loaded first, from its own private directory: an object that does

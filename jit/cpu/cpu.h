@@ -21,6 +21,11 @@ const lower_target *jit_cpu_target(void);
 kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char **out,
                            char *msg, size_t cap);
 
+/* The line jit_cpu_render writes before each kernel's code: where a
+ * program's text may be cut into translation units (the prelude, then a run
+ * of kernels) that compile in parallel. */
+#define JIT_CPU_KERNEL_MARK "/* ---- kernel ---- */\n"
+
 /* The command that compiles generated C ($KILN_CC, else cc). */
 const char *jit_cpu_compiler(void);
 const char *jit_cpu_compiler_id(void);
