@@ -279,7 +279,7 @@ static void fuse_matmul_epilogue(sched *s, graph_node *m) {
         const sched_node *xs = sched_of(s, x);
         /* a reshape keeps the flat index: conv2d's bias over its matmul */
         bool reshape = x->op == GRAPH_VIEW && graph_view_is_reshape(x);
-        if (!(sched_elementwise(x->op) || reshape) || graph_numel(x) != graph_numel(m) ||
+        if (!(sched_elementwise(x) || reshape) || graph_numel(x) != graph_numel(m) ||
             xs->root != root)
             return;
         if (x == root)
@@ -366,7 +366,7 @@ static bool find_reads(siblings *g) {
         graph_node *c = xs->last_consumer;
         g->nodes[i].at_root_index =
             xs->materialized || (xs->root && xs->nconsumers == 1 && sib_of(g, c)->at_root_index &&
-                                 sched_elementwise(c->op));
+                                 sched_elementwise(c));
     }
     for (int64_t i = 0; i < s->count; i++) {
         graph_node *x = s->order[i];
@@ -381,7 +381,7 @@ static bool find_reads(siblings *g) {
             while (sched_pending(base) && !sched_of(s, base)->materialized &&
                    base->op == GRAPH_VIEW)
                 base = base->src[0];
-            bool own = base == src && g->nodes[i].at_root_index && sched_elementwise(x->op);
+            bool own = base == src && g->nodes[i].at_root_index && sched_elementwise(x);
             if (!add_read(sib_of(g, r), base, own))
                 return false;
             if (sched_pending(base) && !add_reader(sib_of(g, base), r))
@@ -394,7 +394,7 @@ static bool find_reads(siblings *g) {
 static bool sibling_candidate(const sched *s, const graph_node *x) {
     const sched_node *xs = sched_of(s, x);
     return xs->materialized && !xs->alias && xs->form == SCHED_PLAIN && !xs->epilogue_of &&
-           sched_elementwise(x->op);
+           sched_elementwise(x);
 }
 
 /* Whether r can join the group whose members are m[0..n): it reads members
