@@ -43,6 +43,8 @@ typedef struct sched_node {
     graph_node *epilogue_of;     /* the matmul whose dot products its kernel finishes */
     int sibling_group;           /* the multi-output kernel it is an output of; -1: none */
     bool lowers_group;           /* the group's last member, where its kernel is lowered */
+    bool unstored;               /* a member only its own group's kernel reads: computed
+                                    there, stored nowhere (fuse.c, unstored_members) */
 } sched_node;
 
 typedef struct sched {
