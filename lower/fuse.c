@@ -554,13 +554,44 @@ static void unstored_members(siblings *g) {
     }
 }
 
+/* A view over memory (a materialised node or a leaf, through views only)
+ * that it was a kernel of its own to copy, because two kernels read it
+ * (refuse_recompute), is read in place again when those kernels are one
+ * group now: the group's kernel reads the view's strides once, where the
+ * copy read them, wrote the copy, and the group read it back. A linear
+ * layer's weight gradient is the transpose of a matmul's output, which both
+ * of Adam's moments read: a copy kernel per weight, before its update. */
+static void views_read_in_place(siblings *g) {
+    sched *s = g->s;
+    for (int64_t i = 0; i < s->count; i++) {
+        graph_node *x = s->order[i];
+        sched_node *xs = &s->nodes[i];
+        if (x->op != GRAPH_VIEW || !xs->materialized || xs->alias || xs->requested)
+            continue;
+        const graph_node *base = x->src[0];
+        while (base->op == GRAPH_VIEW && sched_pending(base) && !sched_of(s, base)->materialized)
+            base = base->src[0];
+        if (sched_pending(base) && !sched_of(s, base)->materialized)
+            continue;
+        const sibling_node *xg = &g->nodes[i];
+        int gid = xg->nreaders > 0 ? sched_of(s, xg->readers[0])->sibling_group : -1;
+        bool inside = gid >= 0;
+        for (int r = 1; r < xg->nreaders && inside; r++)
+            inside = sched_of(s, xg->readers[r])->sibling_group == gid;
+        if (inside)
+            xs->materialized = false;
+    }
+}
+
 /* Elementwise kernels over one shape that read the same inputs become one
  * kernel with several outputs, which reads each input once. Siblings only
  * save work: without memory for them, kernels stay single. */
 static void fuse_siblings(sched *s) {
     siblings g = {s, calloc((size_t)(s->count ? s->count : 1), sizeof *g.nodes)};
-    if (g.nodes && group_siblings(&g))
+    if (g.nodes && group_siblings(&g)) {
         unstored_members(&g);
+        views_read_in_place(&g);
+    }
     else
         for (int64_t i = 0; i < s->count; i++)
             s->nodes[i].sibling_group = -1;
