@@ -235,11 +235,20 @@ static bool is_output(const lower_kernel *k, const graph_node *n) {
     return false;
 }
 
+/* Whether materialised node n is computed in the kernel rather than loaded:
+ * one of its outputs, or a member of its sibling group that is stored
+ * nowhere. */
+static bool computed_here(const emitter *e, const graph_node *n) {
+    const sched_node *ns = sched_of(e->s, n);
+    return is_output(e->k, n) ||
+           (ns->unstored && ns->sibling_group == sched_of(e->s, e->k->out)->sibling_group);
+}
+
 static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     ir_builder *b = &e->b;
     if (n == e->epilogue_of)
         return ir_acc(b, n->dtype);
-    if (!sched_pending(n) || (sched_of(e->s, n)->materialized && !is_output(e->k, n))) {
+    if (!sched_pending(n) || (sched_of(e->s, n)->materialized && !computed_here(e, n))) {
         int slot = input_slot(e, n);
         return ir_load(b, n->dtype, slot, flatten(e, at, n->ndim, n->shape), valid);
     }
@@ -751,7 +760,7 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
         if (xs->sibling_group >= 0) {
             n = 0;
             for (int64_t j = 0; j <= i; j++)
-                if (s->nodes[j].sibling_group == xs->sibling_group)
+                if (s->nodes[j].sibling_group == xs->sibling_group && !s->nodes[j].unstored)
                     outs[n++] = s->order[j];
         }
         lower_kernel *k = &p->kernels[p->nkernels];

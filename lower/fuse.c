@@ -305,7 +305,7 @@ static void fuse_matmul_epilogue(sched *s, graph_node *m) {
         const sched_node *xs = sched_of(s, x);
         /* a reshape keeps the flat index: conv2d's bias over its matmul */
         bool reshape = x->op == GRAPH_VIEW && graph_view_is_reshape(x);
-        if (!(sched_elementwise(x->op) || reshape) || graph_numel(x) != graph_numel(m) ||
+        if (!(sched_elementwise(x) || reshape) || graph_numel(x) != graph_numel(m) ||
             xs->root != root)
             return;
         if (x == root)
@@ -392,7 +392,7 @@ static bool find_reads(siblings *g) {
         graph_node *c = xs->last_consumer;
         g->nodes[i].at_root_index =
             xs->materialized || (xs->root && xs->nconsumers == 1 && sib_of(g, c)->at_root_index &&
-                                 sched_elementwise(c->op));
+                                 sched_elementwise(c));
     }
     for (int64_t i = 0; i < s->count; i++) {
         graph_node *x = s->order[i];
@@ -407,7 +407,7 @@ static bool find_reads(siblings *g) {
             while (sched_pending(base) && !sched_of(s, base)->materialized &&
                    base->op == GRAPH_VIEW)
                 base = base->src[0];
-            bool own = base == src && g->nodes[i].at_root_index && sched_elementwise(x->op);
+            bool own = base == src && g->nodes[i].at_root_index && sched_elementwise(x);
             if (!add_read(sib_of(g, r), base, own))
                 return false;
             if (sched_pending(base) && !add_reader(sib_of(g, base), r))
@@ -420,28 +420,62 @@ static bool find_reads(siblings *g) {
 static bool sibling_candidate(const sched *s, const graph_node *x) {
     const sched_node *xs = sched_of(s, x);
     return xs->materialized && !xs->alias && xs->form == SCHED_PLAIN && !xs->epilogue_of &&
-           sched_elementwise(x->op);
+           sched_elementwise(x);
+}
+
+/* Whether r reads a member of group gid: then r's kernel computes the
+ * member's value anyway (at r's own index, can_join sees to it), and with
+ * the member as one more output of that kernel the value is stored once and
+ * never read back. AdamW's new p reads the new m and v: as three kernels
+ * an update made 10 passes over the parameter's size (the gradient read
+ * twice, m and v read back), as one kernel it makes 7 (m, v, p and the
+ * gradient read once; m, v and p written). */
+static bool reads_member(const siblings *g, graph_node *r, int gid) {
+    const sibling_node *rg = sib_of(g, r);
+    for (int i = 0; i < rg->nreads; i++) {
+        graph_node *b = rg->reads[i].base;
+        if (sched_pending(b) && sched_of(g->s, b)->sibling_group == gid)
+            return true;
+    }
+    return false;
+}
+
+/* Whether r reads something from memory that a member m[0..n) reads too, so
+ * that one kernel reads it once. A constant is an immediate, no read: every
+ * Adam update multiplies by the same beta1, and counting that as sharing
+ * grouped unrelated parameters' updates up to MAX_MEMBERS, which then split
+ * a parameter's new p from the m and v it reads (an MLP's three 64-element
+ * parameters ran as an 8-output kernel and a 1-output one re-reading two of
+ * them). */
+static bool shares_input(const siblings *g, graph_node *r, graph_node **m, int n) {
+    const sibling_node *rg = sib_of(g, r);
+    for (int i = 0; i < rg->nreads; i++) {
+        graph_node *b = rg->reads[i].base;
+        if (b->op == GRAPH_CONST)
+            continue;
+        for (int k = 0; k < n; k++) {
+            const sibling_node *mg = sib_of(g, m[k]);
+            for (int e = 0; e < mg->nreads; e++)
+                if (mg->reads[e].base == b)
+                    return true;
+        }
+    }
+    return false;
 }
 
 /* Whether r can join the group whose members are m[0..n): it reads members
- * only at its own element index, and it shares something with them worth
- * sharing: an input, or a member's value. */
+ * only at its own element index (a member is computed in the group's
+ * kernel at that index only), and it shares something with them worth
+ * sharing: a member's value, or an input. */
 static bool can_join(const siblings *g, graph_node *r, graph_node **m, int n, int gid) {
     const sibling_node *rg = sib_of(g, r);
-    bool shares = false;
     for (int i = 0; i < rg->nreads; i++) {
         graph_node *b = rg->reads[i].base;
-        bool member = sched_pending(b) && sched_of(g->s, b)->sibling_group == gid;
-        if (member && !rg->reads[i].at_own_index)
+        if (sched_pending(b) && sched_of(g->s, b)->sibling_group == gid &&
+            !rg->reads[i].at_own_index)
             return false;
-        shares = shares || member;
-        for (int k = 0; k < n && !shares; k++) {
-            const sibling_node *mg = sib_of(g, m[k]);
-            for (int e = 0; e < mg->nreads && !shares; e++)
-                shares = mg->reads[e].base == b;
-        }
     }
-    return shares;
+    return reads_member(g, r, gid) || shares_input(g, r, m, n);
 }
 
 /* Whether every kernel outside the group that reads a member runs after r:
@@ -460,9 +494,10 @@ static bool readers_after(const siblings *g, graph_node *r, graph_node **m, int 
     return true;
 }
 
-/* Groups elementwise kernels of one shape that share inputs into
- * multi-output kernels, greedily in post-order; a few recent groups are
- * tried, which bounds the cost on large graphs. */
+/* Groups elementwise kernels of one shape that share inputs, or read one
+ * another at their own index, into multi-output kernels, greedily in
+ * post-order; a few recent groups are tried, which bounds the cost on large
+ * graphs. */
 static bool group_siblings(siblings *g) {
     sched *s = g->s;
     if (!find_reads(g))
@@ -474,15 +509,19 @@ static bool group_siblings(siblings *g) {
         graph_node *r = s->order[i];
         if (!sibling_candidate(s, r))
             continue;
+        /* A group whose member r reads comes first (reads_member): joining
+         * another would leave r reading that member back from memory. */
         int joined = -1;
-        for (int k = 0; k < ngroups && joined < 0; k++) {
-            graph_node *first = members[k][0];
-            if (nmembers[k] == MAX_MEMBERS || !sched_same_shape(first, r))
-                continue;
-            if (can_join(g, r, members[k], nmembers[k], gids[k]) &&
-                readers_after(g, r, members[k], nmembers[k], gids[k]))
-                joined = k;
-        }
+        for (int pass = 0; pass < 2 && joined < 0; pass++)
+            for (int k = 0; k < ngroups && joined < 0; k++) {
+                graph_node *first = members[k][0];
+                if (nmembers[k] == MAX_MEMBERS || !sched_same_shape(first, r) ||
+                    (pass == 0 && !reads_member(g, r, gids[k])))
+                    continue;
+                if (can_join(g, r, members[k], nmembers[k], gids[k]) &&
+                    readers_after(g, r, members[k], nmembers[k], gids[k]))
+                    joined = k;
+            }
         if (joined < 0) {
             if (ngroups == RECENT) {
                 memmove(&members[0], &members[1], sizeof members[0] * (RECENT - 1));
@@ -520,12 +559,66 @@ static bool group_siblings(siblings *g) {
     return true;
 }
 
+/* A member that no one requested and nothing outside its group reads is
+ * computed in the group's kernel, for the members that read it, and stored
+ * nowhere: it was materialised because two kernels read it
+ * (refuse_recompute), and they are one kernel now. An Adam gradient with
+ * weight decay added (g + wd p), or a clipped one, is read by both moments:
+ * their kernel wrote it as a fourth array it never read back. Never the
+ * member that lowers the group, which someone after it reads. */
+static void unstored_members(siblings *g) {
+    sched *s = g->s;
+    for (int64_t i = 0; i < s->count; i++) {
+        sched_node *xs = &s->nodes[i];
+        if (xs->sibling_group < 0 || xs->requested || xs->lowers_group)
+            continue;
+        const sibling_node *xg = &g->nodes[i];
+        bool inside = xg->nreaders > 0;
+        for (int r = 0; r < xg->nreaders && inside; r++)
+            inside = sched_of(s, xg->readers[r])->sibling_group == xs->sibling_group;
+        xs->unstored = inside;
+    }
+}
+
+/* A view over memory (a materialised node or a leaf, through views only)
+ * that it was a kernel of its own to copy, because two kernels read it
+ * (refuse_recompute), is read in place again when those kernels are one
+ * group now: the group's kernel reads the view's strides once, where the
+ * copy read them, wrote the copy, and the group read it back. A linear
+ * layer's weight gradient is the transpose of a matmul's output, which both
+ * of Adam's moments read: a copy kernel per weight, before its update. */
+static void views_read_in_place(siblings *g) {
+    sched *s = g->s;
+    for (int64_t i = 0; i < s->count; i++) {
+        graph_node *x = s->order[i];
+        sched_node *xs = &s->nodes[i];
+        if (x->op != GRAPH_VIEW || !xs->materialized || xs->alias || xs->requested)
+            continue;
+        const graph_node *base = x->src[0];
+        while (base->op == GRAPH_VIEW && sched_pending(base) && !sched_of(s, base)->materialized)
+            base = base->src[0];
+        if (sched_pending(base) && !sched_of(s, base)->materialized)
+            continue;
+        const sibling_node *xg = &g->nodes[i];
+        int gid = xg->nreaders > 0 ? sched_of(s, xg->readers[0])->sibling_group : -1;
+        bool inside = gid >= 0;
+        for (int r = 1; r < xg->nreaders && inside; r++)
+            inside = sched_of(s, xg->readers[r])->sibling_group == gid;
+        if (inside)
+            xs->materialized = false;
+    }
+}
+
 /* Elementwise kernels over one shape that read the same inputs become one
  * kernel with several outputs, which reads each input once. Siblings only
  * save work: without memory for them, kernels stay single. */
 static void fuse_siblings(sched *s) {
     siblings g = {s, calloc((size_t)(s->count ? s->count : 1), sizeof *g.nodes)};
-    if (!g.nodes || !group_siblings(&g))
+    if (g.nodes && group_siblings(&g)) {
+        unstored_members(&g);
+        views_read_in_place(&g);
+    }
+    else
         for (int64_t i = 0; i < s->count; i++)
             s->nodes[i].sibling_group = -1;
     for (int64_t i = 0; g.nodes && i < s->count; i++) {
@@ -556,9 +649,13 @@ bool sched_unfuse(sched *s, graph_node *x) {
     if (xs->materialized)
         return false;
     xs->materialized = true;
-    for (int64_t i = 0; i < s->count; i++)
+    /* x's new kernel may read what only x's old one did: every member is
+     * stored again. */
+    for (int64_t i = 0; i < s->count; i++) {
+        s->nodes[i].unstored = false;
         if (s->nodes[i].epilogue_of == x)
             s->nodes[i].epilogue_of = NULL;
+    }
     settle(s);
     return true;
 }

@@ -43,6 +43,8 @@ typedef struct sched_node {
     graph_node *epilogue_of;     /* the matmul whose dot products its kernel finishes */
     int sibling_group;           /* the multi-output kernel it is an output of; -1: none */
     bool lowers_group;           /* the group's last member, where its kernel is lowered */
+    bool unstored;               /* a member only its own group's kernel reads: computed
+                                    there, stored nowhere (fuse.c, unstored_members) */
 } sched_node;
 
 typedef struct sched {
@@ -61,7 +63,11 @@ sched_node *sched_of(const sched *s, const graph_node *n);
 
 bool sched_pending(const graph_node *n);
 bool sched_same_shape(const graph_node *a, const graph_node *b);
-bool sched_elementwise(graph_op op);
+/* Whether x computes each element from its sources' elements at the same
+ * index: an elementwise op (broadcasts are views below it), or a cat of one
+ * source, the identity that kiln_detach and every op under no-grad record
+ * (an optimiser's whole update is made of them). */
+bool sched_elementwise(const graph_node *x);
 
 /* ---- fuse.c ---- */
 

@@ -15,8 +15,9 @@ bool sched_same_shape(const graph_node *a, const graph_node *b) {
     return a->ndim == b->ndim && !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim);
 }
 
-bool sched_elementwise(graph_op op) {
-    return graph_op_is_unary(op) || graph_op_is_binary(op) || op == GRAPH_WHERE;
+bool sched_elementwise(const graph_node *x) {
+    return graph_op_is_unary(x->op) || graph_op_is_binary(x->op) || x->op == GRAPH_WHERE ||
+           (x->op == GRAPH_CAT && x->nsrc == 1);
 }
 
 static size_t index_hash(const graph_node *n) {

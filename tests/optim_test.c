@@ -50,7 +50,7 @@ typedef struct ref_opt {
     double lr, momentum, wd, b1, b2, eps;
     bool nesterov;
     int64_t t;
-    double m[PK * PM + PM], v[PK * PM + PM];
+    double m[PN * PM + PK * PM + PM], v[PN * PM + PK * PM + PM];
 } ref_opt;
 
 /* One step over the n values of p (the state at offset off). */
@@ -256,6 +256,89 @@ TU_TEST(optim, half_parameters) {
         }
         TU_EXPECT_EXACT(p, dts[k], want, 6);
         kiln_optim_free(o);
+    }
+}
+
+/* ---- the update's kernels ------------------------------------------------ */
+
+/* mean((x @ w + b + s - y)^2) with a third parameter s [PN, PM], so that the
+ * three gradients come from three kinds of kernel in the step's own sync:
+ * w's from a matmul (x^T @ d), b's from a column sum of d, s's elementwise
+ * (d itself). */
+static kiln_tensor *three_param_step(kiln_optim *o, const model *md, kiln_tensor *s) {
+    kiln_optim_zero_grad(o);
+    kiln_tensor *d = kiln_sub(kiln_add(kiln_add(kiln_matmul(md->x, md->w), md->b), s), md->y);
+    kiln_tensor *loss = kiln_mean(kiln_mul(d, d), 0, NULL, false);
+    cr_assert_eq(kiln_backward(loss), KILN_OK, "[%s] %s", tu_exec_name(),
+                 kiln_error_message(loss));
+    cr_assert_eq(kiln_optim_step(o), KILN_OK, "[%s] %s", tu_exec_name(),
+                 kiln_ctx_last_error(kiln_ctx_of(md->w)));
+    return loss;
+}
+
+/* The values of w, b and s after three steps of case c from pb and s0. */
+static void three_param_run(kiln_ctx *ctx, const optim_case *c, const problem *pb,
+                            const double *s0, double *out, int64_t *kernels) {
+    kiln_scope_begin(ctx);
+    model md = model_new(ctx, pb, KILN_F32);
+    kiln_tensor *s = tu_tensor(ctx, KILN_F32, TU_S(PN, PM), s0);
+    kiln_requires_grad(s, true);
+    kiln_tensor *params[] = {md.w, md.b, s};
+    kiln_optim *o = NULL;
+    kiln_status st = c->kind == REF_ADAM
+                         ? kiln_adam_new(ctx, 3, params, c->lr, c->b1, c->b2, c->eps, c->wd, &o)
+                         : kiln_adamw_new(ctx, 3, params, c->lr, c->b1, c->b2, c->eps, c->wd, &o);
+    cr_assert_eq(st, KILN_OK, "%s: %s", c->name, kiln_ctx_last_error(ctx));
+    for (int step = 0; step < 3; step++) {
+        kiln_scope_begin(ctx);
+        three_param_step(o, &md, s);
+        int64_t before = kiln_ctx_stats(ctx).kernels;
+        cr_assert_eq(kiln_sync(ctx), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+        kernels[step] = kiln_ctx_stats(ctx).kernels - before;
+        kiln_scope_end(ctx);
+    }
+    TU_READ(md.w, out, PK * PM);
+    TU_READ(md.b, out + PK * PM, PM);
+    TU_READ(s, out + PK * PM + PM, PN * PM);
+    kiln_optim_free(o);
+    kiln_scope_end(ctx);
+}
+
+TU_TEST(optim, adam_update_is_one_kernel_per_parameter) {
+    TU_RNG(r);
+    enum { NV = PK * PM + PM + PN * PM };
+    const optim_case *cs[] = {&cases[4], &cases[5]}; /* adam with weight decay, adamw */
+    for (int k = 0; k < 2; k++) {
+        const optim_case *c = cs[k];
+        problem pb;
+        problem_init(&pb, &r);
+        double s0[PN * PM], got[NV], want[NV];
+        for (int i = 0; i < PN * PM; i++)
+            s0[i] = tu_round(KILN_F32, tu_unif(&r, -1, 1));
+        int64_t kernels[3], ref_kernels[3];
+        three_param_run(ctx, c, &pb, s0, got, kernels);
+        kiln_ctx *ref = kiln_ctx_new(KILN_REF);
+        three_param_run(ref, c, &pb, s0, want, ref_kernels);
+        kiln_ctx_free(ref);
+        double e = tu_nmse(want, got, NV);
+        cr_assert(e < tu_tol(KILN_F32), "[%s] %s: nmse %g against the reference evaluator",
+                  tu_exec_name(), c->name, e);
+        /* Six kernels a step: three for the forward and backward passes (the
+         * forward matmul with d's gradient as its epilogue; w's gradient, the
+         * matmul x^T d, with Adam's weight decay g + wd w as its epilogue
+         * (AdamW decays p in the update instead); b's column sum of d) and
+         * one update per parameter, which stores
+         * the new m, v and p (s's gradient, Adam's g + wd s read by both
+         * moments, is computed there and stored nowhere). The update is
+         * recorded under no-grad, every node of it a one-source cat: before
+         * the scheduler saw those as elementwise, each parameter's m, v and
+         * p were three kernels, p reading m and v back, and the Adam case
+         * ran 14 kernels a step. */
+        if (kiln_ctx_mode(ctx) == KILN_LAZY && kiln_ctx_device(ctx) != KILN_REF)
+            for (int step = 0; step < 3; step++)
+                cr_assert_eq(kernels[step], 6,
+                             "[%s] %s: step %d ran %lld kernels", tu_exec_name(), c->name, step,
+                             (long long)kernels[step]);
     }
 }
 
