@@ -5,7 +5,10 @@
  * reversed axes flipped, the axes sorted by stride, and the elements spread
  * over the source's flat range by padding each axis to its stride. Views that
  * a chain of permutes, slices, reshapes, expands, pads and flips can make are
- * all of this form. */
+ * all of this form. A view whose axes overlap (sliding windows, graph_unfold)
+ * is split: the fewest index combinations of some of its axes (a
+ * convolution's kernel taps) are taken one at a time, each a view that reads
+ * every source element at most once, and their gradients are added. */
 #include <string.h>
 
 #include "autograd/internal.h"
@@ -38,64 +41,47 @@ static graph_node *take_pad_axis(graph_node *a, int axis, int64_t before, int64_
     return r;
 }
 
-graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
-    const graph_view *vw = &v->p.view;
-    const graph_node *s = v->src[0];
-    int nd = v->ndim;
-    int64_t base = graph_numel(s);
-    int64_t off = vw->offset;
-    if (graph_numel(v) == 0 || base == 0) {
-        graph_unref(g);
-        return zeros_like_src(v);
-    }
-    /* The masked-off border reads nothing. */
-    if (vw->masked) {
-        int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
-        for (int d = 0; d < nd; d++) {
-            if (vw->mask_hi[d] <= vw->mask_lo[d]) {
-                graph_unref(g);
-                return zeros_like_src(v);
-            }
-            start[d] = vw->mask_lo[d];
-            step[d] = 1;
-            len[d] = vw->mask_hi[d] - vw->mask_lo[d];
-            off += vw->mask_lo[d] * vw->strides[d];
-        }
-        graph_node *c = g ? graph_slice(g, start, step, len) : NULL;
-        graph_unref(g);
-        g = c;
-    }
-    if (!g)
-        return NULL;
-    int64_t stride[KILN_MAX_DIMS];
-    memcpy(stride, vw->strides, sizeof stride);
-    /* Broadcast axes read one element many times: their gradients add up. */
-    uint32_t sum = 0;
-    for (int d = 0; d < nd; d++)
-        if (stride[d] == 0 && g->shape[d] > 1)
-            sum |= 1u << d;
-    if (sum)
-        g = autograd_take_reduce(g, sum);
-    if (!g)
-        return NULL;
-    uint32_t flip = 0;
-    int keep[KILN_MAX_DIMS], m = 0;
-    for (int d = 0; d < nd; d++) {
-        if (g->shape[d] == 1)
+/* Past this many index combinations an overlapping view is refused: each
+ * is one term of the gradient's sum, one load per source element. */
+#define VIEW_UNROLL_MAX 4096
+
+/* Whether the axes in the bit mask `axes` step past everything inside each
+ * other when sorted by stride: then no two elements of the view that they
+ * span read one source element. */
+static bool disjoint(const graph_node *g, const int64_t *stride, uint32_t axes) {
+    int64_t st[KILN_MAX_DIMS], n[KILN_MAX_DIMS];
+    int m = 0;
+    for (int d = 0; d < g->ndim; d++) {
+        if (!(axes & (1u << d)))
             continue;
-        if (stride[d] < 0) {
-            flip |= 1u << d;
-            off += (g->shape[d] - 1) * stride[d];
-            stride[d] = -stride[d];
+        int k = m++;
+        for (; k > 0 && st[k - 1] < stride[d]; k--) {
+            st[k] = st[k - 1];
+            n[k] = n[k - 1];
         }
-        keep[m++] = d;
+        st[k] = stride[d];
+        n[k] = g->shape[d];
     }
-    if (flip) {
-        graph_node *f = graph_flip(g, flip);
-        graph_unref(g);
-        if (!(g = f))
-            return NULL;
+    int64_t extent = 1;
+    for (int k = m - 1; k >= 0; k--) {
+        if (st[k] < extent)
+            return false;
+        extent += (n[k] - 1) * st[k];
     }
+    return true;
+}
+
+/* g (consumed) scattered over s's flat elements: g's element i goes to
+ * off + sum(i*stride), strides >= 0 and disjoint over g's axes of size
+ * above 1. */
+static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
+                          const graph_node *s) {
+    int nd = g->ndim;
+    int64_t base = graph_numel(s);
+    int keep[KILN_MAX_DIMS], m = 0;
+    for (int d = 0; d < nd; d++)
+        if (g->shape[d] != 1)
+            keep[m++] = d;
     /* Outermost (largest stride) first: insertion sort, stable. */
     for (int i = 1; i < m; i++)
         for (int k = i; k > 0 && stride[keep[k - 1]] < stride[keep[k]]; k--) {
@@ -113,17 +99,6 @@ graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
     for (int i = 0; i < m; i++) {
         n[i] = g->shape[keep[i]];
         st[i] = stride[keep[i]];
-    }
-    /* Each axis must step past everything inside it: then no two elements
-     * of the view read one source element. */
-    int64_t extent = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        if (st[k] < extent) {
-            *bad = true;
-            graph_unref(g);
-            return NULL;
-        }
-        extent += (n[k] - 1) * st[k];
     }
     graph_node *p = graph_permute(g, perm);
     graph_unref(g);
@@ -158,4 +133,114 @@ graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
     if (g && w < base)
         g = take_pad_axis(g, 0, off, base - off - w);
     return autograd_take_reshape(g, s->ndim, s->shape);
+}
+
+graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
+    const graph_view *vw = &v->p.view;
+    const graph_node *s = v->src[0];
+    int nd = v->ndim;
+    int64_t off = vw->offset;
+    if (graph_numel(v) == 0 || graph_numel(s) == 0) {
+        graph_unref(g);
+        return zeros_like_src(v);
+    }
+    /* The masked-off border reads nothing. */
+    if (vw->masked) {
+        int64_t start[KILN_MAX_DIMS], step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
+        for (int d = 0; d < nd; d++) {
+            if (vw->mask_hi[d] <= vw->mask_lo[d]) {
+                graph_unref(g);
+                return zeros_like_src(v);
+            }
+            start[d] = vw->mask_lo[d];
+            step[d] = 1;
+            len[d] = vw->mask_hi[d] - vw->mask_lo[d];
+            off += vw->mask_lo[d] * vw->strides[d];
+        }
+        graph_node *c = g ? graph_slice(g, start, step, len) : NULL;
+        graph_unref(g);
+        g = c;
+    }
+    if (!g)
+        return NULL;
+    int64_t stride[KILN_MAX_DIMS];
+    memcpy(stride, vw->strides, sizeof stride);
+    /* Broadcast axes read one element many times: their gradients add up. */
+    uint32_t sum = 0;
+    for (int d = 0; d < nd; d++)
+        if (stride[d] == 0 && g->shape[d] > 1)
+            sum |= 1u << d;
+    if (sum)
+        g = autograd_take_reduce(g, sum);
+    if (!g)
+        return NULL;
+    uint32_t flip = 0, live = 0;
+    for (int d = 0; d < nd; d++) {
+        if (g->shape[d] == 1)
+            continue;
+        if (stride[d] < 0) {
+            flip |= 1u << d;
+            off += (g->shape[d] - 1) * stride[d];
+            stride[d] = -stride[d];
+        }
+        live |= 1u << d;
+    }
+    if (flip) {
+        graph_node *f = graph_flip(g, flip);
+        graph_unref(g);
+        if (!(g = f))
+            return NULL;
+    }
+    if (disjoint(g, stride, live))
+        return spread(g, stride, off, s);
+    /* Overlapping axes: the smallest set of axes whose every index
+     * combination leaves a disjoint view (over at most 8 axes, 256 sets). */
+    uint32_t best = 0;
+    int64_t best_count = VIEW_UNROLL_MAX + 1;
+    for (uint32_t u = 1; u < (1u << nd); u++) {
+        if (u & ~live)
+            continue;
+        int64_t count = 1;
+        for (int d = 0; d < nd && count < best_count; d++)
+            if (u & (1u << d))
+                count *= g->shape[d];
+        if (count < best_count && disjoint(g, stride, live & ~u)) {
+            best = u;
+            best_count = count;
+        }
+    }
+    if (!best) {
+        *bad = true;
+        graph_unref(g);
+        return NULL;
+    }
+    graph_node *total = NULL;
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    for (int64_t c = 0; c < best_count; c++) {
+        int64_t start[KILN_MAX_DIMS] = {0}, step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
+        int64_t at = off;
+        for (int d = 0; d < nd; d++) {
+            step[d] = 1;
+            len[d] = g->shape[d];
+            if (best & (1u << d)) {
+                start[d] = idx[d];
+                len[d] = 1;
+                at += idx[d] * stride[d];
+            }
+        }
+        graph_node *part = graph_slice(g, start, step, len);
+        graph_node *term = part ? spread(part, stride, at, s) : NULL;
+        total = !total ? term : autograd_take_binary(GRAPH_ADD, total, term);
+        if (!total)
+            break;
+        /* the next combination, the last axis fastest */
+        for (int d = nd - 1; d >= 0; d--)
+            if (best & (1u << d)) {
+                if (++idx[d] < g->shape[d])
+                    break;
+                idx[d] = 0;
+            }
+    }
+    graph_unref(g);
+    return total;
 }
