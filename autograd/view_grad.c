@@ -71,6 +71,77 @@ static bool disjoint(const graph_node *g, const int64_t *stride, uint32_t axes) 
     return true;
 }
 
+/* Whether each of the m axes (sizes n, strides st, sorted outermost first)
+ * steps along its own axis of s (read as contiguous) by a multiple of that
+ * axis's stride and stays inside it, starting from off's coordinates; then
+ * axis_of[k] is axis k's axis of s. */
+static bool per_axis(int m, const int64_t *n, const int64_t *st, int64_t off, const graph_node *s,
+                     int *axis_of) {
+    int r = s->ndim, prev = -1;
+    int64_t cs[KILN_MAX_DIMS], c = 1;
+    for (int a = r - 1; a >= 0; a--) {
+        cs[a] = c;
+        c *= s->shape[a];
+    }
+    for (int k = 0; k < m; k++) {
+        int a = prev + 1;
+        while (a < r && (s->shape[a] == 1 || cs[a] > st[k]))
+            a++;
+        if (a == r || st[k] % cs[a])
+            return false;
+        int64_t o = off / cs[a] % s->shape[a];
+        if (o + (n[k] - 1) * (st[k] / cs[a]) >= s->shape[a])
+            return false;
+        if (st[k] != cs[a] && r == KILN_MAX_DIMS) /* no room to split the axis */
+            return false;
+        axis_of[k] = prev = a;
+    }
+    return true;
+}
+
+/* spread for views that per_axis accepts: g [n...] (consumed) moved onto
+ * its axes of s, spread by zeros along those it steps by more than one, and
+ * padded per axis to s's shape. With unit steps that is one view with
+ * per-axis masks, which a kernel reads with one load; the flat spread's
+ * merges of padded axes are views of views, each a division to recover
+ * coordinates. */
+static graph_node *spread_per_axis(graph_node *g, int m, const int64_t *n, const int64_t *st,
+                                   int64_t off, const graph_node *s, const int *axis_of) {
+    int r = s->ndim;
+    int64_t cs[KILN_MAX_DIMS], c = 1, shape[KILN_MAX_DIMS], lo[KILN_MAX_DIMS], hi[KILN_MAX_DIMS];
+    for (int a = r - 1; a >= 0; a--) {
+        cs[a] = c;
+        c *= s->shape[a];
+        shape[a] = 1;
+    }
+    for (int k = 0; k < m; k++)
+        shape[axis_of[k]] = n[k];
+    g = autograd_take_reshape(g, r, shape);
+    for (int k = 0; k < m && g; k++) {
+        int a = axis_of[k];
+        int64_t step = st[k] / cs[a];
+        if (step == 1)
+            continue;
+        int64_t split[KILN_MAX_DIMS + 1];
+        memcpy(split, shape, sizeof(int64_t) * (size_t)(a + 1));
+        split[a + 1] = 1;
+        memcpy(split + a + 2, shape + a + 1, sizeof(int64_t) * (size_t)(r - a - 1));
+        g = take_pad_axis(autograd_take_reshape(g, r + 1, split), a + 1, 0, step - 1);
+        shape[a] = n[k] * step;
+        g = take_slice_axis(autograd_take_reshape(g, r, shape), a, 0, (n[k] - 1) * step + 1);
+        shape[a] = (n[k] - 1) * step + 1;
+    }
+    if (!g)
+        return NULL;
+    for (int a = 0; a < r; a++) {
+        lo[a] = off / cs[a] % s->shape[a];
+        hi[a] = s->shape[a] - lo[a] - shape[a];
+    }
+    graph_node *p = graph_pad(g, lo, hi);
+    graph_unref(g);
+    return p;
+}
+
 /* g (consumed) scattered over s's flat elements: g's element i goes to
  * off + sum(i*stride), strides >= 0 and disjoint over g's axes of size
  * above 1. */
@@ -112,6 +183,9 @@ static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
         dense = st[i] == st[i + 1] * n[i + 1];
     if (dense || !g)
         return autograd_take_reshape(g, s->ndim, s->shape);
+    int axis_of[KILN_MAX_DIMS];
+    if (per_axis(m, n, st, off, s, axis_of))
+        return spread_per_axis(g, m, n, st, off, s, axis_of);
     /* Spread each axis over its stride, innermost first, merging as it goes:
      * shape [n0..nk, w] becomes [n0..n(k-1), w'], where w' = (nk-1)*stride_k
      * + w is the extent of axis k and everything inside it. */
