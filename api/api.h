@@ -132,6 +132,15 @@ kiln_tensor *api_finish(kiln_ctx *ctx, kiln_tensor *r);
 kiln_tensor *api_axis_last(kiln_tensor *t, int ax, const int64_t *sizes);
 kiln_tensor *api_axis_back(kiln_tensor *t, int ax);
 
+/* The convolution of kiln_conv2d, kiln_conv3d and the transposed ones
+ * (api/conv.c): x [N, C, s...] with w [OC, C/groups, k...] over nsp (1 to 3)
+ * spatial axes, x padded by lo[d] before and hi[d] after each (negative:
+ * cut), b [OC] or NULL; the caller has checked every argument and that the
+ * dilated kernel fits. */
+kiln_tensor *api_conv(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int nsp,
+                      const int64_t *stride, const int64_t *lo, const int64_t *hi,
+                      const int64_t *dil, int64_t groups);
+
 /* Whether dt may hold indices (i32, i64, u8). */
 bool api_index_dtype(kiln_dtype dt);
 /* When idx is realized: NULL if every element lies in [lo, limit) (or

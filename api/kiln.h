@@ -483,10 +483,10 @@ KILN_API kiln_tensor *kiln_empty(kiln_ctx *ctx, kiln_dtype dtype, int ndim, cons
 /* Sliding windows, as PyTorch's Tensor.unfold: along axis, windows of size
  * elements every step elements, (n - size) / step + 1 of them (rounded
  * down) in place of the axis's n, with a new last axis of length size:
- * result[..., w, ..., j] = t[..., w * step + j, ...]. A reshape, a slice or
- * padding, ceil(size / step) slices and one cat (only a view when step >=
- * size), so it fuses with its reader; differentiable (overlapping windows
- * add their gradients). size <= 0, step <= 0 or size above n is
+ * result[..., w, ..., j] = t[..., w * step + j, ...]. One view (strides
+ * over t, overlapping when step < size; over a pad or other masked view
+ * along the axis, a view of that view), so it fuses with its reader;
+ * differentiable (overlapping windows add their gradients). size <= 0, step <= 0 or size above n is
  * KILN_ERR_ARG; a 0-d t or one of KILN_MAX_DIMS dimensions is
  * KILN_ERR_SHAPE. */
 KILN_API kiln_tensor *kiln_unfold(kiln_tensor *t, int axis, int64_t size, int64_t step);
@@ -818,8 +818,9 @@ KILN_API kiln_tensor *kiln_avg_pool1d(kiln_tensor *x, int64_t kernel, int64_t st
                                       int64_t pad);
 
 /* ---- More convolution and pooling (api/conv.c) -----------------------------
- * Composed like the ops above (pads, strided slices, one cat and one matmul
- * per convolution), so they fuse and are differentiable. Parameter arrays
+ * Composed like the ops above (pads, strided slices and cats; per
+ * convolution one im2col view and one matmul), so they fuse and are
+ * differentiable. Parameter arrays
  * hold one entry per spatial axis in order (D, H, W); a NULL array is
  * KILN_ERR_ARG. */
 

@@ -158,7 +158,7 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t
                         "kiln_conv2d: input %s and weight %s must be [N, C, H, W] and [OC, "
                         "C/groups, KH, KW]",
                         api_shape_str(X), api_shape_str(W));
-    int64_t n = X->shape[0], c = X->shape[1], h = X->shape[2], wd = X->shape[3];
+    int64_t c = X->shape[1], h = X->shape[2], wd = X->shape[3];
     int64_t oc = W->shape[0], kh = W->shape[2], kw = W->shape[3];
     if (c % groups || oc % groups || W->shape[1] != c / groups)
         return api_fail(ctx, KILN_ERR_SHAPE,
@@ -179,30 +179,9 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t
         return api_fail(ctx, KILN_ERR_SHAPE,
                         "kiln_conv2d: bias %s does not fit weight %s: it must be [%lld]",
                         api_shape_str(b->node), api_shape_str(W), (long long)oc);
-    int64_t oh = (h + 2 * pad_h - span_h) / stride_h + 1;
-    int64_t ow = (wd + 2 * pad_w - span_w) / stride_w + 1;
-    kiln_tensor **taps = malloc(sizeof *taps * (size_t)(kh * kw));
-    if (!taps)
-        return api_fail(ctx, KILN_ERR_OOM, "kiln_conv2d: out of memory for %lldx%lld taps",
-                        (long long)kh, (long long)kw);
     kiln_scope_begin(ctx);
-    kiln_tensor *xp = pad_hw(x, pad_h, pad_w, 0.0);
-    for (int64_t i = 0; i < kh; i++)
-        for (int64_t j = 0; j < kw; j++)
-            taps[i * kw + j] =
-                kiln_unsqueeze(tap(xp, i * dil_h, j * dil_w, oh, ow, stride_h, stride_w), 2);
-    /* Column k of the im2col matrix is (channel, kernel row, kernel column)
-     * in the order of the weight's own flattening. */
-    kiln_tensor *cols = kiln_cat((int)(kh * kw), taps, 2);
-    free(taps);
-    int64_t cshape[4] = {n, groups, c / groups * kh * kw, oh * ow};
-    int64_t wshape[3] = {groups, oc / groups, c / groups * kh * kw};
-    kiln_tensor *m = kiln_matmul(kiln_reshape(w, 3, wshape), kiln_reshape(cols, 4, cshape));
-    int64_t yshape[4] = {n, oc, oh, ow};
-    kiln_tensor *y = kiln_reshape(m, 4, yshape);
-    if (b)
-        y = kiln_add(y, per_channel(b, 2));
-    return api_finish(ctx, y);
+    const int64_t stride[2] = {stride_h, stride_w}, pad[2] = {pad_h, pad_w}, dil[2] = {dil_h, dil_w};
+    return api_finish(ctx, api_conv(x, w, b, 2, stride, pad, pad, dil, groups));
 }
 
 static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t kh, int64_t kw,

@@ -1,6 +1,6 @@
 /* select.c — selecting by masks and windows: kiln_masked_fill (a where),
  * kiln_empty (zeros: kiln hands out no uninitialised memory), kiln_unfold
- * (sliding windows from a reshape, slices and one cat), and the two ops
+ * (sliding windows: one view, graph_unfold), and the two ops
  * whose result's size depends on the data, kiln_masked_select and
  * kiln_nonzero: sync points that read their inputs back, count on the host
  * and return a new tensor made from the host's copy. */
@@ -59,46 +59,9 @@ kiln_tensor *kiln_unfold(kiln_tensor *t, int axis, int64_t size, int64_t step) {
     if (nd + 1 > KILN_MAX_DIMS)
         return api_fail(ctx, KILN_ERR_SHAPE, "%s: input %s has no room for a window axis", op,
                         api_shape_str(t->node));
-    /* Window w's element j is x[w step + j]. With j = q step + r (r < step)
-     * that is row w + q, column r of x cut into rows of step: windows are q
-     * = 0..Q-1 row slices of that [M, step] view, side by side, cut to size.
-     * Q = ceil(size / step) slices; one (a pure view) when step >= size. */
-    int64_t nw = (n - size) / step + 1;
-    if (nw == 1) /* one window: whatever the step, it reads elements 0..size-1 */
-        step = size;
-    int64_t Q = (size + step - 1) / step, M = nw + Q - 1;
-    kiln_scope_begin(ctx);
-    kiln_tensor *x = api_axis_last(t, ax, NULL); /* [..., n] */
-    if (M * step <= n) {
-        x = kiln_slice(x, nd - 1, 0, M * step, 1);
-    } else { /* the padding lies past the last window: never read */
-        int64_t pads[2 * KILN_MAX_DIMS] = {0};
-        pads[2 * (nd - 1) + 1] = M * step - n;
-        x = kiln_pad(x, pads, 0);
-    }
-    int64_t rows[KILN_MAX_DIMS];
-    memcpy(rows, kiln_shape(x), sizeof(int64_t) * (size_t)(nd - 1));
-    rows[nd - 1] = M;
-    rows[nd] = step;
-    x = kiln_reshape(x, nd + 1, rows); /* [..., M, step] */
-    kiln_tensor *parts[64], **p = Q <= 64 ? parts : malloc(sizeof *p * (size_t)Q);
-    if (!p) {
-        kiln_scope_end(ctx);
-        return api_fail(ctx, KILN_ERR_OOM, "%s: out of memory", op);
-    }
-    for (int64_t q = 0; q < Q; q++)
-        p[q] = kiln_slice(x, nd - 1, q, q + nw, 1);
-    kiln_tensor *w = Q == 1 ? p[0] : kiln_cat((int)Q, p, nd); /* [..., nw, Q step] */
-    if (p != parts)
-        free(p);
-    if (Q * step != size)
-        w = kiln_slice(w, nd, 0, size, 1);
-    /* [..., nw, size]: the windows' axis back to ax, the window last */
-    int perm[KILN_MAX_DIMS];
-    for (int d = 0, k = 0; d < nd; d++)
-        perm[d] = d == ax ? nd - 1 : k++;
-    perm[nd] = nd;
-    return api_finish(ctx, kiln_permute(w, perm));
+    /* One view: the windows' start and their elements both stride along
+     * the axis (graph_unfold). */
+    return api_wrap(ctx, graph_unfold(t->node, ax, size, step), op);
 }
 
 /* ---- data-dependent sizes: sync points ---- */

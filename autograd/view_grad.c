@@ -5,7 +5,10 @@
  * reversed axes flipped, the axes sorted by stride, and the elements spread
  * over the source's flat range by padding each axis to its stride. Views that
  * a chain of permutes, slices, reshapes, expands, pads and flips can make are
- * all of this form. */
+ * all of this form. A view whose axes overlap (sliding windows, graph_unfold)
+ * is split: the fewest index combinations of some of its axes (a
+ * convolution's kernel taps) are taken one at a time, each a view that reads
+ * every source element at most once, and their gradients are added. */
 #include <string.h>
 
 #include "autograd/internal.h"
@@ -38,13 +41,180 @@ static graph_node *take_pad_axis(graph_node *a, int axis, int64_t before, int64_
     return r;
 }
 
+/* Past this many index combinations an overlapping view is refused: each
+ * is one term of the gradient's sum, one load per source element. */
+#define VIEW_UNROLL_MAX 4096
+
+/* Whether the axes in the bit mask `axes` step past everything inside each
+ * other when sorted by stride: then no two elements of the view that they
+ * span read one source element. */
+static bool disjoint(const graph_node *g, const int64_t *stride, uint32_t axes) {
+    int64_t st[KILN_MAX_DIMS], n[KILN_MAX_DIMS];
+    int m = 0;
+    for (int d = 0; d < g->ndim; d++) {
+        if (!(axes & (1u << d)))
+            continue;
+        int k = m++;
+        for (; k > 0 && st[k - 1] < stride[d]; k--) {
+            st[k] = st[k - 1];
+            n[k] = n[k - 1];
+        }
+        st[k] = stride[d];
+        n[k] = g->shape[d];
+    }
+    int64_t extent = 1;
+    for (int k = m - 1; k >= 0; k--) {
+        if (st[k] < extent)
+            return false;
+        extent += (n[k] - 1) * st[k];
+    }
+    return true;
+}
+
+/* Whether each of the m axes (sizes n, strides st, sorted outermost first)
+ * steps along its own axis of s (read as contiguous) by a multiple of that
+ * axis's stride and stays inside it, starting from off's coordinates; then
+ * axis_of[k] is axis k's axis of s. */
+static bool per_axis(int m, const int64_t *n, const int64_t *st, int64_t off, const graph_node *s,
+                     int *axis_of) {
+    int r = s->ndim, prev = -1;
+    int64_t cs[KILN_MAX_DIMS], c = 1;
+    for (int a = r - 1; a >= 0; a--) {
+        cs[a] = c;
+        c *= s->shape[a];
+    }
+    for (int k = 0; k < m; k++) {
+        int a = prev + 1;
+        while (a < r && (s->shape[a] == 1 || cs[a] > st[k]))
+            a++;
+        if (a == r || st[k] % cs[a])
+            return false;
+        int64_t o = off / cs[a] % s->shape[a];
+        if (o + (n[k] - 1) * (st[k] / cs[a]) >= s->shape[a])
+            return false;
+        if (st[k] != cs[a] && r == KILN_MAX_DIMS) /* no room to split the axis */
+            return false;
+        axis_of[k] = prev = a;
+    }
+    return true;
+}
+
+/* spread for views that per_axis accepts: g [n...] (consumed) moved onto
+ * its axes of s, spread by zeros along those it steps by more than one, and
+ * padded per axis to s's shape. With unit steps that is one view with
+ * per-axis masks, which a kernel reads with one load; the flat spread's
+ * merges of padded axes are views of views, each a division to recover
+ * coordinates. */
+static graph_node *spread_per_axis(graph_node *g, int m, const int64_t *n, const int64_t *st,
+                                   int64_t off, const graph_node *s, const int *axis_of) {
+    int r = s->ndim;
+    int64_t cs[KILN_MAX_DIMS], c = 1, shape[KILN_MAX_DIMS], lo[KILN_MAX_DIMS], hi[KILN_MAX_DIMS];
+    for (int a = r - 1; a >= 0; a--) {
+        cs[a] = c;
+        c *= s->shape[a];
+        shape[a] = 1;
+    }
+    for (int k = 0; k < m; k++)
+        shape[axis_of[k]] = n[k];
+    g = autograd_take_reshape(g, r, shape);
+    for (int k = 0; k < m && g; k++) {
+        int a = axis_of[k];
+        int64_t step = st[k] / cs[a];
+        if (step == 1)
+            continue;
+        int64_t split[KILN_MAX_DIMS + 1];
+        memcpy(split, shape, sizeof(int64_t) * (size_t)(a + 1));
+        split[a + 1] = 1;
+        memcpy(split + a + 2, shape + a + 1, sizeof(int64_t) * (size_t)(r - a - 1));
+        g = take_pad_axis(autograd_take_reshape(g, r + 1, split), a + 1, 0, step - 1);
+        shape[a] = n[k] * step;
+        g = take_slice_axis(autograd_take_reshape(g, r, shape), a, 0, (n[k] - 1) * step + 1);
+        shape[a] = (n[k] - 1) * step + 1;
+    }
+    if (!g)
+        return NULL;
+    for (int a = 0; a < r; a++) {
+        lo[a] = off / cs[a] % s->shape[a];
+        hi[a] = s->shape[a] - lo[a] - shape[a];
+    }
+    graph_node *p = graph_pad(g, lo, hi);
+    graph_unref(g);
+    return p;
+}
+
+/* g (consumed) scattered over s's flat elements: g's element i goes to
+ * off + sum(i*stride), strides >= 0 and disjoint over g's axes of size
+ * above 1. */
+static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
+                          const graph_node *s) {
+    int nd = g->ndim;
+    int64_t base = graph_numel(s);
+    int keep[KILN_MAX_DIMS], m = 0;
+    for (int d = 0; d < nd; d++)
+        if (g->shape[d] != 1)
+            keep[m++] = d;
+    /* Outermost (largest stride) first: insertion sort, stable. */
+    for (int i = 1; i < m; i++)
+        for (int k = i; k > 0 && stride[keep[k - 1]] < stride[keep[k]]; k--) {
+            int t = keep[k];
+            keep[k] = keep[k - 1];
+            keep[k - 1] = t;
+        }
+    int perm[KILN_MAX_DIMS], np = 0;
+    for (int i = 0; i < m; i++)
+        perm[np++] = keep[i];
+    for (int d = 0; d < nd; d++)
+        if (g->shape[d] == 1)
+            perm[np++] = d;
+    int64_t n[KILN_MAX_DIMS + 1], st[KILN_MAX_DIMS];
+    for (int i = 0; i < m; i++) {
+        n[i] = g->shape[keep[i]];
+        st[i] = stride[keep[i]];
+    }
+    graph_node *p = graph_permute(g, perm);
+    graph_unref(g);
+    g = autograd_take_reshape(p, m, n);
+    /* A view that reads its whole source once in order only needs reshaping. */
+    int64_t count = 1;
+    for (int i = 0; i < m; i++)
+        count *= n[i];
+    bool dense = off == 0 && count == base && (m == 0 || st[m - 1] == 1);
+    for (int i = 0; dense && i + 1 < m; i++)
+        dense = st[i] == st[i + 1] * n[i + 1];
+    if (dense || !g)
+        return autograd_take_reshape(g, s->ndim, s->shape);
+    int axis_of[KILN_MAX_DIMS];
+    if (per_axis(m, n, st, off, s, axis_of))
+        return spread_per_axis(g, m, n, st, off, s, axis_of);
+    /* Spread each axis over its stride, innermost first, merging as it goes:
+     * shape [n0..nk, w] becomes [n0..n(k-1), w'], where w' = (nk-1)*stride_k
+     * + w is the extent of axis k and everything inside it. */
+    n[m] = 1;
+    g = autograd_take_reshape(g, m + 1, n);
+    int64_t w = 1;
+    for (int k = m - 1; k >= 0 && g; k--) {
+        if (st[k] > w)
+            g = take_pad_axis(g, k + 1, 0, st[k] - w);
+        int64_t merged[KILN_MAX_DIMS + 1];
+        memcpy(merged, n, sizeof(int64_t) * (size_t)k);
+        merged[k] = n[k] * st[k];
+        g = autograd_take_reshape(g, k + 1, merged);
+        if (st[k] > w)
+            g = take_slice_axis(g, k, 0, (n[k] - 1) * st[k] + w);
+        w = (n[k] - 1) * st[k] + w;
+    }
+    /* g now covers flat source elements [off, off + w), inside the source. */
+    if (g && w < base)
+        g = take_pad_axis(g, 0, off, base - off - w);
+    return autograd_take_reshape(g, s->ndim, s->shape);
+}
+
 graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
     const graph_view *vw = &v->p.view;
     const graph_node *s = v->src[0];
     int nd = v->ndim;
-    int64_t base = graph_numel(s);
     int64_t off = vw->offset;
-    if (graph_numel(v) == 0 || base == 0) {
+    if (graph_numel(v) == 0 || graph_numel(s) == 0) {
         graph_unref(g);
         return zeros_like_src(v);
     }
@@ -78,8 +248,7 @@ graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
         g = autograd_take_reduce(g, sum);
     if (!g)
         return NULL;
-    uint32_t flip = 0;
-    int keep[KILN_MAX_DIMS], m = 0;
+    uint32_t flip = 0, live = 0;
     for (int d = 0; d < nd; d++) {
         if (g->shape[d] == 1)
             continue;
@@ -88,7 +257,7 @@ graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
             off += (g->shape[d] - 1) * stride[d];
             stride[d] = -stride[d];
         }
-        keep[m++] = d;
+        live |= 1u << d;
     }
     if (flip) {
         graph_node *f = graph_flip(g, flip);
@@ -96,66 +265,56 @@ graph_node *autograd_view_vjp(const graph_node *v, graph_node *g, bool *bad) {
         if (!(g = f))
             return NULL;
     }
-    /* Outermost (largest stride) first: insertion sort, stable. */
-    for (int i = 1; i < m; i++)
-        for (int k = i; k > 0 && stride[keep[k - 1]] < stride[keep[k]]; k--) {
-            int t = keep[k];
-            keep[k] = keep[k - 1];
-            keep[k - 1] = t;
+    if (disjoint(g, stride, live))
+        return spread(g, stride, off, s);
+    /* Overlapping axes: the smallest set of axes whose every index
+     * combination leaves a disjoint view (over at most 8 axes, 256 sets). */
+    uint32_t best = 0;
+    int64_t best_count = VIEW_UNROLL_MAX + 1;
+    for (uint32_t u = 1; u < (1u << nd); u++) {
+        if (u & ~live)
+            continue;
+        int64_t count = 1;
+        for (int d = 0; d < nd && count < best_count; d++)
+            if (u & (1u << d))
+                count *= g->shape[d];
+        if (count < best_count && disjoint(g, stride, live & ~u)) {
+            best = u;
+            best_count = count;
         }
-    int perm[KILN_MAX_DIMS], np = 0;
-    for (int i = 0; i < m; i++)
-        perm[np++] = keep[i];
-    for (int d = 0; d < nd; d++)
-        if (g->shape[d] == 1)
-            perm[np++] = d;
-    int64_t n[KILN_MAX_DIMS + 1], st[KILN_MAX_DIMS];
-    for (int i = 0; i < m; i++) {
-        n[i] = g->shape[keep[i]];
-        st[i] = stride[keep[i]];
     }
-    /* Each axis must step past everything inside it: then no two elements
-     * of the view read one source element. */
-    int64_t extent = 1;
-    for (int k = m - 1; k >= 0; k--) {
-        if (st[k] < extent) {
-            *bad = true;
-            graph_unref(g);
-            return NULL;
+    if (!best) {
+        *bad = true;
+        graph_unref(g);
+        return NULL;
+    }
+    graph_node *total = NULL;
+    int64_t idx[KILN_MAX_DIMS] = {0};
+    for (int64_t c = 0; c < best_count; c++) {
+        int64_t start[KILN_MAX_DIMS] = {0}, step[KILN_MAX_DIMS], len[KILN_MAX_DIMS];
+        int64_t at = off;
+        for (int d = 0; d < nd; d++) {
+            step[d] = 1;
+            len[d] = g->shape[d];
+            if (best & (1u << d)) {
+                start[d] = idx[d];
+                len[d] = 1;
+                at += idx[d] * stride[d];
+            }
         }
-        extent += (n[k] - 1) * st[k];
+        graph_node *part = graph_slice(g, start, step, len);
+        graph_node *term = part ? spread(part, stride, at, s) : NULL;
+        total = !total ? term : autograd_take_binary(GRAPH_ADD, total, term);
+        if (!total)
+            break;
+        /* the next combination, the last axis fastest */
+        for (int d = nd - 1; d >= 0; d--)
+            if (best & (1u << d)) {
+                if (++idx[d] < g->shape[d])
+                    break;
+                idx[d] = 0;
+            }
     }
-    graph_node *p = graph_permute(g, perm);
     graph_unref(g);
-    g = autograd_take_reshape(p, m, n);
-    /* A view that reads its whole source once in order only needs reshaping. */
-    int64_t count = 1;
-    for (int i = 0; i < m; i++)
-        count *= n[i];
-    bool dense = off == 0 && count == base && (m == 0 || st[m - 1] == 1);
-    for (int i = 0; dense && i + 1 < m; i++)
-        dense = st[i] == st[i + 1] * n[i + 1];
-    if (dense || !g)
-        return autograd_take_reshape(g, s->ndim, s->shape);
-    /* Spread each axis over its stride, innermost first, merging as it goes:
-     * shape [n0..nk, w] becomes [n0..n(k-1), w'], where w' = (nk-1)*stride_k
-     * + w is the extent of axis k and everything inside it. */
-    n[m] = 1;
-    g = autograd_take_reshape(g, m + 1, n);
-    int64_t w = 1;
-    for (int k = m - 1; k >= 0 && g; k--) {
-        if (st[k] > w)
-            g = take_pad_axis(g, k + 1, 0, st[k] - w);
-        int64_t merged[KILN_MAX_DIMS + 1];
-        memcpy(merged, n, sizeof(int64_t) * (size_t)k);
-        merged[k] = n[k] * st[k];
-        g = autograd_take_reshape(g, k + 1, merged);
-        if (st[k] > w)
-            g = take_slice_axis(g, k, 0, (n[k] - 1) * st[k] + w);
-        w = (n[k] - 1) * st[k] + w;
-    }
-    /* g now covers flat source elements [off, off + w), inside the source. */
-    if (g && w < base)
-        g = take_pad_axis(g, 0, off, base - off - w);
-    return autograd_take_reshape(g, s->ndim, s->shape);
+    return total;
 }

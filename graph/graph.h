@@ -292,6 +292,12 @@ graph_node *graph_slice(graph_node *a, const int64_t *start, const int64_t *step
 /* Zero padding: before[d] and after[d] elements on each axis. */
 graph_node *graph_pad(graph_node *a, const int64_t *before, const int64_t *after);
 graph_node *graph_flip(graph_node *a, uint32_t axes);
+/* Sliding windows along axis (1 <= size <= its length, step >= 1, a->ndim <
+ * KILN_MAX_DIMS): the axis becomes its (len - size) / step + 1 windows and a
+ * new last axis of size holds each window's elements, element (.., w, .., j)
+ * being a's (.., w*step + j, ..). Windows may overlap: the view then reads
+ * source elements more than once. */
+graph_node *graph_unfold(graph_node *a, int axis, int64_t size, int64_t step);
 /* Whether a view node is a plain reshape: it reads all of its source in
  * row-major order, so its flat index is the source's. */
 bool graph_view_is_reshape(const graph_node *v);

@@ -198,6 +198,35 @@ graph_node *graph_flip(graph_node *a, uint32_t axes) {
     return finish(&s, a->dtype);
 }
 
+/* Sliding windows read one stride twice: the axis's for the window's start
+ * (times step) and for the element within it, so windows may overlap. A mask
+ * on the axis (a pad) would have to bound the sum start + element, which no
+ * per-axis mask can say: the windows then view the masked view itself, which
+ * an executor computes where it is read (its mask tested on the coordinates
+ * recovered from the flat index) or materialises. */
+graph_node *graph_unfold(graph_node *a, int axis, int64_t size, int64_t step) {
+    view_state s = view_start(a);
+    if (!dim_full(&s, axis)) {
+        s.base = a;
+        contiguous(&s.v, a->ndim, a->shape);
+    }
+    int nd = a->ndim;
+    int64_t n = s.shape[axis], nw = (n - size) / step + 1, st = s.v.strides[axis];
+    /* With one window the step is never used, and a huge one times the
+     * stride could overflow; with two or more, step < n. */
+    s.v.strides[axis] = nw > 1 ? st * step : 0;
+    s.v.strides[nd] = st;
+    if (s.v.masked) {
+        s.v.mask_lo[axis] = s.v.mask_lo[nd] = 0;
+        s.v.mask_hi[axis] = nw;
+        s.v.mask_hi[nd] = size;
+    }
+    s.shape[axis] = nw;
+    s.shape[nd] = size;
+    s.ndim = nd + 1;
+    return finish(&s, a->dtype);
+}
+
 /* Expresses the reshape over the same base when every group of source axes
  * that merges or splits is contiguous within itself and unmasked (NumPy's
  * no-copy reshape rule, extended with masks); size-1 axes come and go freely. */

@@ -203,6 +203,66 @@ int ir_imul(ir_builder *b, int x, int64_t c) {
     return binop(b, UOP_IMUL, KILN_I64, x, ir_index(b, c));
 }
 
+/* Up to SPLIT_TERMS terms of a sum of index values. */
+#define SPLIT_TERMS 24
+
+/* Collects x's terms: each an index value times an immediate factor, or an
+ * immediate (id -1). False when there are more than SPLIT_TERMS. */
+static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
+    const lower_ins *xi = &b->ins[x];
+    int64_t c;
+    if (xi->op == UOP_IADD && xi->dt == KILN_I64)
+        return sum_terms(b, xi->a, id, f, n) && sum_terms(b, xi->b, id, f, n);
+    if (*n == SPLIT_TERMS)
+        return false;
+    if (is_imm(b, x, &c)) {
+        id[*n] = -1;
+        f[(*n)++] = c;
+    } else if (xi->op == UOP_IMUL && is_imm(b, xi->b, &c)) {
+        id[*n] = xi->a;
+        f[(*n)++] = c;
+    } else {
+        id[*n] = x;
+        f[(*n)++] = 1;
+    }
+    return true;
+}
+
+static int64_t floor_div(int64_t a, int64_t d) {
+    int64_t q = a / d;
+    return a % d != 0 && (a < 0) != (d < 0) ? q - 1 : q;
+}
+
+/* x = q*d + r for x >= 0 split by its terms: q sums the terms whose factor d
+ * divides (over d) and the immediate's floor quotient, r the others and the
+ * immediate's remainder. With r >= 0, x / d = q + r / d and x % d = r % d
+ * (a floor identity, and truncation is floor for x, r >= 0); r / d then
+ * often folds to 0 by r's range. This is what recovers a coordinate from
+ * the flat index of a view of a view (convolution windows over a pad: (kh +
+ * oh) * Wp + kw + ow over Wp). False where no term divides. */
+static bool split_sum(ir_builder *b, int x, int64_t d, int *q, int *r) {
+    int id[SPLIT_TERMS], n = 0, any = 0;
+    int64_t f[SPLIT_TERMS];
+    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !sum_terms(b, x, id, f, &n))
+        return false;
+    *q = ir_index(b, 0);
+    *r = ir_index(b, 0);
+    for (int i = 0; i < n; i++) {
+        if (id[i] < 0) {
+            int64_t hi = floor_div(f[i], d);
+            any |= hi != 0;
+            *q = ir_iadd(b, *q, ir_index(b, hi));
+            *r = ir_iadd(b, *r, ir_index(b, f[i] - hi * d));
+        } else if (f[i] % d == 0) {
+            any = 1;
+            *q = ir_iadd(b, *q, ir_imul(b, id[i], f[i] / d));
+        } else {
+            *r = ir_iadd(b, *r, ir_imul(b, id[i], f[i]));
+        }
+    }
+    return any && !b->failed && b->min[*r] >= 0;
+}
+
 int ir_idiv(ir_builder *b, int x, int64_t d) {
     int64_t u;
     if (d == 1 || b->failed)
@@ -211,6 +271,9 @@ int ir_idiv(ir_builder *b, int x, int64_t d) {
         return ir_index(b, u / d);
     if (b->min[x] >= 0 && b->ins[x].max < d)
         return ir_index(b, 0);
+    int q, r;
+    if (d > 1 && split_sum(b, x, d, &q, &r))
+        return ir_iadd(b, q, ir_idiv(b, r, d));
     const lower_ins *xi = &b->ins[x];
     int64_t inner;
     if (xi->op == UOP_IDIV && is_imm(b, xi->b, &inner) && b->min[xi->a] >= 0)
@@ -228,6 +291,9 @@ int ir_imod(ir_builder *b, int x, int64_t d) {
         return ir_index(b, u % d);
     if (b->min[x] >= 0 && b->ins[x].max < d)
         return x;
+    int q, r;
+    if (d > 1 && split_sum(b, x, d, &q, &r))
+        return ir_imod(b, r, d);
     const lower_ins *xi = &b->ins[x];
     int64_t outer;
     if (xi->op == UOP_IMOD && is_imm(b, xi->b, &outer) && outer % d == 0)

@@ -560,6 +560,12 @@ static kiln_tensor *f_unfold_overlap(kiln_tensor **x) {
     kiln_tensor *u = kiln_unfold(x[0], 1, 3, 1);
     return kiln_mul(u, kiln_sin(u));
 }
+/* Windows over a pad (a view of the masked view) along both axes. */
+static kiln_tensor *f_unfold_pad_2d(kiln_tensor **x) {
+    kiln_tensor *p = kiln_pad(x[0], TU_DIMS(1, 0, 2, 1), 0.0);
+    kiln_tensor *u = kiln_unfold(kiln_unfold(p, 0, 3, 2), 1, 2, 1);
+    return kiln_mul(u, kiln_cos(u));
+}
 static kiln_tensor *f_unfold_gaps(kiln_tensor **x) { return kiln_exp(kiln_unfold(x[0], 0, 2, 3)); }
 
 static const fd_case select_cases[] = {
@@ -568,6 +574,7 @@ static const fd_case select_cases[] = {
     {"einsum ii->i, jj, ij,jk", 2, {2, 2}, {{3, 3}, {1, 3}}, GEN_UNIFORM, -1, 1, f_einsum_diag, 0, 0},
     {"masked_fill", 1, {2}, {{3, 4}}, GEN_UNIFORM, -2, 2, f_masked_fill, 0, 0},
     {"unfold overlapping", 1, {2}, {{2, 7}}, GEN_UNIFORM, -2, 2, f_unfold_overlap, 0, 0},
+    {"unfold of a pad, both axes", 1, {2}, {{4, 3}}, GEN_UNIFORM, -2, 2, f_unfold_pad_2d, 0, 0},
     {"unfold with gaps", 1, {2}, {{8, 2}}, GEN_UNIFORM, -2, 2, f_unfold_gaps, 0, 0},
 };
 
@@ -582,6 +589,15 @@ static kiln_tensor *f_conv3d(kiln_tensor **x) {
     kiln_tensor *v = kiln_reshape(x[0], 5, TU_DIMS(1, 2, 4, 4, 3));
     kiln_tensor *w = kiln_reshape(x[1], 5, TU_DIMS(3, 2, 2, 2, 2));
     return kiln_conv3d(v, w, x[2], TU_DIMS(1, 2, 1), TU_DIMS(1, 0, 1), TU_DIMS(1, 1, 2), 1);
+}
+/* Strided, dilated and grouped: the im2col view's overlapping kernel and
+ * output axes. */
+static kiln_tensor *f_conv2d_sdg(kiln_tensor **x) {
+    return kiln_conv2d(x[0], x[1], x[2], 2, 1, 1, 0, 1, 2, 2);
+}
+/* A kernel larger than its output: the gradient splits the output axes. */
+static kiln_tensor *f_conv2d_big_kernel(kiln_tensor **x) {
+    return kiln_conv2d(x[0], x[1], NULL, 1, 1, 1, 0, 1, 1, 1);
 }
 static kiln_tensor *f_conv_t2d(kiln_tensor **x) {
     return kiln_conv_transpose2d(x[0], x[1], x[2], TU_DIMS(2, 1), TU_DIMS(1, 1), TU_DIMS(1, 0),
@@ -682,6 +698,10 @@ static kiln_tensor *f_interp_3d(kiln_tensor **x) {
 
 static const fd_case conv_cases[] = {
     {"conv3d", 3, {4, 4, 1}, {{2, 4, 4, 3}, {3, 2, 2, 4}, {3}}, GEN_UNIFORM, -1, 1, f_conv3d, 0, 0},
+    {"conv2d strided, dilated, grouped", 3, {4, 4, 1}, {{2, 4, 5, 6}, {4, 2, 3, 2}, {4}},
+     GEN_UNIFORM, -1, 1, f_conv2d_sdg, 0, 0},
+    {"conv2d kernel larger than its output", 2, {4, 4}, {{1, 2, 3, 4}, {2, 2, 4, 3}}, GEN_UNIFORM,
+     -1, 1, f_conv2d_big_kernel, 0, 0},
     {"conv_transpose2d groups", 3, {4, 4, 1}, {{1, 2, 3, 3}, {2, 2, 3, 2}, {4}}, GEN_UNIFORM, -1, 1,
      f_conv_t2d, 0, 0},
     {"conv_transpose1d cut", 2, {3, 3}, {{2, 2, 4}, {2, 3, 2}}, GEN_UNIFORM, -1, 1, f_conv_t1d, 0, 0},

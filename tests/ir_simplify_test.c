@@ -203,3 +203,29 @@ Test(ir_simplify, interning_compares_every_operand) {
     cr_assert(!b.failed);
     ir_free(&b);
 }
+
+/* A sum splits over a divisor: (a*34 + c + 36) / 34 is a + 1 and its % 34
+ * is c + 2 while c + 2 < 34 (a window's coordinate over a pad, recovered
+ * from its flat index); with c up to 40 the remainder's quotient stays. */
+Test(ir_simplify, sums_split_over_the_divisor) {
+    ir_builder b;
+    ir_init(&b);
+    int g = ir_gidx(&b, 34 * 32);
+    int a = ir_idiv(&b, g, 32), c = ir_imod(&b, g, 32);
+    int x = ir_iadd(&b, ir_imul(&b, a, 34), ir_iadd(&b, c, ir_index(&b, 36)));
+    cr_assert_eq(ir_idiv(&b, x, 34), ir_iadd(&b, a, ir_index(&b, 1)));
+    cr_assert_eq(ir_imod(&b, x, 34), ir_iadd(&b, c, ir_index(&b, 2)));
+    cr_assert(!b.failed);
+    ir_free(&b);
+    ir_init(&b);
+    g = ir_gidx(&b, 34 * 41);
+    a = ir_idiv(&b, g, 41);
+    c = ir_imod(&b, g, 41);
+    x = ir_iadd(&b, ir_imul(&b, a, 34), c);
+    int q = ir_idiv(&b, x, 34);
+    cr_assert_eq(q, ir_iadd(&b, a, ir_idiv(&b, c, 34)));
+    cr_assert_eq(b.ins[q].max, 34, "max of a + c / 34 is 33 + 1");
+    cr_assert_eq(ir_imod(&b, x, 34), ir_imod(&b, c, 34));
+    cr_assert(!b.failed);
+    ir_free(&b);
+}
