@@ -151,38 +151,38 @@ def dist_section(out_md):
             "", "```", text, "```", ""]
 
 
-def embedding_section(out_md):
-    """bench/embedding's last output (bench/results_embedding.txt, written by run.sh)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(out_md)), "results_embedding.txt")
+def text_section(out_md, name, heading, intro):
+    """A benchmark's last text output (bench/<name>, beside RESULTS.md, written by run.sh)
+    under heading, after intro; nothing when it has not run."""
+    path = os.path.join(os.path.dirname(os.path.abspath(out_md)), name)
     if not os.path.exists(path):
         return []
     with open(path) as f:
         text = f.read().strip()
-    return ["## Embedding: a gather of rows against the one-hot matmul it was", "",
-            "From bench/embedding.c in the same run (its load average is its first line): "
-            "256 tokens from a [50257, 768] f32 table, kiln_embedding (one indexed load per "
-            "element, GRAPH_GATHER) against the one-hot [256, 50257] matmul it replaced, "
-            "written with the same public calls; then the weight's gradient through each "
-            "(the gather's rule for rows is one matmul of the rows' one-hot).",
-            "", "```", text, "```", ""]
+    return [heading, "", intro, "", "```", text, "```", ""]
+
+
+def embedding_section(out_md):
+    return text_section(
+        out_md, "results_embedding.txt",
+        "## Embedding: a gather of rows against the one-hot matmul it was",
+        "From bench/embedding.c in the same run (its load average is its first line): "
+        "256 tokens from a [50257, 768] f32 table, kiln_embedding (one indexed load per "
+        "element, GRAPH_GATHER) against the one-hot [256, 50257] matmul it replaced, "
+        "written with the same public calls; then the weight's gradient through each "
+        "(the gather's rule for rows is one matmul of the rows' one-hot).")
 
 
 def gpt2_section(out_md):
-    """bench/gpt2's last output (bench/results_gpt2.txt, written by run.sh)."""
-    path = os.path.join(os.path.dirname(os.path.abspath(out_md)), "results_gpt2.txt")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        text = f.read().strip()
-    return ["## A GPT-2 training step", "",
-            "From bench/gpt2.c in the same run (its load average is its first line): "
-            "token and position embeddings, pre-norm blocks with causal attention and a "
-            "tanh-GELU MLP, the head tied to the token embedding, mean cross-entropy, the "
-            "backward pass and AdamW, written with kiln.h as a user would; the loss is the "
-            "step's one sync point. Kernel kinds come from the fused ops of a profiled warm "
-            "step (copy-only: nothing but movements); the cold first step compiles into an "
-            "empty disk cache, the warm-disk one is a new process over that cache.",
-            "", "```", text, "```", ""]
+    return text_section(
+        out_md, "results_gpt2.txt", "## A GPT-2 training step",
+        "From bench/gpt2.c in the same run (its load average is its first line): "
+        "token and position embeddings, pre-norm blocks with causal attention and a "
+        "tanh-GELU MLP, the head tied to the token embedding, mean cross-entropy, the "
+        "backward pass and AdamW, written with kiln.h as a user would; the loss is the "
+        "step's one sync point. Kernel kinds come from the fused ops of a profiled warm "
+        "step (copy-only: nothing but movements); the cold first step compiles into an "
+        "empty disk cache, the warm-disk one is a new process over that cache.")
 
 
 def main():

@@ -96,10 +96,12 @@ static model model_new(kiln_ctx *ctx, const problem *pb, kiln_dtype dt) {
     return md;
 }
 
-/* Forward, backward and the optimiser's step; the loss is returned unsynced. */
-static kiln_tensor *train_step(kiln_optim *o, const model *md) {
+/* Forward, backward and the optimiser's step, with extra (or NULL) added
+ * to the prediction; the loss is returned unsynced. */
+static kiln_tensor *train_step(kiln_optim *o, const model *md, kiln_tensor *extra) {
     kiln_optim_zero_grad(o);
-    kiln_tensor *d = kiln_sub(kiln_add(kiln_matmul(md->x, md->w), md->b), md->y);
+    kiln_tensor *pred = kiln_add(kiln_matmul(md->x, md->w), md->b);
+    kiln_tensor *d = kiln_sub(extra ? kiln_add(pred, extra) : pred, md->y);
     kiln_tensor *loss = kiln_mean(kiln_mul(d, d), 0, NULL, false);
     cr_assert_eq(kiln_backward(loss), KILN_OK, "[%s] %s", tu_exec_name(),
                  kiln_error_message(loss));
@@ -169,7 +171,7 @@ static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng
         b[i] = tu_round(dt, pb.b[i]);
     for (int s = 0; s < 3; s++) {
         kiln_scope_begin(ctx);
-        train_step(o, &md);
+        train_step(o, &md, NULL);
         /* a sync per step, as a training loop has: steps 2 and 3 replay */
         cr_assert_eq(kiln_sync(ctx), KILN_OK, "%s", kiln_ctx_last_error(ctx));
         kiln_scope_end(ctx);
@@ -264,19 +266,8 @@ TU_TEST(optim, half_parameters) {
 /* mean((x @ w + b + s - y)^2) with a third parameter s [PN, PM], so that the
  * three gradients come from three kinds of kernel in the step's own sync:
  * w's from a matmul (x^T @ d), b's from a column sum of d, s's elementwise
- * (d itself). */
-static kiln_tensor *three_param_step(kiln_optim *o, const model *md, kiln_tensor *s) {
-    kiln_optim_zero_grad(o);
-    kiln_tensor *d = kiln_sub(kiln_add(kiln_add(kiln_matmul(md->x, md->w), md->b), s), md->y);
-    kiln_tensor *loss = kiln_mean(kiln_mul(d, d), 0, NULL, false);
-    cr_assert_eq(kiln_backward(loss), KILN_OK, "[%s] %s", tu_exec_name(),
-                 kiln_error_message(loss));
-    cr_assert_eq(kiln_optim_step(o), KILN_OK, "[%s] %s", tu_exec_name(),
-                 kiln_ctx_last_error(kiln_ctx_of(md->w)));
-    return loss;
-}
-
-/* The values of w, b and s after three steps of case c from pb and s0. */
+ * (d itself): train_step with s as its extra term. The values of w, b and s
+ * after three steps of case c from pb and s0. */
 static void three_param_run(kiln_ctx *ctx, const optim_case *c, const problem *pb,
                             const double *s0, double *out, int64_t *kernels) {
     kiln_scope_begin(ctx);
@@ -291,7 +282,7 @@ static void three_param_run(kiln_ctx *ctx, const optim_case *c, const problem *p
     cr_assert_eq(st, KILN_OK, "%s: %s", c->name, kiln_ctx_last_error(ctx));
     for (int step = 0; step < 3; step++) {
         kiln_scope_begin(ctx);
-        three_param_step(o, &md, s);
+        train_step(o, &md, s);
         int64_t before = kiln_ctx_stats(ctx).kernels;
         cr_assert_eq(kiln_sync(ctx), KILN_OK, "%s", kiln_ctx_last_error(ctx));
         kernels[step] = kiln_ctx_stats(ctx).kernels - before;
@@ -366,7 +357,7 @@ static void replay_check(const optim_case *c) {
         cr_assert_float_eq(lr, kiln_lr_cosine(c->lr, s, 5, c->lr / 10), 0);
         kiln_scope_begin(ctx);
         double loss;
-        kiln_tensor *l = train_step(o, &md);
+        kiln_tensor *l = train_step(o, &md, NULL);
         cr_assert_eq(kiln_item(l, &loss), KILN_OK, "%s step %d: %s", c->name, s,
                      kiln_error_message(l));
         kiln_scope_end(ctx);
