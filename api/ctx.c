@@ -99,6 +99,14 @@ kiln_status kiln_ctx_set_mode(kiln_ctx *ctx, kiln_mode mode) {
     return KILN_OK;
 }
 
+kiln_status kiln_ctx_set_dynamic(kiln_ctx *ctx, bool on) {
+    if (!ctx)
+        return KILN_ERR_ARG;
+    if (ctx->rt)
+        jit_backend_set_dynamic(ctx->rt, on);
+    return KILN_OK;
+}
+
 kiln_mode kiln_ctx_mode(const kiln_ctx *ctx) { return ctx ? ctx->mode : KILN_LAZY; }
 kiln_device kiln_ctx_device(const kiln_ctx *ctx) { return ctx ? ctx->device : KILN_CPU; }
 int64_t kiln_ctx_live_nodes(const kiln_ctx *ctx) { return ctx ? graph_ctx_live_nodes(ctx->g) : 0; }

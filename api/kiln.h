@@ -105,6 +105,23 @@ KILN_API void kiln_ctx_free(kiln_ctx *ctx);
  * says why). */
 KILN_API kiln_status kiln_ctx_set_mode(kiln_ctx *ctx, kiln_mode mode);
 KILN_API kiln_mode kiln_ctx_mode(const kiln_ctx *ctx);
+/* Whether graphs that differ only in sizes share compiled programs (on by
+ * default; KILN_DYNAMIC=0 starts contexts with it off). A graph cache miss is
+ * lowered and planned for its own sizes; when its kernels come out as those of
+ * an earlier graph of the same structure but for some numbers (a batch or a
+ * sequence length, and what follows from it: element counts, loop bounds, a
+ * matmul's sizes, batch strides, index constants, a mean's 1/n), the program
+ * reads those numbers at run time, and every later graph that differs from
+ * the first only in them runs that one program. So a size that varies costs
+ * two compiles, the first size's program and the shared one, and nothing after,
+ * as long as the kernels keep their shape: a size that changes a planning
+ * decision (32- against 64-bit indices, a reduction split across threads, a
+ * size of 1 that simplifies away) is a program of its own. KILN_DEBUG=1 says
+ * which syncs share. Off, each size compiles its own program, whose
+ * constants the compiler can fold (see bench/dynamic.c for what that is
+ * worth). The CPU's C compiler path shares; the LLVM path and CUDA do not
+ * yet. KILN_ERR_ARG for a NULL context. */
+KILN_API kiln_status kiln_ctx_set_dynamic(kiln_ctx *ctx, bool on);
 KILN_API kiln_device kiln_ctx_device(const kiln_ctx *ctx);
 
 /* ---- Dtypes and statuses -------------------------------------------------- */
@@ -1427,6 +1444,9 @@ typedef struct kiln_stats {
                             sync with the same graph structure (no scheduling,
                             no code generation: buffers are bound and run) */
     int64_t memory_hits; /* programs found already compiled in this process */
+    int64_t size_shared; /* graph cache misses whose program reads some of its sizes at
+                            run time (kiln_ctx_set_dynamic): compiled once for graphs
+                            that differ only in them */
     int64_t disk_hits;   /* programs loaded from the disk cache (KILN_CACHE_DIR) */
     int64_t buffer_reuses; /* buffers of 64 KiB or more served by memory a released
                               tensor gave back (no fresh pages, no page faults) */

@@ -22,6 +22,22 @@
 #include "jit/profile.h"
 #include "jit/why.h"
 
+/* A family: the programs of graphs that differ only in sizes, named by the
+ * program's text with every run-time-size candidate read at run time (see
+ * lower.h). It keeps the first program's candidate values and which have
+ * differed in a later one: those are what the next program of the family
+ * reads at run time, so every graph whose other numbers match the first's
+ * shares one compiled program. */
+enum { FAMILIES = 16 };
+
+typedef struct family {
+    cache_key key;
+    int64_t n;      /* candidates (0: the slot is free) */
+    int64_t *base;  /* their values in the family's first program */
+    bool *varies;   /* those that differed from it in a later program */
+    int64_t used;   /* the build that last used it, to replace the least recent */
+} family;
+
 struct jit_backend {
     jit_device *dev;
     cache *cache;    /* kernel cache: compiled programs by device and text */
@@ -31,6 +47,9 @@ struct jit_backend {
     bool check_cuda; /* KILN_CHECK_CUDA=1: every program must also compile for CUDA */
     kiln_stats stats;
     jit_why *why; /* recent misses, to say why the next one missed (KILN_DEBUG >= 1) */
+    bool share_sizes; /* kiln_ctx_set_dynamic, KILN_DYNAMIC */
+    family families[FAMILIES];
+    int64_t builds;
 };
 
 static void compiled_free(void *v);
@@ -96,6 +115,8 @@ jit_backend *jit_backend_new(kiln_device kind, kiln_status *st, char *msg, size_
     }
     const char *cc = getenv("KILN_CHECK_CUDA");
     j->check_cuda = cc && !strcmp(cc, "1");
+    const char *dyn = getenv("KILN_DYNAMIC");
+    j->share_sizes = !(dyn && !strcmp(dyn, "0"));
     *st = KILN_OK;
     return j;
 }
@@ -106,6 +127,10 @@ void jit_backend_free(jit_backend *j) {
     jit_watch_fini(&j->watch);
     jit_graph_cache_free(j->graphs);
     jit_why_free(j->why);
+    for (int f = 0; f < FAMILIES; f++) {
+        free(j->families[f].base);
+        free(j->families[f].varies);
+    }
     cache_close(j->cache);
     jit_device_close(j->dev);
     free(j);
@@ -122,6 +147,8 @@ void jit_backend_share_cores(jit_backend *j, int local_ranks) {
     j->watch.nthreads = j->nthreads;
     j->dev->ops->set_threads(j->dev, j->nthreads);
 }
+
+void jit_backend_set_dynamic(jit_backend *j, bool on) { j->share_sizes = on; }
 
 int64_t jit_graph_cache_size(const jit_backend *j) { return jit_graph_cache_count(j->graphs); }
 
@@ -247,6 +274,7 @@ typedef struct compiled {
     lower_plan *plans; /* per kernel, for the context's device */
     bound_kernel *bound;
     const jit_code *code; /* owned by the kernel cache */
+    int64_t sized;        /* numbers its code reads at run time (share_sizes) */
     jit_prog_facts facts;
     jit_collectives coll; /* the kernels dist/ runs */
 } compiled;
@@ -342,6 +370,60 @@ static bool supported(const jit_device *d, const graph_capture *cap, char *msg, 
     return true;
 }
 
+/* Finds p's family and marks the numbers that have varied in it as run-time
+ * sizes (*nsized of them); the first program of a family reads none. Every
+ * failure here (out of memory, a text the device cannot print with every
+ * candidate read at run time) only leaves p specialised. */
+static void share_sizes(jit_backend *j, lower_program *p, lower_plan *plans, int64_t *nsized) {
+    jit_device *d = j->dev;
+    *nsized = 0;
+    int64_t n = lower_sizes_values(p, plans, NULL);
+    int64_t *vals = n ? malloc(sizeof *vals * (size_t)n) : NULL;
+    if (!vals || !lower_sizes_mark(p, plans, NULL)) {
+        free(vals);
+        return;
+    }
+    lower_sizes_values(p, plans, vals);
+    char *text = NULL, why[256];
+    kiln_status st = d->ops->render(d, p, plans, &text, why, sizeof why);
+    lower_sizes_clear(p);
+    if (st != KILN_OK) {
+        free(vals);
+        return;
+    }
+    cache_key key = program_key(d, text);
+    free(text);
+    family *f = NULL, *slot = &j->families[0];
+    for (int i = 0; i < FAMILIES && !f; i++) {
+        family *g = &j->families[i];
+        if (g->n == n && !memcmp(&g->key, &key, sizeof key))
+            f = g;
+        else if (g->used < slot->used)
+            slot = g;
+    }
+    j->builds++;
+    if (!f) {
+        free(slot->base);
+        free(slot->varies);
+        *slot = (family){.key = key, .n = n, .base = vals, .used = j->builds,
+                         .varies = calloc((size_t)n, sizeof(bool))};
+        if (!slot->varies) {
+            free(vals);
+            *slot = (family){0};
+        }
+        return;
+    }
+    f->used = j->builds;
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++) {
+        f->varies[i] = f->varies[i] || vals[i] != f->base[i];
+        count += f->varies[i];
+    }
+    free(vals);
+    if (count && lower_sizes_mark(p, plans, f->varies))
+        *nsized = count;
+}
+
 /* Schedules, renders and loads a capture's program. */
 static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln_status *st,
                        char *msg, size_t mcap) {
@@ -400,6 +482,10 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     if (code) {
         jit_device *d = j->dev;
         char *text = NULL;
+        if (j->share_sizes && d->ops->run_time_sizes) {
+            share_sizes(j, p, c->plans, &c->sized);
+            j->stats.size_shared += c->sized > 0;
+        }
         if ((*st = d->ops->render(d, p, c->plans, &text, msg, mcap)) != KILN_OK) {
             compiled_free(c);
             return NULL;
@@ -616,8 +702,19 @@ static cache_key graph_key(const graph_capture *cap, bool fuse) {
     return cache_key_end(&b);
 }
 
+/* For the debug line: a program that reads sizes at run time says so. */
+static const char *sized_note(const compiled *c, bool hit, char *buf, size_t len) {
+    if (hit || !c->sized)
+        return "";
+    snprintf(buf, len, "; %lld numbers read at run time, so graphs that differ only in them "
+             "share this program (code from %s)", (long long)c->sized,
+             c->facts.origin ? c->facts.origin : "nowhere");
+    return buf;
+}
+
 kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
                         size_t mcap) {
+    char note[200];
     graph_capture cap;
     if (graph_capture_new(n, nodes, &cap) != KILN_OK) {
         snprintf(msg, mcap, "kiln_realize: out of memory while capturing the graph");
@@ -658,9 +755,10 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
         if (j->watch.debug >= 1)
             fprintf(stderr,
                     "kiln: sync %lld: %lld nodes captured, %d kernels, graph cache %s, "
-                    "%s %.3f ms, run %.3f ms\n",
+                    "%s %.3f ms, run %.3f ms%s\n",
                     (long long)j->stats.syncs, (long long)cap.npending, c->prog->nkernels,
-                    hit ? "hit" : "miss", hit ? "lookup" : "compile", t1 - t0, t2 - t1);
+                    hit ? "hit" : "miss", hit ? "lookup" : "compile", t1 - t0, t2 - t1,
+                    sized_note(c, hit, note, sizeof note));
         if (!kept)
             compiled_free(c);
     }

@@ -37,6 +37,9 @@ typedef struct jit_device_ops {
                      KILN_DUMP and the machine's limits describe */
     bool host_memory; /* its buffers' data are host addresses: collectives hand them to
                          dist/ in place (otherwise they are staged through copies) */
+    bool run_time_sizes; /* its renderer prints the sizes lower_sizes_mark marked as
+                            reads of S and its launch passes each kernel's values:
+                            graphs that differ only in sizes can share its programs */
 
     /* Opens the device; KILN_ERR_DEVICE (or OOM) with a message when it cannot. */
     kiln_status (*open)(const jit_device_config *cfg, jit_device **out, char *msg, size_t cap);

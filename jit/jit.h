@@ -27,6 +27,9 @@ void jit_backend_free(jit_backend *j);
  * barrier (a data-parallel MLP step over 2 ranks on 2 cores ran 17 times
  * slower with 2 threads per rank than with 1). */
 void jit_backend_share_cores(jit_backend *j, int local_ranks);
+/* Whether graphs that differ only in sizes share compiled programs
+ * (kiln_ctx_set_dynamic; KILN_DYNAMIC=0 starts a context with it off). */
+void jit_backend_set_dynamic(jit_backend *j, bool on);
 
 /* Whether the device runs generated code that debug output, the profiler
  * and the machine's limits describe (false for the reference evaluator). */

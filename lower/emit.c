@@ -399,10 +399,14 @@ static void name_kernel(const sched *s, lower_kernel *k) {
                 break;
         }
         snprintf(k->name, sizeof k->name, "%s_%s", ops, dims);
+        k->dims_at = (int)strlen(ops) + 1;
+        k->dims_len = (int)strlen(dims);
         return;
     }
-    snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op),
-             k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_ELEMENTWISE ? "e" : "", dims);
+    const char *kind = k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_ELEMENTWISE ? "e" : "";
+    snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op), kind, dims);
+    k->dims_at = (int)(strlen(graph_op_name(shown->op)) + 1 + strlen(kind));
+    k->dims_len = (int)strlen(dims);
     if (k->nouts > 1) {
         size_t len = strlen(k->name);
         snprintf(k->name + len, sizeof k->name - len, "_%douts", k->nouts);
@@ -733,6 +737,8 @@ void lower_program_free(lower_program *p) {
             graph_unref(k->inputs[j]);
         free(k->inputs);
         free(k->ins);
+        free(k->size_at);
+        free(k->size_value);
     }
     free(p->kernels);
     free(p);

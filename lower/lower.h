@@ -157,6 +157,8 @@ typedef struct lower_ins {
     bool inner;
     int64_t min, max; /* index values: bounds (inclusive) over every lane, masked
                          ones included; a target may pick a narrower type */
+    int sized;        /* UOP_IMM: 0, or 1 + the run-time size (lower/sizes.c) that the
+                         code reads this immediate from instead of printing imm */
 } lower_ins;
 
 /* LOWER_ALIAS runs no code: its output is a reshape of its one input and
@@ -199,7 +201,10 @@ typedef struct lower_operand {
 } lower_operand;
 
 typedef struct lower_kernel {
-    char name[96];
+    char name[96];   /* unique in its program: "matmul_add_relu_8x12x16_k0" */
+    int dims_at, dims_len; /* where the sizes are in name ("8x12x16") */
+    char symbol[96]; /* with run-time sizes, the code's name for it: name with "n" for
+                        the sizes, so that programs differing in them print alike */
     char fused[160]; /* the graph ops computed in it, counted: "sub exp max sum div" */
     lower_kind kind;
     int nouts;
@@ -226,6 +231,13 @@ typedef struct lower_kernel {
     int64_t batch[KILN_MAX_DIMS];
     int64_t n, k, m;
     lower_operand a, b;
+    /* Run-time sizes (lower_sizes_mark): the numbers of this kernel and its plan
+     * that its code takes from an array of int64 (S[j]) instead of as literals,
+     * and their values here, which the launch passes (a float immediate's as the
+     * bits of a double). */
+    int nsizes;
+    const void **size_at;
+    int64_t *size_value;
 } lower_kernel;
 
 typedef struct lower_program {
@@ -329,5 +341,36 @@ void lower_plans_free(lower_plan *plans, int n);
 /* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
  * and plan print the same text, which is what cache keys hash. */
 void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
+
+/* ---- run-time sizes: one compiled program for graphs that differ in sizes
+ * (lower/sizes.c) ----
+ *
+ * Graphs that differ only in sizes (a batch, a sequence length) are each
+ * lowered and planned for their own sizes. Where the kernels come out alike
+ * but for some numbers — loop bounds, element counts, a matmul's n, k, m,
+ * batch strides and offsets, index and float immediates (a mean's 1/n) — those
+ * numbers can be read at run time, so that one compiled program serves them
+ * all. The candidates, in a fixed order over the kernels that have code:
+ * elementwise numel and grid; reductions' numel, rnumel (and a scatter's
+ * snumel); a matmul's batch sizes, n, k, m, operand offsets and batch strides;
+ * every immediate of every kernel. Everything else (tiles, blocking, vector
+ * widths, index widths, which passes exist) stays in the code's text. That is
+ * what makes sharing sound: a renderer prints each value it depends on, either
+ * as a literal or as S[j]; programs share code only when their texts are
+ * equal, and each run passes its own program's values. */
+
+/* The number of candidates of p (planned as plans); with vals, their values
+ * in order (a float immediate's double bits). */
+int64_t lower_sizes_values(const lower_program *p, const lower_plan *plans, int64_t *vals);
+/* Marks the candidates whose mask entry is true (every one when mask is NULL)
+ * as run-time sizes, numbered per kernel in order; clears earlier marks first.
+ * false when out of memory (p is then unmarked). */
+bool lower_sizes_mark(lower_program *p, lower_plan *plans, const bool *mask);
+void lower_sizes_clear(lower_program *p);
+/* The name k's code has: k->symbol when it has run-time sizes, else k->name. */
+const char *lower_kernel_symbol(const lower_kernel *k);
+/* Which run-time size field (a member of k or of its plan) is in k, or -1 when
+ * it is a literal. */
+int lower_size_index(const lower_kernel *k, const void *field);
 
 #endif /* KILN_LOWER_H */

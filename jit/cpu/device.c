@@ -88,7 +88,7 @@ static kiln_status resolve(void *handle, void (*unload)(void *), const lower_pro
         c->fns[i] = code ? entry(handle, p, i) : NULL;
         if (code && !c->fns[i]) {
             snprintf(msg, cap, "kiln: kernel %s is missing from its compiled program",
-                     p->kernels[i].name);
+                     lower_kernel_symbol(&p->kernels[i]));
             unload(handle);
             free(c);
             return KILN_ERR_COMPILE;
@@ -109,14 +109,16 @@ static void cpu_code_free(void *code) {
 static kiln_status cpu_launch(jit_device *dev, const jit_code *c, int i, const lower_kernel *k,
                               graph_node *const *nodes, char *msg, size_t cap) {
     int n = k->nouts + k->ninputs;
-    char *stackv[32];
-    char **bufs = n <= 32 ? stackv : malloc(sizeof *bufs * (size_t)n);
+    char *stackv[33];
+    /* after the buffers, the kernel's run-time sizes (lower_sizes_mark) */
+    char **bufs = n < 33 ? stackv : malloc(sizeof *bufs * (size_t)(n + 1));
     if (!bufs) {
         snprintf(msg, cap, "kiln_realize: out of memory");
         return KILN_ERR_OOM;
     }
     for (int b = 0; b < n; b++)
         bufs[b] = nodes[b]->buf->data;
+    bufs[n] = (char *)k->size_value;
     c->fns[i](bufs, ((cpu_device *)dev)->nthreads);
     if (bufs != stackv)
         free(bufs);
@@ -138,7 +140,7 @@ static kiln_status cc_open(const jit_device_config *cfg, jit_device **out, char 
 static void cc_unload(void *h) { (void)h; }
 
 static kernel_fn cc_entry(void *h, const lower_program *p, int i) {
-    return (kernel_fn)(uintptr_t)dlsym(h, p->kernels[i].name);
+    return (kernel_fn)(uintptr_t)dlsym(h, lower_kernel_symbol(&p->kernels[i]));
 }
 
 static kiln_status cc_compile(jit_device *dev, const lower_program *p, const lower_plan *plans,
@@ -159,6 +161,7 @@ const jit_device_ops jit_cc_device = {
     .kind = KILN_CPU,
     .cpu_compiler = "cc",
     .watched = true,
+    .run_time_sizes = true,
     .open = cc_open,
     .close = cpu_close,
     .set_threads = cpu_set_threads,

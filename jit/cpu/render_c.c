@@ -62,10 +62,11 @@ static void buffer_ptrs(sbuf *b, const lower_kernel *k) {
      * a pointer based on out0, so restrict still holds. */
     if (k->kind == LOWER_SCATTER)
         cstyle_put(b, "  const %s *const in0 = out0;\n", stype(k->out->dtype));
+    cstyle_sizes_decl(b, k, "  ");
 }
 
 static void params(sbuf *b, const lower_kernel *k) {
-    cstyle_put(b, "void %s(char **bufs, int nthreads) {\n", k->name);
+    cstyle_put(b, "void %s(char **bufs, int nthreads) {\n", lower_kernel_symbol(k));
     buffer_ptrs(b, k);
     cstyle_put(b, "  (void)nthreads;\n");
 }
@@ -141,10 +142,11 @@ static const char *counter(const sbuf *b) { return b->narrow ? "int32_t" : "int6
  * vectorised. */
 static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     const char *ix = counter(b);
-    cstyle_put(b, "  const %s N = %lldLL, T = %lldLL;\n", ix, (long long)k->numel, (long long)k->tile);
+    cstyle_put(b, "  const %s N = %s, T = %lldLL, G = %s;\n", ix, cstyle_size(b, k, &k->numel),
+               (long long)k->tile, cstyle_size(b, k, &plan->grid));
     if (plan->parallel)
         cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
-    cstyle_put(b, "  for (%s t = 0; t < %lldLL; t++) {\n", ix, (long long)plan->grid);
+    cstyle_put(b, "  for (%s t = 0; t < G; t++) {\n", ix);
     cstyle_put(b, "    const %s lo = t * T, hi = lo + T < N ? lo + T : N;\n", ix);
     cstyle_put(b, "    #pragma omp simd\n");
     cstyle_put(b, "    for (%s g = lo; g < hi; g++) {\n", ix);
@@ -274,8 +276,8 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
     const lower_ins *x = &k->ins[plan->blocks[red].reduce];
     kiln_dtype in = k->ins[x->a].dt;
     const char *acc = is_float(in) ? "double" : "uint64_t";
-    cstyle_put(b, "  const %s N = %lldLL, R = %lldLL, CW = %lldLL;\n", ix, (long long)k->numel,
-               (long long)k->rnumel, (long long)plan->columns);
+    cstyle_put(b, "  const %s N = %s, R = %s, CW = %lldLL;\n", ix, cstyle_size(b, k, &k->numel),
+               cstyle_size(b, k, &k->rnumel), (long long)plan->columns);
     if (plan->parallel)
         cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
     cstyle_put(b, "  for (%s c0 = 0; c0 < N; c0 += CW) {\n", ix);
@@ -308,7 +310,8 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
  * row kernel a last pass that stores. */
 static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     const char *ix = counter(b);
-    cstyle_put(b, "  const %s N = %lldLL, R = %lldLL;\n", ix, (long long)k->numel, (long long)k->rnumel);
+    cstyle_put(b, "  const %s N = %s, R = %s;\n", ix, cstyle_size(b, k, &k->numel),
+               cstyle_size(b, k, &k->rnumel));
     if (plan->parallel)
         cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
     cstyle_put(b, "  for (%s g = 0; g < N; g++) {\n", ix);
@@ -328,7 +331,7 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
             const lower_scatter_store *st = &k->scatter[blk->reduce];
             char val[32];
             snprintf(val, sizeof val, "v%d", st->value);
-            cstyle_put(b, "    for (%s r = 0; r < %lldLL; r++) {\n", ix, (long long)k->snumel);
+            cstyle_put(b, "    for (%s r = 0; r < %s; r++) {\n", ix, cstyle_size(b, k, &k->snumel));
             block_stmts(b, k, blk);
             if (st->valid >= 0)
                 cstyle_put(b, "      if (v%d)\n  ", st->valid);
@@ -473,12 +476,9 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     const char *e = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "uint64_t";
     int esz = dt == KILN_F32 ? 4 : 8;
     bool direct = mm->a_direct;
-    int64_t nb = 1;
-    for (int d = 0; d < k->nbatch; d++)
-        nb *= k->batch[d];
     mm_shape s = {mm->lanes * esz, mm->mr, mm->nv};
     int64_t lanes = mm->lanes, nr = lanes * mm->nv, mc = mm->mc, nc = mm->nc, kc = mm->kc;
-    const char *name = k->name;
+    const char *name = lower_kernel_symbol(k);
     cstyle_put(b, "#include <stdlib.h>\n");
     cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, name, s.vbytes);
     cstyle_put(b, "enum { %s_MR = %d, %s_L = %lld, %s_NR = %lld, %s_MC = %lld, %s_NC = %lld, %s_KC = %lld };\n",
@@ -507,8 +507,9 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     store_stmt(b, k, "    ");
     cstyle_put(b, "  }\n}\n");
     params(b, k);
-    cstyle_put(b, "  const int64_t NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
-        (long long)k->n, (long long)k->k, (long long)k->m);
+    cstyle_put(b, "  const int64_t NB = %s, N = %s, K = %s, M = %s;\n",
+        cstyle_size_product(b, k, k->nbatch, k->batch), cstyle_size(b, k, &k->n),
+        cstyle_size(b, k, &k->k), cstyle_size(b, k, &k->m));
     cstyle_put(b, "  const int64_t MC = %s_MC, NC = %s_NC, KC = %s_KC, MR = %s_MR, NR = %s_NR;\n", name,
         name, name, name, name);
     cstyle_put(b, "  const int64_t NBM = (N + MC - 1) / MC, NBN = (M + NC - 1) / NC;\n");

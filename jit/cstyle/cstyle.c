@@ -316,7 +316,12 @@ bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow
         snprintf(e, sizeof e, "%s%s", it, x->op == UOP_GIDX ? "g" : "r");
         break;
     case UOP_IMM:
-        ok = cstyle_imm(t, x->dt, x->imm, e, sizeof e);
+        if (x->sized && is_float(x->dt))
+            snprintf(e, sizeof e, "(%s)%s(S[%d])", t->type[x->dt], t->bits_f64, x->sized - 1);
+        else if (x->sized)
+            snprintf(e, sizeof e, "(%s)S[%d]", t->type[x->dt], x->sized - 1);
+        else
+            ok = cstyle_imm(t, x->dt, x->imm, e, sizeof e);
         break;
     case UOP_IADD:
     case UOP_IMUL:
@@ -398,15 +403,53 @@ bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow
     return true;
 }
 
+const char *cstyle_size(cstyle_buf *b, const lower_kernel *k, const int64_t *field) {
+    char *s = b->sizes[b->nsize++ % 8];
+    int j = lower_size_index(k, field);
+    if (j >= 0)
+        snprintf(s, sizeof b->sizes[0], "S[%d]", j);
+    else
+        snprintf(s, sizeof b->sizes[0], "%lldLL", (long long)*field);
+    return s;
+}
+
+const char *cstyle_size_product(cstyle_buf *b, const lower_kernel *k, int n,
+                                const int64_t *fields) {
+    char *s = b->sizes[b->nsize++ % 8];
+    int64_t lit = 1;
+    size_t len = 0;
+    s[0] = '\0';
+    for (int i = 0; i < n; i++) {
+        int j = lower_size_index(k, &fields[i]);
+        if (j < 0)
+            lit *= fields[i];
+        else if (len < sizeof b->sizes[0])
+            len += (size_t)snprintf(s + len, sizeof b->sizes[0] - len, "S[%d] * ", j);
+    }
+    if (len >= sizeof b->sizes[0]) {
+        /* more run-time sizes than one string holds: refused, never cut */
+        cstyle_refuse_buf(b, "kiln: a product of too many run-time sizes");
+        return "0";
+    }
+    snprintf(s + len, sizeof b->sizes[0] - len, "%lldLL", (long long)lit);
+    return s;
+}
+
+void cstyle_sizes_decl(cstyle_buf *b, const lower_kernel *k, const char *indent) {
+    if (k->nsizes)
+        cstyle_put(b, "%sconst int64_t *const S = (const int64_t *)bufs[%d]; (void)S;\n", indent,
+                   k->nouts + k->ninputs);
+}
+
 void cstyle_operand_offset(cstyle_buf *b, const cstyle_target *t, const char *indent,
                            const char *name, const lower_kernel *k, const lower_operand *o) {
-    cstyle_put(b, "%sconst %s %s = %lldLL", indent, t->type[KILN_I64], name, (long long)o->offset);
-    int64_t inner = 1;
+    cstyle_put(b, "%sconst %s %s = %s", indent, t->type[KILN_I64], name, cstyle_size(b, k, &o->offset));
     for (int d = k->nbatch - 1; d >= 0; d--) {
+        /* inner: the product of the batch sizes after d */
         if (o->batch_strides[d] && k->batch[d] > 1)
-            cstyle_put(b, " + ((bt / %lldLL) %% %lldLL) * %lldLL", (long long)inner,
-                       (long long)k->batch[d], (long long)o->batch_strides[d]);
-        inner *= k->batch[d];
+            cstyle_put(b, " + ((bt / (%s)) %% %s) * %s",
+                       cstyle_size_product(b, k, k->nbatch - 1 - d, &k->batch[d + 1]),
+                       cstyle_size(b, k, &k->batch[d]), cstyle_size(b, k, &o->batch_strides[d]));
     }
     cstyle_put(b, ";\n");
 }

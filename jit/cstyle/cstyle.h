@@ -21,6 +21,8 @@ typedef struct cstyle_buf {
     bool narrow; /* the plan's: index arithmetic in 32 bits */
     char *err;   /* where the reason for a refusal goes */
     size_t errcap;
+    char sizes[8][40]; /* cstyle_size's results, the last eight */
+    int nsize;
 } cstyle_buf;
 
 void cstyle_put(cstyle_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -48,6 +50,19 @@ typedef struct cstyle_target {
  * instruction and its dtypes, when it cannot be printed (never a guess). */
 bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow, char *out,
                 size_t cap, char *msg, size_t mcap);
+
+/* A size of kernel k (field: a member of k or of its plan) as C: the literal
+ * "123LL", or "S[j]" when the program reads it at run time (lower_sizes_mark;
+ * the kernel's functions have S in scope, see cstyle_sizes_decl). The string
+ * lives in b until eight more are asked for. */
+const char *cstyle_size(cstyle_buf *b, const lower_kernel *k, const int64_t *field);
+/* The product of n sizes of k, as cstyle_size spells each: one literal when
+ * none is read at run time. */
+const char *cstyle_size_product(cstyle_buf *b, const lower_kernel *k, int n,
+                                const int64_t *fields);
+/* Declares S, k's run-time sizes, from the pointer after its buffers in
+ * bufs (nothing when it has none). */
+void cstyle_sizes_decl(cstyle_buf *b, const lower_kernel *k, const char *indent);
 
 /* "const T name = offset + ...;": where a matmul operand's batch `bt` (a
  * variable in scope) starts in its buffer, over the kernel's batch dims. */

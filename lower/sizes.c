@@ -1,0 +1,163 @@
+/* sizes.c — the numbers of a program that its code may read at run time (see
+ * lower.h: run-time sizes). One walk lists them in a fixed order; the values
+ * tell the runtime which numbers differ between two graphs of one structure,
+ * and marking makes renderers print those as S[j]. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "lower/lower.h"
+
+/* Calls visit(ctx, kernel, field, value, imm) for every candidate in order;
+ * imm is the instruction when the field is an immediate's. */
+typedef void (*visit_fn)(void *ctx, lower_kernel *k, void *field, int64_t value, lower_ins *imm);
+
+static void visit_int(visit_fn f, void *ctx, lower_kernel *k, int64_t *field) {
+    f(ctx, k, field, *field, NULL);
+}
+
+static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
+    for (int i = 0; i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        if (!lower_kind_has_code(k->kind))
+            continue;
+        switch (k->kind) {
+        case LOWER_ELEMENTWISE:
+            visit_int(f, ctx, k, &k->numel);
+            visit_int(f, ctx, k, &plans[i].grid);
+            break;
+        case LOWER_REDUCE:
+        case LOWER_SCATTER:
+            visit_int(f, ctx, k, &k->numel);
+            visit_int(f, ctx, k, &k->rnumel);
+            if (k->kind == LOWER_SCATTER)
+                visit_int(f, ctx, k, &k->snumel);
+            break;
+        case LOWER_MATMUL:
+            for (int d = 0; d < k->nbatch; d++)
+                visit_int(f, ctx, k, &k->batch[d]);
+            visit_int(f, ctx, k, &k->n);
+            visit_int(f, ctx, k, &k->k);
+            visit_int(f, ctx, k, &k->m);
+            visit_int(f, ctx, k, &k->a.offset);
+            visit_int(f, ctx, k, &k->b.offset);
+            for (int d = 0; d < k->nbatch; d++) {
+                visit_int(f, ctx, k, &k->a.batch_strides[d]);
+                visit_int(f, ctx, k, &k->b.batch_strides[d]);
+            }
+            break;
+        default:
+            break;
+        }
+        for (int j = 0; j < k->nins; j++) {
+            lower_ins *x = &k->ins[j];
+            if (x->op != UOP_IMM || x->dt == KILN_BOOL)
+                continue;
+            int64_t v = x->imm.i;
+            if (graph_dtype_is_float(x->dt))
+                memcpy(&v, &x->imm.f, sizeof v);
+            f(ctx, k, &x->imm, v, x);
+        }
+    }
+}
+
+typedef struct values_ctx {
+    int64_t n;
+    int64_t *vals;
+} values_ctx;
+
+static void take_value(void *ctx, lower_kernel *k, void *field, int64_t value, lower_ins *imm) {
+    (void)k;
+    (void)field;
+    (void)imm;
+    values_ctx *c = ctx;
+    if (c->vals)
+        c->vals[c->n] = value;
+    c->n++;
+}
+
+int64_t lower_sizes_values(const lower_program *p, const lower_plan *plans, int64_t *vals) {
+    values_ctx c = {0, vals};
+    /* The walk only reads; it takes mutable pointers for lower_sizes_mark. */
+    walk((lower_program *)p, (lower_plan *)plans, take_value, &c);
+    return c.n;
+}
+
+void lower_sizes_clear(lower_program *p) {
+    for (int i = 0; i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        free(k->size_at);
+        free(k->size_value);
+        k->size_at = NULL;
+        k->size_value = NULL;
+        k->nsizes = 0;
+        for (int j = 0; j < k->nins; j++)
+            k->ins[j].sized = 0;
+    }
+}
+
+typedef struct mark_ctx {
+    const bool *mask;
+    int64_t n;   /* candidates seen */
+    bool count;  /* first walk: count per kernel; second: fill */
+    bool ok;
+} mark_ctx;
+
+static void mark_one(void *ctx, lower_kernel *k, void *field, int64_t value, lower_ins *imm) {
+    mark_ctx *c = ctx;
+    bool on = !c->mask || c->mask[c->n];
+    c->n++;
+    if (!on)
+        return;
+    if (c->count) {
+        k->nsizes++;
+        return;
+    }
+    int j = k->nsizes++;
+    k->size_at[j] = field;
+    k->size_value[j] = value;
+    if (imm)
+        imm->sized = j + 1;
+}
+
+bool lower_sizes_mark(lower_program *p, lower_plan *plans, const bool *mask) {
+    lower_sizes_clear(p);
+    mark_ctx c = {mask, 0, true, true};
+    walk(p, plans, mark_one, &c);
+    for (int i = 0; i < p->nkernels && c.ok; i++) {
+        lower_kernel *k = &p->kernels[i];
+        if (!k->nsizes)
+            continue;
+        k->size_at = malloc(sizeof *k->size_at * (size_t)k->nsizes);
+        k->size_value = malloc(sizeof *k->size_value * (size_t)k->nsizes);
+        c.ok = k->size_at && k->size_value;
+        k->nsizes = 0;
+    }
+    if (!c.ok) {
+        lower_sizes_clear(p);
+        return false;
+    }
+    c.n = 0;
+    c.count = false;
+    walk(p, plans, mark_one, &c);
+    for (int i = 0; i < p->nkernels; i++) {
+        lower_kernel *k = &p->kernels[i];
+        size_t len = strlen(k->name), at = (size_t)k->dims_at, n = (size_t)k->dims_len;
+        if (at > len)
+            at = len;
+        if (n > len - at)
+            n = len - at;
+        snprintf(k->symbol, sizeof k->symbol, "%.*sn%s", (int)at, k->name, k->name + at + n);
+    }
+    return true;
+}
+
+const char *lower_kernel_symbol(const lower_kernel *k) {
+    return k->nsizes ? k->symbol : k->name;
+}
+
+int lower_size_index(const lower_kernel *k, const void *field) {
+    for (int j = 0; j < k->nsizes; j++)
+        if (k->size_at[j] == field)
+            return j;
+    return -1;
+}
