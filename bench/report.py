@@ -185,6 +185,17 @@ def gpt2_section(out_md):
         "empty disk cache, the warm-disk one is a new process over that cache.")
 
 
+def dynamic_section(out_md):
+    return text_section(
+        out_md, "results_dynamic.txt", "## Sizes read at run time against literals",
+        "From bench/dynamic.c in the same run (its load average is its first line): one "
+        "size run by a program shared by graphs of other sizes (kiln_ctx_set_dynamic: it "
+        "reads its sizes at run time) and by one compiled for that size, in two contexts "
+        "of one process, steps alternating; the first step at the new size (shared: "
+        "lowering only; specialised: a compile into an empty disk cache) and the median "
+        "warm step.")
+
+
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
@@ -348,6 +359,7 @@ def main():
     lines += dist_section(out_md)
     lines += embedding_section(out_md)
     lines += gpt2_section(out_md)
+    lines += dynamic_section(out_md)
 
     lines += ["## Where kiln loses", ""]
     if losses:

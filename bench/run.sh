@@ -63,7 +63,7 @@ read -r -a build <<<"${BAZEL_BUILD_OPTS:-}"
 bazel=${BAZEL:-bazel}
 "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
     --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost \
-    //bench:embedding //bench:gpt2
+    //bench:embedding //bench:gpt2 //bench:dynamic
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
 base_bin=
@@ -116,6 +116,10 @@ gpt2_args=()
 [[ $quick == true ]] && gpt2_args=(--small)
 "$bin/bench/gpt2" "${gpt2_args[@]+"${gpt2_args[@]}"}" >bench/results_gpt2.txt ||
     echo "bench/gpt2 failed" >&2
+# Sizes read at run time against literals (text beside RESULTS.md).
+stage "dynamic"
+{ echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"; "$bin/bench/dynamic"; } \
+    >bench/results_dynamic.txt || echo "bench/dynamic failed" >&2
 # The peers get their best: as many threads as kiln, and a current NumPy or
 # PyTorch with its bundled OpenBLAS is slowed by these two settings.
 peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"

@@ -414,12 +414,13 @@ static void share_sizes(jit_backend *j, lower_program *p, lower_plan *plans, int
         return;
     }
     f->used = j->builds;
-    int64_t count = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < n; i++)
         f->varies[i] = f->varies[i] || vals[i] != f->base[i];
-        count += f->varies[i];
-    }
     free(vals);
+    lower_sizes_widen(p, plans, f->varies);
+    int64_t count = 0;
+    for (int64_t i = 0; i < n; i++)
+        count += f->varies[i];
     if (count && lower_sizes_mark(p, plans, f->varies))
         *nsized = count;
 }

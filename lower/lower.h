@@ -352,7 +352,8 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
  * numbers can be read at run time, so that one compiled program serves them
  * all. The candidates, in a fixed order over the kernels that have code:
  * elementwise numel and grid; reductions' numel, rnumel (and a scatter's
- * snumel); a matmul's batch sizes, n, k, m, operand offsets and batch strides;
+ * snumel); a matmul's batch sizes, n, k, m, operand offsets, strides and batch
+ * strides, and its cache blocks (mc, nc, kc: the register tile stays);
  * every immediate of every kernel. Everything else (tiles, blocking, vector
  * widths, index widths, which passes exist) stays in the code's text. That is
  * what makes sharing sound: a renderer prints each value it depends on, either
@@ -362,6 +363,14 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
 /* The number of candidates of p (planned as plans); with vals, their values
  * in order (a float immediate's double bits). */
 int64_t lower_sizes_values(const lower_program *p, const lower_plan *plans, int64_t *vals);
+/* Widens mask (one entry per candidate, true where a value has varied): in a
+ * kernel with any varying candidate, every candidate that is not an immediate
+ * (its element counts, grid, strides, blocks) is marked too. They vary
+ * together: a block that is the whole of a small size stays equal between two
+ * sizes until the size passes it, and each such late difference would cost
+ * a compile. Reading one at run time costs a load. false when out of memory
+ * (mask unchanged). */
+bool lower_sizes_widen(const lower_program *p, const lower_plan *plans, bool *mask);
 /* Marks the candidates whose mask entry is true (every one when mask is NULL)
  * as run-time sizes, numbered per kernel in order; clears earlier marks first.
  * false when out of memory (p is then unmarked). */

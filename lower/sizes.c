@@ -40,6 +40,13 @@ static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
             visit_int(f, ctx, k, &k->m);
             visit_int(f, ctx, k, &k->a.offset);
             visit_int(f, ctx, k, &k->b.offset);
+            visit_int(f, ctx, k, &k->a.row_stride);
+            visit_int(f, ctx, k, &k->a.col_stride);
+            visit_int(f, ctx, k, &k->b.row_stride);
+            visit_int(f, ctx, k, &k->b.col_stride);
+            visit_int(f, ctx, k, &plans[i].mm.mc);
+            visit_int(f, ctx, k, &plans[i].mm.nc);
+            visit_int(f, ctx, k, &plans[i].mm.kc);
             for (int d = 0; d < k->nbatch; d++) {
                 visit_int(f, ctx, k, &k->a.batch_strides[d]);
                 visit_int(f, ctx, k, &k->b.batch_strides[d]);
@@ -73,6 +80,41 @@ static void take_value(void *ctx, lower_kernel *k, void *field, int64_t value, l
     if (c->vals)
         c->vals[c->n] = value;
     c->n++;
+}
+
+typedef struct widen_ctx {
+    bool *mask;
+    int64_t n;
+    const lower_kernel *kernel; /* the kernel being walked */
+    bool varies;                /* whether a candidate of it varies (first walk) */
+    int pass;
+    bool *kernel_varies;        /* per kernel, from the first walk */
+    const lower_kernel *base;
+} widen_ctx;
+
+static void widen_one(void *ctx, lower_kernel *k, void *field, int64_t value, lower_ins *imm) {
+    (void)field;
+    (void)value;
+    widen_ctx *c = ctx;
+    int64_t at = c->n++;
+    bool *kv = &c->kernel_varies[k - c->base];
+    if (c->pass == 0)
+        *kv = *kv || c->mask[at];
+    else if (*kv && !imm)
+        c->mask[at] = true;
+}
+
+bool lower_sizes_widen(const lower_program *p, const lower_plan *plans, bool *mask) {
+    widen_ctx c = {.mask = mask, .base = p->kernels,
+                   .kernel_varies = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof(bool))};
+    if (!c.kernel_varies)
+        return false;
+    for (c.pass = 0; c.pass < 2; c.pass++) {
+        c.n = 0;
+        walk((lower_program *)p, (lower_plan *)plans, widen_one, &c);
+    }
+    free(c.kernel_varies);
+    return true;
 }
 
 int64_t lower_sizes_values(const lower_program *p, const lower_plan *plans, int64_t *vals) {

@@ -385,7 +385,7 @@ static void mm_micro_kernel(sbuf *b, const char *name, const char *e, mm_shape s
     cstyle_put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
     cstyle_put(b,
         "static __attribute__((noinline)) void %s_ukr(int64_t kc, const %s *restrict a, "
-        "int64_t rs, int64_t cs, const %s *restrict b, %s *restrict c, int add) {\n",
+        "int64_t rs, int64_t cs, const %s *restrict b, %s *restrict c, int64_t ldc, int add) {\n",
         name, e, e, e);
     cstyle_put(b, "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n");
     for (int i = 0; i < s.mr; i++)
@@ -409,26 +409,28 @@ static void mm_micro_kernel(sbuf *b, const char *name, const char *e, mm_shape s
     cstyle_put(b, "  if (add) {\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
-            cstyle_put(b, "    *(%s_v *)(c + %d * %s_NC + %d * %s_L) += c%d_%d;\n", name, i, name, v,
-                name, i, v);
+            cstyle_put(b, "    *(%s_v *)(c + %d * ldc + %d * %s_L) += c%d_%d;\n", name, i,
+                v, name, i, v);
     cstyle_put(b, "  } else {\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
-            cstyle_put(b, "    *(%s_v *)(c + %d * %s_NC + %d * %s_L) = c%d_%d;\n", name, i, name, v,
-                name, i, v);
+            cstyle_put(b, "    *(%s_v *)(c + %d * ldc + %d * %s_L) = c%d_%d;\n", name, i,
+                v, name, i, v);
     cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n");
 }
 
 /* Packs rows [i0, i0 + mc) and k [p0, p0 + kc) of an operand into panels of
  * `unit` rows, step-major (unit values per k step), converted to the packed
  * type; rows past mc are zeros. A is packed by its rows, B by its columns,
- * so B's row stride is its k stride here. */
+ * so B's row stride is its k stride here. The strides are arguments (rs,
+ * ks): literals at the one call, which the compiler inlines, or run-time
+ * sizes; their values only choose the loop order. */
 static void mm_pack(sbuf *b, const char *name, const char *which, const char *e,
                     const char *unit, kiln_dtype dt, int buf, int64_t row_stride,
                     int64_t k_stride) {
     cstyle_put(b,
         "static void %s_pack_%s(%s *restrict dst, const %s *restrict src, int64_t o, "
-        "int64_t mc, int64_t kc) {\n",
+        "int64_t mc, int64_t kc, int64_t rs, int64_t ks) {\n",
         name, which, e, stype(dt));
     cstyle_put(b, "  const %s *restrict in%d = src;\n", stype(dt), buf);
     cstyle_put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %s, dst += %s * kc) {\n", unit, unit);
@@ -444,9 +446,7 @@ static void mm_pack(sbuf *b, const char *name, const char *which, const char *e,
         cstyle_put(b, "        for (int64_t r = 0; r < %s; r++)\n", unit);
     }
     cstyle_put(b, "          dst[p * %s + r] = (%s)", unit, e);
-    char idx[96];
-    snprintf(idx, sizeof idx, "o + (r0 + r) * %lldLL + p * %lldLL", (long long)row_stride,
-             (long long)k_stride);
+    const char *idx = "o + (r0 + r) * rs + p * ks";
     load_expr(b, dt, buf, idx);
     cstyle_put(b, ";\n    } else {\n");
     cstyle_put(b, "      for (int64_t p = 0; p < kc; p++)\n");
@@ -477,19 +477,20 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     int esz = dt == KILN_F32 ? 4 : 8;
     bool direct = mm->a_direct;
     mm_shape s = {mm->lanes * esz, mm->mr, mm->nv};
-    int64_t lanes = mm->lanes, nr = lanes * mm->nv, mc = mm->mc, nc = mm->nc, kc = mm->kc;
+    int64_t lanes = mm->lanes, nr = lanes * mm->nv;
     const char *name = lower_kernel_symbol(k);
     cstyle_put(b, "#include <stdlib.h>\n");
     cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, name, s.vbytes);
-    cstyle_put(b, "enum { %s_MR = %d, %s_L = %lld, %s_NR = %lld, %s_MC = %lld, %s_NC = %lld, %s_KC = %lld };\n",
-        name, s.mr, name, (long long)lanes, name, (long long)nr, name, (long long)mc, name,
-        (long long)nc, name, (long long)kc);
+    cstyle_put(b, "enum { %s_MR = %d, %s_L = %lld, %s_NR = %lld };\n", name, s.mr, name,
+        (long long)lanes, name, (long long)nr);
     mm_micro_kernel(b, name, e, s);
     char unit[128];
     snprintf(unit, sizeof unit, "%s_MR", name);
     mm_pack(b, name, "a", e, unit, at, k->a.buf, k->a.row_stride, k->a.col_stride);
     snprintf(unit, sizeof unit, "%s_NR", name);
     mm_pack(b, name, "b", e, unit, bt, k->b.buf, k->b.col_stride, k->b.row_stride);
+    /* Sizes, blocks and strides are variables of the kernel (literals, or
+     * run-time sizes when the program is shared by several sizes). */
     /* The epilogue: a run of n output elements from their finished dot
      * products, as one vectorised loop (in int32 index arithmetic where the
      * ranges allow: a bias's broadcast index is a division per element). */
@@ -510,8 +511,12 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "  const int64_t NB = %s, N = %s, K = %s, M = %s;\n",
         cstyle_size_product(b, k, k->nbatch, k->batch), cstyle_size(b, k, &k->n),
         cstyle_size(b, k, &k->k), cstyle_size(b, k, &k->m));
-    cstyle_put(b, "  const int64_t MC = %s_MC, NC = %s_NC, KC = %s_KC, MR = %s_MR, NR = %s_NR;\n", name,
-        name, name, name, name);
+    cstyle_put(b, "  const int64_t MC = %s, NC = %s, KC = %s, MR = %s_MR, NR = %s_NR;\n",
+        cstyle_size(b, k, &plan->mm.mc), cstyle_size(b, k, &plan->mm.nc),
+        cstyle_size(b, k, &plan->mm.kc), name, name);
+    cstyle_put(b, "  const int64_t RSA = %s, CSA = %s, RSB = %s, CSB = %s;\n",
+        cstyle_size(b, k, &k->a.row_stride), cstyle_size(b, k, &k->a.col_stride),
+        cstyle_size(b, k, &k->b.row_stride), cstyle_size(b, k, &k->b.col_stride));
     cstyle_put(b, "  const int64_t NBM = (N + MC - 1) / MC, NBN = (M + NC - 1) / NC;\n");
     cstyle_put(b, "  const size_t MCP = (MC + MR - 1) / MR * MR;\n");
     cstyle_put(b, "  const size_t csz = MCP * NC, bsz = KC * NC, asz = MCP * KC;\n");
@@ -532,21 +537,18 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "      if (cb)\n");
     cstyle_put(b, "        for (int64_t p0 = 0; p0 < K; p0 += KC) {\n");
     cstyle_put(b, "          const int64_t kc = K - p0 < KC ? K - p0 : KC;\n");
-    cstyle_put(b, "          %s_pack_b(bp, in%d, ob + j0 * %lldLL + p0 * %lldLL, nc, kc);\n", name, k->b.buf,
-        (long long)k->b.col_stride, (long long)k->b.row_stride);
+    cstyle_put(b, "          %s_pack_b(bp, in%d, ob + j0 * CSB + p0 * RSB, nc, kc, CSB, RSB);\n", name,
+        k->b.buf);
     cstyle_put(b, "          if (full < mc)\n");
-    cstyle_put(b, "            %s_pack_a(ap + full * kc, in%d, oa + (i0 + full) * %lldLL + p0 * %lldLL, "
-           "mc - full, kc);\n",
-        name, k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride);
+    cstyle_put(b, "            %s_pack_a(ap + full * kc, in%d, oa + (i0 + full) * RSA + p0 * CSA, "
+           "mc - full, kc, RSA, CSA);\n", name, k->a.buf);
     cstyle_put(b, "          for (int64_t ir = 0; ir < mc; ir += MR)\n");
     cstyle_put(b, "            for (int64_t jr = 0; jr < nc; jr += NR)\n");
     if (direct)
-        cstyle_put(b, "              if (ir < full) %s_ukr(kc, in%d + oa + (i0 + ir) * %lldLL + p0 * %lldLL, "
-               "%lldLL, %lldLL, bp + jr * kc, cb + ir * NC + jr, p0 > 0); else\n",
-            name, k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride,
-            (long long)k->a.row_stride, (long long)k->a.col_stride);
-    cstyle_put(b, "              %s_ukr(kc, ap + ir * kc, 1, MR, bp + jr * kc, cb + ir * NC + jr, p0 > 0);\n",
-        name);
+        cstyle_put(b, "              if (ir < full) %s_ukr(kc, in%d + oa + (i0 + ir) * RSA + p0 * CSA, "
+               "RSA, CSA, bp + jr * kc, cb + ir * NC + jr, NC, p0 > 0); else\n", name, k->a.buf);
+    cstyle_put(b, "              %s_ukr(kc, ap + ir * kc, 1, MR, bp + jr * kc, cb + ir * NC + jr, NC, "
+        "p0 > 0);\n", name);
     cstyle_put(b, "        }\n");
     cstyle_put(b, "      if (cb)\n");
     cstyle_put(b, "        for (int64_t i = 0; i < mc; i++) {\n");
@@ -558,15 +560,10 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "          for (int64_t j = 0; j < nc; j++) {\n");
     cstyle_put(b, "            %s dot = 0;\n", e);
     cstyle_put(b, "            for (int64_t p = 0; p < K; p++) {\n");
-    char idx[160];
-    snprintf(idx, sizeof idx, "oa + (i0 + i) * %lldLL + p * %lldLL", (long long)k->a.row_stride,
-             (long long)k->a.col_stride);
     cstyle_put(b, "              dot += (%s)", e);
-    load_expr(b, at, k->a.buf, idx);
-    snprintf(idx, sizeof idx, "ob + p * %lldLL + (j0 + j) * %lldLL", (long long)k->b.row_stride,
-             (long long)k->b.col_stride);
+    load_expr(b, at, k->a.buf, "oa + (i0 + i) * RSA + p * CSA");
     cstyle_put(b, " * (%s)", e);
-    load_expr(b, bt, k->b.buf, idx);
+    load_expr(b, bt, k->b.buf, "ob + p * RSB + (j0 + j) * CSB");
     cstyle_put(b, ";\n            }\n");
     cstyle_put(b, "            %s_epi(bufs, bt * N * M + (i0 + i) * M + j0 + j, &dot, 1);\n", name);
     cstyle_put(b, "          }\n  }\n  free(cb);\n  }\n}\n\n");

@@ -1,0 +1,255 @@
+/* dynamic_test.c — graphs that differ only in sizes share one compiled
+ * program (kiln_ctx_set_dynamic, lower/sizes.c): a training step run at
+ * several batch sizes and an attention forward over a growing sequence
+ * compile at most two programs per sync after their first size, and every
+ * result equals the reference evaluator's; a program that reads its sizes at
+ * run time gives the same bits as the one compiled for its size; switched
+ * off, or on the LLVM path, every size compiles its own. Each case has a
+ * disk cache of its own, so what it counts is what it built. */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "api/kiln.h"
+
+static char cache_dir[64];
+
+static void fresh_cache(const char *compiler) {
+    snprintf(cache_dir, sizeof cache_dir, "/tmp/kiln-dynamic-XXXXXX");
+    cr_assert(mkdtemp(cache_dir));
+    setenv("KILN_CACHE_DIR", cache_dir, 1);
+    setenv("KILN_CPU_COMPILER", compiler, 1);
+}
+
+static void drop_cache(void) {
+    char cmd[96];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", cache_dir);
+    cr_assert_eq(system(cmd), 0);
+    unsetenv("KILN_CACHE_DIR");
+    unsetenv("KILN_CPU_COMPILER");
+}
+
+/* Programs this context has built or loaded, not found in its memory. */
+static int64_t built(const kiln_ctx *ctx) {
+    kiln_stats s = kiln_ctx_stats(ctx);
+    return s.compiles + s.disk_hits;
+}
+
+static float *values(int64_t n, uint64_t salt) {
+    float *v = malloc(sizeof *v * (size_t)n);
+    cr_assert(v);
+    uint64_t x = 0x9e3779b97f4a7c15ull ^ salt;
+    for (int64_t i = 0; i < n; i++) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        v[i] = (float)((double)(x >> 11) * 0x1.0p-53 * 2.0 - 1.0);
+    }
+    return v;
+}
+
+/* One training step of a two-layer classifier on B rows (the rows depend on
+ * B, the weights do not): the mean loss into *loss and both weight
+ * gradients into g ([D*H] then [H*C]). Two syncs: the loss, then the
+ * gradients. */
+enum { D = 12, H = 20, C = 7 };
+
+static void mlp_step(kiln_ctx *ctx, int64_t B, double *loss, float *g) {
+    kiln_scope_begin(ctx);
+    float *x = values(B * D, (uint64_t)B), *w1 = values(D * H, 1), *w2 = values(H * C, 2);
+    float *b1 = values(H, 3);
+    int32_t *y = malloc(sizeof *y * (size_t)B);
+    for (int64_t i = 0; i < B; i++)
+        y[i] = (int32_t)((i * 5 + B) % C);
+    kiln_tensor *X = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){B, D}, x);
+    kiln_tensor *Y = kiln_from_data(ctx, KILN_I32, 1, (const int64_t[]){B}, y);
+    kiln_tensor *W1 = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){D, H}, w1);
+    kiln_tensor *W2 = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){H, C}, w2);
+    kiln_tensor *B1 = kiln_from_data(ctx, KILN_F32, 1, (const int64_t[]){H}, b1);
+    kiln_requires_grad(W1, true);
+    kiln_requires_grad(W2, true);
+    kiln_tensor *h = kiln_gelu(kiln_add(kiln_matmul(X, W1), B1));
+    kiln_tensor *l = kiln_cross_entropy(kiln_matmul(h, W2), Y, KILN_REDUCTION_MEAN);
+    cr_assert_eq(kiln_backward(l), KILN_OK, "%s", kiln_error_message(l));
+    cr_assert_eq(kiln_item(l, loss), KILN_OK, "%s", kiln_error_message(l));
+    cr_assert_eq(kiln_to_host(kiln_grad(W1), g, sizeof(float) * D * H), KILN_OK);
+    cr_assert_eq(kiln_to_host(kiln_grad(W2), g + D * H, sizeof(float) * H * C), KILN_OK);
+    free(x);
+    free(w1);
+    free(w2);
+    free(b1);
+    free(y);
+    kiln_scope_end(ctx);
+}
+
+static void close_to(const float *a, const float *b, int64_t n, double tol, const char *what,
+                     int64_t size) {
+    for (int64_t i = 0; i < n; i++)
+        cr_assert(fabs((double)a[i] - (double)b[i]) <= tol * (1 + fabs((double)b[i])),
+                  "%s at size %lld, element %lld: %.9g against the reference's %.9g", what,
+                  (long long)size, (long long)i, (double)a[i], (double)b[i]);
+}
+
+static void mlp_checked(kiln_ctx *ctx, kiln_ctx *ref, int64_t B) {
+    float g[D * H + H * C], r[D * H + H * C];
+    double l, lr;
+    mlp_step(ctx, B, &l, g);
+    mlp_step(ref, B, &lr, r);
+    cr_assert(fabs(l - lr) <= 1e-5 * (1 + fabs(lr)), "loss at batch %lld: %.9g against %.9g",
+              (long long)B, l, lr);
+    close_to(g, r, D * H + H * C, 1e-4, "gradient", B);
+}
+
+/* Batches of every size: the second size builds the shared programs, and no
+ * size after it builds anything. */
+Test(dynamic, batch_sizes_share_one_program_after_the_second) {
+    fresh_cache("cc");
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    /* Sizes that equal none of the step's other numbers: a batch of 7 rows
+     * against 7 classes makes two immediates one, which is another program
+     * (see a_size_that_changes_the_kernels_gets_its_own_program). */
+    const int64_t sizes[] = {23, 37, 41, 29, 53, 31, 23, 37, 43};
+    int64_t after_second = 0, syncs = 0;
+    for (int i = 0; i < 9; i++) {
+        mlp_checked(ctx, ref, sizes[i]);
+        if (i == 0)
+            syncs = kiln_ctx_stats(ctx).syncs;
+        if (i == 1)
+            after_second = built(ctx);
+    }
+    kiln_stats s = kiln_ctx_stats(ctx);
+    cr_assert_eq(built(ctx), after_second,
+                 "sizes after the second built %lld programs (the first two: %lld)",
+                 (long long)(built(ctx) - after_second), (long long)after_second);
+    cr_assert_leq(after_second, 2 * syncs, "the first two sizes built %lld programs",
+                  (long long)after_second);
+    /* the second size's syncs and those of each of the five new sizes after it */
+    cr_assert_eq(s.size_shared, 6 * syncs, "%lld graph misses shared a program (%lld syncs a step)",
+                 (long long)s.size_shared, (long long)syncs);
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    drop_cache();
+}
+
+/* A size of 1 simplifies broadcasts away, and a size equal to another number
+ * of the step (7 rows, 7 classes) makes two immediates one: each is a program
+ * of its own, and right, and the shared one still serves the sizes after. */
+Test(dynamic, a_size_that_changes_the_kernels_gets_its_own_program) {
+    fresh_cache("cc");
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    mlp_checked(ctx, ref, 9);
+    mlp_checked(ctx, ref, 11);
+    int64_t before = built(ctx);
+    mlp_checked(ctx, ref, 1);
+    cr_assert_gt(built(ctx), before, "a batch of one built nothing");
+    before = built(ctx);
+    mlp_checked(ctx, ref, 7);
+    cr_assert_gt(built(ctx), before, "a batch of 7 with 7 classes built nothing");
+    int64_t after = built(ctx);
+    mlp_checked(ctx, ref, 17);
+    cr_assert_eq(built(ctx), after, "batch 17 did not reuse the shared program");
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    drop_cache();
+}
+
+/* The shared program reads its sizes (a mean's 1/B among them, as the bits
+ * of a double) where the specialised one has literals: the same bits. */
+Test(dynamic, a_shared_program_gives_the_specialised_bits) {
+    fresh_cache("cc");
+    kiln_ctx *shared = kiln_ctx_new(KILN_CPU), *own = kiln_ctx_new(KILN_CPU);
+    cr_assert(shared && own, "%s", kiln_last_ctx_error());
+    cr_assert_eq(kiln_ctx_set_dynamic(own, false), KILN_OK);
+    float g[D * H + H * C], r[D * H + H * C];
+    double l, lr;
+    mlp_step(shared, 6, &l, g);
+    mlp_step(shared, 10, &l, g);
+    mlp_step(shared, 23, &l, g);
+    cr_assert_gt(kiln_ctx_stats(shared).size_shared, 0);
+    mlp_step(own, 23, &lr, r);
+    cr_assert_eq(kiln_ctx_stats(own).size_shared, 0);
+    cr_assert(l == lr, "loss %.17g against %.17g", l, lr);
+    cr_assert(!memcmp(g, r, sizeof g), "the gradients differ in their bits");
+    kiln_ctx_free(shared);
+    kiln_ctx_free(own);
+    drop_cache();
+}
+
+/* kiln_ctx_set_dynamic(false) and the LLVM path: a program per size, each
+ * right. */
+static void each_size_builds(const char *compiler, bool off) {
+    fresh_cache(compiler);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    if (off)
+        cr_assert_eq(kiln_ctx_set_dynamic(ctx, false), KILN_OK);
+    int64_t last = 0;
+    const int64_t sizes[] = {7, 13, 19};
+    for (int i = 0; i < 3; i++) {
+        mlp_checked(ctx, ref, sizes[i]);
+        cr_assert_gt(built(ctx), last, "%s: batch %lld built nothing", compiler,
+                     (long long)sizes[i]);
+        last = built(ctx);
+    }
+    cr_assert_eq(kiln_ctx_stats(ctx).size_shared, 0);
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    drop_cache();
+}
+
+Test(dynamic, switched_off_each_size_builds_its_own) { each_size_builds("cc", true); }
+
+Test(dynamic, the_llvm_path_builds_each_size) {
+    kiln_ctx *probe;
+    setenv("KILN_CPU_COMPILER", "llvm", 1);
+    probe = kiln_ctx_new(KILN_CPU);
+    unsetenv("KILN_CPU_COMPILER");
+    if (!probe)
+        cr_skip_test("no LLVM: %s", kiln_last_ctx_error());
+    kiln_ctx_free(probe);
+    each_size_builds("llvm", false);
+}
+
+/* Causal self-attention over a sequence that grows a token at a time, as a
+ * generation loop runs it: x [T, E] through three projections and a causal
+ * softmax. */
+enum { E = 16 };
+
+static void attention(kiln_ctx *ctx, int64_t T, float *out) {
+    kiln_scope_begin(ctx);
+    float *x = values(T * E, 100), *w = values(3 * E * E, 101);
+    kiln_tensor *X = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){T, E}, x);
+    kiln_tensor *W = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){E, 3 * E}, w);
+    kiln_tensor *qkv = kiln_matmul(X, W);
+    kiln_tensor *q = kiln_slice(qkv, 1, 0, E, 1), *k = kiln_slice(qkv, 1, E, 2 * E, 1);
+    kiln_tensor *v = kiln_slice(qkv, 1, 2 * E, 3 * E, 1);
+    kiln_tensor *y = kiln_scaled_dot_product_attention(q, k, v, true, 1.0 / sqrt((double)E));
+    cr_assert_eq(kiln_to_host(y, out, sizeof(float) * (size_t)(T * E)), KILN_OK, "%s",
+                 kiln_error_message(y));
+    free(x);
+    free(w);
+    kiln_scope_end(ctx);
+}
+
+Test(dynamic, a_growing_sequence_builds_at_most_two_programs) {
+    fresh_cache("cc");
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    float *a = malloc(sizeof(float) * 72 * E), *r = malloc(sizeof(float) * 72 * E);
+    cr_assert(a && r);
+    for (int64_t T = 9; T <= 72; T++) {
+        attention(ctx, T, a);
+        attention(ref, T, r);
+        close_to(a, r, T * E, 1e-4, "attention", T);
+    }
+    cr_assert_leq(built(ctx), 2, "64 lengths built %lld programs", (long long)built(ctx));
+    free(a);
+    free(r);
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    drop_cache();
+}
