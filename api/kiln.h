@@ -115,8 +115,10 @@ KILN_API kiln_mode kiln_ctx_mode(const kiln_ctx *ctx);
  * the first only in them runs that one program. So a size that varies costs
  * two compiles, the first size's program and the shared one, and nothing after,
  * as long as the kernels keep their shape: a size that changes a planning
- * decision (32- against 64-bit indices, a reduction split across threads, a
- * size of 1 that simplifies away) is a program of its own. KILN_DEBUG=1 says
+ * decision (32- against 64-bit indices, a matmul output narrower than a vector,
+ * a reduction split across threads, a size of 1 that simplifies away, a size
+ * equal to another number of the graph, which makes two immediates one) starts
+ * a structure of its own, compiled once for that size and once shared. KILN_DEBUG=1 says
  * which syncs share. Off, each size compiles its own program, whose
  * constants the compiler can fold (see bench/dynamic.c for what that is
  * worth). The CPU's C compiler path shares; the LLVM path and CUDA do not

@@ -253,3 +253,109 @@ Test(dynamic, a_growing_sequence_builds_at_most_two_programs) {
     kiln_ctx_free(ref);
     drop_cache();
 }
+
+/* KILN_DEBUG=1 says which syncs share a program and how many numbers they
+ * read at run time. */
+Test(dynamic, the_debug_line_says_a_program_is_shared) {
+    fresh_cache("cc");
+    setenv("KILN_DEBUG", "1", 1);
+    char log[] = "/tmp/kiln-dynamic-log-XXXXXX";
+    int fd = mkstemp(log);
+    cr_assert(fd >= 0);
+    fflush(stderr);
+    int saved = dup(2);
+    dup2(fd, 2);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    float *a = malloc(sizeof(float) * 40 * E);
+    cr_assert(ctx && a);
+    attention(ctx, 30, a);
+    attention(ctx, 31, a);
+    attention(ctx, 40, a);
+    kiln_ctx_free(ctx);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    unsetenv("KILN_DEBUG");
+    static char text[1 << 16];
+    ssize_t n = pread(fd, text, sizeof text - 1, 0);
+    text[n > 0 ? n : 0] = 0;
+    close(fd);
+    unlink(log);
+    free(a);
+    drop_cache();
+    const char *second = strstr(text, "sync 2:"), *third = strstr(text, "sync 3:");
+    cr_assert(second && third, "%s", text);
+    cr_assert(strstr(second, "numbers read at run time, so graphs that differ only in them "
+                             "share this program (code from compiled)"),
+              "%s", text);
+    cr_assert(strstr(third, "share this program (code from memory)"), "%s", text);
+    cr_assert(!strstr(text, "sync 1: ") || !strstr(strstr(text, "sync 1: "), "read at run time") ||
+                  strstr(strstr(text, "sync 1: "), "read at run time") > second,
+              "the first size's program reads no size at run time: %s", text);
+}
+
+/* A one-layer causal transformer generating 64 tokens one at a time: the
+ * tokens so far (their number grows by one a step) through an embedding, a
+ * pre-norm attention block and MLP, and the head at the last position. The
+ * next token is the reference evaluator's argmax, fed to both, so that the
+ * two never part over a near tie; the logits agree at every step. The prompt
+ * has 12 tokens: a sequence no longer than a vector (8 floats) gives the
+ * scores' matmul a narrower register tile, a program of its own, so a
+ * prompt of 8 builds three (8; 9; 10 and on). */
+enum { VOCAB = 40, W = 24 };
+
+static void next_logits(kiln_ctx *ctx, const int32_t *tokens, int64_t T, float *logits) {
+    kiln_scope_begin(ctx);
+    float *emb = values(VOCAB * W, 200), *pos = values(80 * W, 201), *wqkv = values(W * 3 * W, 202);
+    float *wo = values(W * W, 203), *w1 = values(W * 2 * W, 204), *w2 = values(2 * W * W, 205);
+    kiln_tensor *tok = kiln_from_data(ctx, KILN_I32, 1, (const int64_t[]){T}, tokens);
+    kiln_tensor *E_ = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){VOCAB, W}, emb);
+    kiln_tensor *P = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){80, W}, pos);
+    kiln_tensor *Wqkv = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){W, 3 * W}, wqkv);
+    kiln_tensor *Wo = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){W, W}, wo);
+    kiln_tensor *W1 = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){W, 2 * W}, w1);
+    kiln_tensor *W2 = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){2 * W, W}, w2);
+    kiln_tensor *x = kiln_add(kiln_embedding(tok, E_), kiln_slice(P, 0, 0, T, 1));
+    kiln_tensor *h = kiln_layer_norm(x, 1, NULL, NULL, 1e-5);
+    kiln_tensor *qkv = kiln_matmul(h, Wqkv);
+    kiln_tensor *a = kiln_scaled_dot_product_attention(
+        kiln_slice(qkv, 1, 0, W, 1), kiln_slice(qkv, 1, W, 2 * W, 1),
+        kiln_slice(qkv, 1, 2 * W, 3 * W, 1), true, 1.0 / sqrt((double)W));
+    x = kiln_add(x, kiln_matmul(a, Wo));
+    h = kiln_gelu(kiln_matmul(kiln_layer_norm(x, 1, NULL, NULL, 1e-5), W1));
+    x = kiln_add(x, kiln_matmul(h, W2));
+    /* the tied head at the last position */
+    kiln_tensor *last = kiln_slice(x, 0, T - 1, T, 1);
+    kiln_tensor *out = kiln_matmul(last, kiln_transpose(E_, 0, 1));
+    cr_assert_eq(kiln_to_host(out, logits, sizeof(float) * VOCAB), KILN_OK, "%s",
+                 kiln_error_message(out));
+    free(emb);
+    free(pos);
+    free(wqkv);
+    free(wo);
+    free(w1);
+    free(w2);
+    kiln_scope_end(ctx);
+}
+
+Test(dynamic, a_generation_loop_builds_at_most_two_programs) {
+    fresh_cache("cc");
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    int32_t tokens[80] = {3, 17, 5, 29, 11, 2, 38, 21, 9, 33, 14, 26};
+    int64_t T = 12;
+    for (int step = 0; step < 64; step++, T++) {
+        float a[VOCAB], r[VOCAB];
+        next_logits(ctx, tokens, T, a);
+        next_logits(ref, tokens, T, r);
+        close_to(a, r, VOCAB, 1e-4, "logits", T);
+        int best = 0;
+        for (int v = 1; v < VOCAB; v++)
+            best = r[v] > r[best] ? v : best;
+        tokens[T] = best;
+    }
+    cr_assert_leq(built(ctx), 2, "64 tokens built %lld programs", (long long)built(ctx));
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    drop_cache();
+}
