@@ -326,7 +326,9 @@ typedef struct lower_plan {
                            outputs in chunks of this many, each chunk's partial sums a
                            row in cache that the input's rows are added into, rather
                            than one strided walk per output; 0: per output */
-    bool parallel;      /* enough work to spread over threads */
+    int64_t parallel;   /* 1: enough work to spread over threads (a number, not a bool,
+                           so that a program shared by several sizes reads it at run
+                           time: lower_sizes_mark) */
     int64_t grid;       /* program instances */
     int block_threads;  /* GPU: threads per program instance */
     int vector_bytes;   /* the vectors the code should use */
@@ -351,7 +353,7 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
  * batch strides and offsets, index and float immediates (a mean's 1/n) — those
  * numbers can be read at run time, so that one compiled program serves them
  * all. The candidates, in a fixed order over the kernels that have code:
- * elementwise numel and grid; reductions' numel, rnumel (and a scatter's
+ * whether it runs in parallel; elementwise numel and grid; reductions' numel, rnumel (and a scatter's
  * snumel); a matmul's batch sizes, n, k, m, operand offsets, strides and batch
  * strides, and its cache blocks (mc, nc, kc: the register tile stays);
  * every immediate of every kernel. Everything else (tiles, blocking, vector

@@ -20,6 +20,7 @@ static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
         lower_kernel *k = &p->kernels[i];
         if (!lower_kind_has_code(k->kind))
             continue;
+        visit_int(f, ctx, k, &plans[i].parallel);
         switch (k->kind) {
         case LOWER_ELEMENTWISE:
             visit_int(f, ctx, k, &k->numel);

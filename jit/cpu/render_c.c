@@ -138,14 +138,24 @@ static void stash_stmt(sbuf *b, const lower_kernel *k, const lower_block *blk) {
  * vectorised loop became a gather or scatter. */
 static const char *counter(const sbuf *b) { return b->narrow ? "int32_t" : "int64_t"; }
 
+/* The pragma spreading a kernel's loop over the threads: none when the plan
+ * says the work is too little, or, when that is read at run time, an if
+ * clause that decides. */
+static void parallel_for(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    if (lower_size_index(k, &plan->parallel) >= 0)
+        cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads) if(%s)\n",
+                   cstyle_size(b, k, &plan->parallel));
+    else if (plan->parallel)
+        cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
+}
+
 /* Elementwise: a tile of output elements per program instance, its loop
  * vectorised. */
 static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     const char *ix = counter(b);
     cstyle_put(b, "  const %s N = %s, T = %lldLL, G = %s;\n", ix, cstyle_size(b, k, &k->numel),
                (long long)k->tile, cstyle_size(b, k, &plan->grid));
-    if (plan->parallel)
-        cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
+    parallel_for(b, k, plan);
     cstyle_put(b, "  for (%s t = 0; t < G; t++) {\n", ix);
     cstyle_put(b, "    const %s lo = t * T, hi = lo + T < N ? lo + T : N;\n", ix);
     cstyle_put(b, "    #pragma omp simd\n");
@@ -278,8 +288,7 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
     const char *acc = is_float(in) ? "double" : "uint64_t";
     cstyle_put(b, "  const %s N = %s, R = %s, CW = %lldLL;\n", ix, cstyle_size(b, k, &k->numel),
                cstyle_size(b, k, &k->rnumel), (long long)plan->columns);
-    if (plan->parallel)
-        cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
+    parallel_for(b, k, plan);
     cstyle_put(b, "  for (%s c0 = 0; c0 < N; c0 += CW) {\n", ix);
     cstyle_put(b, "    const %s c1 = c0 + CW < N ? c0 + CW : N;\n", ix);
     cstyle_put(b, "    %s part[%lld];\n", acc, (long long)plan->columns);
@@ -312,8 +321,7 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
     const char *ix = counter(b);
     cstyle_put(b, "  const %s N = %s, R = %s;\n", ix, cstyle_size(b, k, &k->numel),
                cstyle_size(b, k, &k->rnumel));
-    if (plan->parallel)
-        cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
+    parallel_for(b, k, plan);
     cstyle_put(b, "  for (%s g = 0; g < N; g++) {\n", ix);
     bool stored = false;
     for (int i = 0; i < plan->nblocks; i++) {
@@ -522,8 +530,8 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "  const size_t csz = MCP * NC, bsz = KC * NC, asz = MCP * KC;\n");
     cstyle_put(b, "  const size_t bytes = ((csz + bsz + asz) * sizeof(%s) + 63) / 64 * 64;\n", e);
     cstyle_put(b, "  const int64_t T = NB * NBM * NBN;\n");
-    cstyle_put(b, "  #pragma omp parallel num_threads(nthreads < T ? nthreads : (int)T) if(%d)\n  {\n",
-        plan->parallel);
+    cstyle_put(b, "  #pragma omp parallel num_threads(nthreads < T ? nthreads : (int)T) if(%s)\n  {\n",
+        cstyle_size(b, k, &plan->parallel));
     cstyle_put(b, "  %s *const cb = K > 0 ? aligned_alloc(64, bytes) : NULL;\n", e);
     cstyle_put(b, "  %s *const bp = cb ? cb + csz : NULL, *const ap = cb ? cb + csz + bsz : NULL;\n", e);
     cstyle_put(b, "  #pragma omp for schedule(dynamic, 1)\n");
