@@ -3,7 +3,6 @@ one file each, in a results directory) into bench/RESULTS.md and the plot
 bench/results.png. Run from the peers' virtual environment (it needs
 matplotlib): bench/run.sh does. Usage: report.py RESULTS_DIR OUT_MD OUT_PNG."""
 import collections
-import datetime
 import glob
 import json
 import os
@@ -159,6 +158,12 @@ def text_section(out_md, name, heading, intro):
         return []
     with open(path) as f:
         text = f.read().strip()
+    # run.sh's first line, "measured DATE": a text may be newer than the tables
+    # above when its benchmark was run on its own.
+    first, _, rest = text.partition("\n")
+    if first.startswith("measured "):
+        intro += " Measured on " + first[len("measured "):].strip() + "."
+        text = rest.strip()
     return [heading, "", intro, "", "```", text, "```", ""]
 
 
@@ -166,7 +171,7 @@ def embedding_section(out_md):
     return text_section(
         out_md, "results_embedding.txt",
         "## Embedding: a gather of rows against the one-hot matmul it was",
-        "From bench/embedding.c in the same run (its load average is its first line): "
+        "From bench/embedding.c (its load average is its first line): "
         "256 tokens from a [50257, 768] f32 table, kiln_embedding (one indexed load per "
         "element, GRAPH_GATHER) against the one-hot [256, 50257] matmul it replaced, "
         "written with the same public calls; then the weight's gradient through each "
@@ -176,7 +181,7 @@ def embedding_section(out_md):
 def gpt2_section(out_md):
     return text_section(
         out_md, "results_gpt2.txt", "## A GPT-2 training step",
-        "From bench/gpt2.c in the same run (its load average is its first line): "
+        "From bench/gpt2.c (its load average is its first line): "
         "token and position embeddings, pre-norm blocks with causal attention and a "
         "tanh-GELU MLP, the head tied to the token embedding, mean cross-entropy, the "
         "backward pass and AdamW, written with kiln.h as a user would; the loss is the "
@@ -188,7 +193,7 @@ def gpt2_section(out_md):
 def dynamic_section(out_md):
     return text_section(
         out_md, "results_dynamic.txt", "## Sizes read at run time against literals",
-        "From bench/dynamic.c in the same run (its load average is its first line): one "
+        "From bench/dynamic.c (its load average is its first line): one "
         "size run by a program shared by graphs of other sizes (kiln_ctx_set_dynamic: it "
         "reads its sizes at run time) and by one compiled for that size, in two contexts "
         "of one process, steps alternating; the first step at the new size (shared: "

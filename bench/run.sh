@@ -107,19 +107,19 @@ run kiln_compile "$bin/bench/compile_cost" "${args[@]+"${args[@]}"}"
 # The embedding lookup and its weight gradient against the one-hot matmul
 # they were (text, beside RESULTS.md, with its own load average).
 stage "embedding"
-{ echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"; "$bin/bench/embedding"; } \
+{ echo "measured $(date -u +%F)"; echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"; "$bin/bench/embedding"; } \
     >bench/results_embedding.txt || echo "bench/embedding failed" >&2
 # A GPT-2 training step at two sizes (text beside RESULTS.md; --quick: the
 # small one only, its 124M-parameter step costs minutes of compiling cold).
 stage "gpt2"
 gpt2_args=()
 [[ $quick == true ]] && gpt2_args=(--small)
-"$bin/bench/gpt2" "${gpt2_args[@]+"${gpt2_args[@]}"}" >bench/results_gpt2.txt ||
-    echo "bench/gpt2 failed" >&2
+{ echo "measured $(date -u +%F)"; "$bin/bench/gpt2" "${gpt2_args[@]+"${gpt2_args[@]}"}"; } \
+    >bench/results_gpt2.txt || echo "bench/gpt2 failed" >&2
 # Sizes read at run time against literals (text beside RESULTS.md).
 stage "dynamic"
-{ echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"; "$bin/bench/dynamic"; } \
-    >bench/results_dynamic.txt || echo "bench/dynamic failed" >&2
+{ echo "measured $(date -u +%F)"; "$bin/bench/dynamic"; } >bench/results_dynamic.txt ||
+    echo "bench/dynamic failed" >&2
 # The peers get their best: as many threads as kiln, and a current NumPy or
 # PyTorch with its bundled OpenBLAS is slowed by these two settings.
 peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"
