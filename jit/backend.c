@@ -487,7 +487,15 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
             share_sizes(j, p, c->plans, &c->sized);
             j->stats.size_shared += c->sized > 0;
         }
-        if ((*st = d->ops->render(d, p, c->plans, &text, msg, mcap)) != KILN_OK) {
+        *st = d->ops->render(d, p, c->plans, &text, msg, mcap);
+        if (*st != KILN_OK && c->sized) {
+            /* what reads sizes at run time must never cost the program: literals */
+            lower_sizes_clear(p);
+            c->sized = 0;
+            j->stats.size_shared--;
+            *st = d->ops->render(d, p, c->plans, &text, msg, mcap);
+        }
+        if (*st != KILN_OK) {
             compiled_free(c);
             return NULL;
         }

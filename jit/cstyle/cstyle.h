@@ -21,7 +21,7 @@ typedef struct cstyle_buf {
     bool narrow; /* the plan's: index arithmetic in 32 bits */
     char *err;   /* where the reason for a refusal goes */
     size_t errcap;
-    char sizes[8][40]; /* cstyle_size's results, the last eight */
+    char sizes[8][128]; /* cstyle_size's results, the last eight */
     int nsize;
 } cstyle_buf;
 
