@@ -353,14 +353,16 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
  * batch strides and offsets, index and float immediates (a mean's 1/n) — those
  * numbers can be read at run time, so that one compiled program serves them
  * all. The candidates, in a fixed order over the kernels that have code:
- * whether it runs in parallel; elementwise numel and grid; reductions' numel, rnumel (and a scatter's
+ * whether it runs in parallel and its grid; elementwise numel; reductions' numel, rnumel (and a scatter's
  * snumel); a matmul's batch sizes, n, k, m, operand offsets, strides and batch
  * strides, and its cache blocks (mc, nc, kc: the register tile stays);
  * every immediate of every kernel. Everything else (tiles, blocking, vector
  * widths, index widths, which passes exist) stays in the code's text. That is
  * what makes sharing sound: a renderer prints each value it depends on, either
  * as a literal or as S[j]; programs share code only when their texts are
- * equal, and each run passes its own program's values. */
+ * equal, and each run passes its own program's values. The key is the C text
+ * whatever compiles it, so the LLVM renderer decides nothing on a value the C
+ * text does not show and reads the rest at run time as well. */
 
 /* The number of candidates of p (planned as plans); with vals, their values
  * in order (a float immediate's double bits). */

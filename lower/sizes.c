@@ -20,11 +20,13 @@ static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
         lower_kernel *k = &p->kernels[i];
         if (!lower_kind_has_code(k->kind))
             continue;
+        /* the grid of every kind: the LLVM path splits program instances
+         * by it, where the C path loops over its own bounds */
         visit_int(f, ctx, k, &plans[i].parallel);
+        visit_int(f, ctx, k, &plans[i].grid);
         switch (k->kind) {
         case LOWER_ELEMENTWISE:
             visit_int(f, ctx, k, &k->numel);
-            visit_int(f, ctx, k, &plans[i].grid);
             break;
         case LOWER_REDUCE:
         case LOWER_SCATTER:

@@ -4,8 +4,9 @@
  * compile at most two programs per sync after their first size, and every
  * result equals the reference evaluator's; a program that reads its sizes at
  * run time gives the same bits as the one compiled for its size; switched
- * off, or on the LLVM path, every size compiles its own. Each case has a
- * disk cache of its own, so what it counts is what it built. */
+ * off, every size compiles its own. Each case runs on the C compiler path
+ * and on the LLVM path, with a disk cache of its own, so what it counts is
+ * what it built. */
 #define _GNU_SOURCE
 #include <criterion/criterion.h>
 #include <math.h>
@@ -31,6 +32,26 @@ static void drop_cache(void) {
     cr_assert_eq(system(cmd), 0);
     unsetenv("KILN_CACHE_DIR");
     unsetenv("KILN_CPU_COMPILER");
+}
+
+/* Runs body on the C compiler path, then on the LLVM path where LLVM is
+ * there. */
+static const char *cur_compiler = "cc";
+
+static void on_each_compiler(void (*body)(const char *compiler)) {
+    static const char *const compilers[] = {"cc", "llvm"};
+    for (int c = 0; c < 2; c++) {
+        setenv("KILN_CPU_COMPILER", compilers[c], 1);
+        kiln_ctx *probe = kiln_ctx_new(KILN_CPU);
+        unsetenv("KILN_CPU_COMPILER");
+        if (!probe) {
+            cr_log_warn("%s: %s", compilers[c], kiln_last_ctx_error());
+            continue;
+        }
+        kiln_ctx_free(probe);
+        cur_compiler = compilers[c];
+        body(compilers[c]);
+    }
 }
 
 /* Programs this context has built or loaded, not found in its memory. */
@@ -88,8 +109,8 @@ static void close_to(const float *a, const float *b, int64_t n, double tol, cons
                      int64_t size) {
     for (int64_t i = 0; i < n; i++)
         cr_assert(fabs((double)a[i] - (double)b[i]) <= tol * (1 + fabs((double)b[i])),
-                  "%s at size %lld, element %lld: %.9g against the reference's %.9g", what,
-                  (long long)size, (long long)i, (double)a[i], (double)b[i]);
+                  "%s (%s) at size %lld, element %lld: %.9g against the reference's %.9g", what,
+                  cur_compiler, (long long)size, (long long)i, (double)a[i], (double)b[i]);
 }
 
 static void mlp_checked(kiln_ctx *ctx, kiln_ctx *ref, int64_t B) {
@@ -104,8 +125,10 @@ static void mlp_checked(kiln_ctx *ctx, kiln_ctx *ref, int64_t B) {
 
 /* Batches of every size: the second size builds the shared programs, and no
  * size after it builds anything. */
-Test(dynamic, batch_sizes_share_one_program_after_the_second) {
-    fresh_cache("cc");
+static void batch_sizes_share_one_program_after_the_second_on(const char *compiler);
+Test(dynamic, batch_sizes_share_one_program_after_the_second) { on_each_compiler(batch_sizes_share_one_program_after_the_second_on); }
+static void batch_sizes_share_one_program_after_the_second_on(const char *compiler) {
+    fresh_cache(compiler);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
     cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
     /* Sizes that equal none of the step's other numbers: a batch of 7 rows
@@ -137,8 +160,10 @@ Test(dynamic, batch_sizes_share_one_program_after_the_second) {
 /* A size of 1 simplifies broadcasts away, and a size equal to another number
  * of the step (7 rows, 7 classes) makes two immediates one: each is a program
  * of its own, and right, and the shared one still serves the sizes after. */
-Test(dynamic, a_size_that_changes_the_kernels_gets_its_own_program) {
-    fresh_cache("cc");
+static void a_size_that_changes_the_kernels_gets_its_own_program_on(const char *compiler);
+Test(dynamic, a_size_that_changes_the_kernels_gets_its_own_program) { on_each_compiler(a_size_that_changes_the_kernels_gets_its_own_program_on); }
+static void a_size_that_changes_the_kernels_gets_its_own_program_on(const char *compiler) {
+    fresh_cache(compiler);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
     cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
     mlp_checked(ctx, ref, 9);
@@ -159,8 +184,10 @@ Test(dynamic, a_size_that_changes_the_kernels_gets_its_own_program) {
 
 /* The shared program reads its sizes (a mean's 1/B among them, as the bits
  * of a double) where the specialised one has literals: the same bits. */
-Test(dynamic, a_shared_program_gives_the_specialised_bits) {
-    fresh_cache("cc");
+static void a_shared_program_gives_the_specialised_bits_on(const char *compiler);
+Test(dynamic, a_shared_program_gives_the_specialised_bits) { on_each_compiler(a_shared_program_gives_the_specialised_bits_on); }
+static void a_shared_program_gives_the_specialised_bits_on(const char *compiler) {
+    fresh_cache(compiler);
     kiln_ctx *shared = kiln_ctx_new(KILN_CPU), *own = kiln_ctx_new(KILN_CPU);
     cr_assert(shared && own, "%s", kiln_last_ctx_error());
     cr_assert_eq(kiln_ctx_set_dynamic(own, false), KILN_OK);
@@ -179,8 +206,7 @@ Test(dynamic, a_shared_program_gives_the_specialised_bits) {
     drop_cache();
 }
 
-/* kiln_ctx_set_dynamic(false) and the LLVM path: a program per size, each
- * right. */
+/* kiln_ctx_set_dynamic(false): a program per size, each right. */
 static void each_size_builds(const char *compiler, bool off) {
     fresh_cache(compiler);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
@@ -201,18 +227,8 @@ static void each_size_builds(const char *compiler, bool off) {
     drop_cache();
 }
 
-Test(dynamic, switched_off_each_size_builds_its_own) { each_size_builds("cc", true); }
-
-Test(dynamic, the_llvm_path_builds_each_size) {
-    kiln_ctx *probe;
-    setenv("KILN_CPU_COMPILER", "llvm", 1);
-    probe = kiln_ctx_new(KILN_CPU);
-    unsetenv("KILN_CPU_COMPILER");
-    if (!probe)
-        cr_skip_test("no LLVM: %s", kiln_last_ctx_error());
-    kiln_ctx_free(probe);
-    each_size_builds("llvm", false);
-}
+static void switched_off_on(const char *compiler) { each_size_builds(compiler, true); }
+Test(dynamic, switched_off_each_size_builds_its_own) { on_each_compiler(switched_off_on); }
 
 /* Causal self-attention over a sequence that grows a token at a time, as a
  * generation loop runs it: x [T, E] through three projections and a causal
@@ -235,8 +251,10 @@ static void attention(kiln_ctx *ctx, int64_t T, float *out) {
     kiln_scope_end(ctx);
 }
 
-Test(dynamic, a_growing_sequence_builds_at_most_two_programs) {
-    fresh_cache("cc");
+static void a_growing_sequence_builds_at_most_two_programs_on(const char *compiler);
+Test(dynamic, a_growing_sequence_builds_at_most_two_programs) { on_each_compiler(a_growing_sequence_builds_at_most_two_programs_on); }
+static void a_growing_sequence_builds_at_most_two_programs_on(const char *compiler) {
+    fresh_cache(compiler);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
     cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
     float *a = malloc(sizeof(float) * 72 * E), *r = malloc(sizeof(float) * 72 * E);
@@ -338,8 +356,10 @@ static void next_logits(kiln_ctx *ctx, const int32_t *tokens, int64_t T, float *
     kiln_scope_end(ctx);
 }
 
-Test(dynamic, a_generation_loop_builds_at_most_two_programs) {
-    fresh_cache("cc");
+static void a_generation_loop_builds_at_most_two_programs_on(const char *compiler);
+Test(dynamic, a_generation_loop_builds_at_most_two_programs) { on_each_compiler(a_generation_loop_builds_at_most_two_programs_on); }
+static void a_generation_loop_builds_at_most_two_programs_on(const char *compiler) {
+    fresh_cache(compiler);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
     cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
     int32_t tokens[80] = {3, 17, 5, 29, 11, 2, 38, 21, 9, 33, 14, 26};
@@ -376,8 +396,10 @@ static void batched(kiln_ctx *ctx, int64_t n, float *out) {
     kiln_scope_end(ctx);
 }
 
-Test(dynamic, a_batch_dimension_of_a_matmul_varies) {
-    fresh_cache("cc");
+static void a_batch_dimension_of_a_matmul_varies_on(const char *compiler);
+Test(dynamic, a_batch_dimension_of_a_matmul_varies) { on_each_compiler(a_batch_dimension_of_a_matmul_varies_on); }
+static void a_batch_dimension_of_a_matmul_varies_on(const char *compiler) {
+    fresh_cache(compiler);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
     cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
     float *a = malloc(sizeof(float) * 2 * 13 * 3 * 5 * 6), *r = malloc(sizeof(float) * 2 * 13 * 3 * 5 * 6);

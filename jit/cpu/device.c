@@ -219,6 +219,7 @@ const jit_device_ops jit_llvm_device = {
     .kind = KILN_CPU,
     .cpu_compiler = "llvm",
     .watched = true,
+    .run_time_sizes = true,
     .open = llvm_open,
     .close = cpu_close,
     .set_threads = cpu_set_threads,

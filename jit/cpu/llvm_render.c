@@ -30,6 +30,7 @@ typedef struct gen {
     LLVMValueRef *val;  /* per instruction, its value in the current scope */
     LLVMValueRef *ptr;  /* per buffer, its typed pointer */
     LLVMValueRef gidx, ridx, dot;
+    LLVMValueRef S;     /* the current function's run-time sizes (i64 *), or NULL */
     bool failed;
     char why[256]; /* why generation failed, when it is not memory */
 } gen;
@@ -117,6 +118,34 @@ static LLVMValueRef get(gen *g, LLVMTypeRef t, LLVMValueRef v) {
 }
 
 static void set(gen *g, LLVMValueRef v, LLVMValueRef x) { g->L->LLVMBuildStore(g->b, x, v); }
+
+/* A size of the kernel (field: a member of it or of its plan): the literal, or
+ * its run-time value S[j] (lower_sizes_mark), read in the current function.
+ * Every decision made here on a value must be one the C text shows, since the
+ * program is shared by the sizes that text stands for. */
+static LLVMValueRef szv(gen *g, const int64_t *field) {
+    int j = lower_size_index(g->k, field);
+    if (j < 0)
+        return i64c(g, *field);
+    if (!g->S) {
+        g->failed = true;
+        snprintf(g->why, sizeof g->why, "kiln: the LLVM renderer has no run-time sizes in scope");
+        return i64c(g, *field);
+    }
+    LLVMValueRef at = i64c(g, j);
+    return get(g, g->i64, g->L->LLVMBuildInBoundsGEP2(g->b, g->i64, g->S, &at, 1, ""));
+}
+
+/* The run-time sizes from the array of buffer addresses (the entry after the
+ * buffers), for the functions that follow; NULL when the kernel has none. */
+static void bind_sizes(gen *g, LLVMValueRef bufs) {
+    g->S = NULL;
+    if (!g->k->nsizes)
+        return;
+    LLVMValueRef at = i64c(g, g->k->nouts + g->k->ninputs);
+    LLVMValueRef p = get(g, g->i8p, g->L->LLVMBuildInBoundsGEP2(g->b, g->i8p, bufs, &at, 1, ""));
+    g->S = g->L->LLVMBuildBitCast(g->b, p, g->L->LLVMPointerType(g->i64, 0), "");
+}
 
 typedef struct loop {
     LLVMValueRef var, i;
@@ -561,7 +590,19 @@ static void ins_value(gen *g, int i) {
         r = g->ridx;
         break;
     case UOP_IMM:
-        r = imm(g, x->dt, x->imm);
+        if (x->sized) {
+            /* the value's bits (a float's as a double's), from S */
+            r = szv(g, (const int64_t *)g->k->size_at[x->sized - 1]);
+            if (is_float(x->dt)) {
+                r = L_->LLVMBuildBitCast(B, r, g->f64, "");
+                if (cty(g, x->dt) != g->f64)
+                    r = L_->LLVMBuildFPTrunc(B, r, cty(g, x->dt), "");
+            } else if (cty(g, x->dt) != g->i64) {
+                r = L_->LLVMBuildTrunc(B, r, cty(g, x->dt), "");
+            }
+        } else {
+            r = imm(g, x->dt, x->imm);
+        }
         break;
     case UOP_IADD:
         r = L_->LLVMBuildAdd(B, v[x->a], v[x->b], "");
@@ -645,7 +686,7 @@ static void block_values(gen *g, const lower_block *blk) {
 
 static void elementwise(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
     const lower_kernel *k = g->k;
-    LLVMValueRef T = i64c(g, k->tile), N = i64c(g, k->numel);
+    LLVMValueRef T = i64c(g, k->tile), N = szv(g, &k->numel);
     LLVMValueRef glo = L_->LLVMBuildMul(B, lo, T, "");
     LLVMValueRef ghi = L_->LLVMBuildMul(B, hi, T, "");
     ghi = sel(g, icmp(g, LLVMIntSLT, ghi, N), ghi, N);
@@ -755,7 +796,8 @@ static void extreme(gen *g, const lower_block *blk) {
     int64_t mag = kt == g->i32 ? INT32_MAX : INT64_MAX;
     LLVMValueRef acc = var(g, kt, ci(g, kt, mx ? lo : hi)), nan = var(g, g->i8, ci(g, g->i8, 0));
     loop l;
-    g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, g->k->rnumel));
+    LLVMValueRef R = szv(g, &g->k->rnumel);
+    g->ridx = loop_open(g, &l, i64c(g, 0), R);
     block_values(g, blk);
     LLVMValueRef v = g->val[x->a], key;
     if (fl) {
@@ -768,15 +810,14 @@ static void extreme(gen *g, const lower_block *blk) {
     LLVMValueRef cur = get(g, kt, acc);
     set(g, acc, sel(g, icmp(g, mx ? LLVMIntSGT : LLVMIntSLT, key, cur), key, cur));
     loop_close(g, &l, true);
-    LLVMValueRef r = get(g, kt, acc);
-    if (g->k->rnumel == 0)
-        r = ci(g, kt, 0);
+    /* an empty reduction is 0 (the select folds away when R is a literal) */
+    LLVMValueRef empty = icmp(g, LLVMIntEQ, R, i64c(g, 0));
+    LLVMValueRef r = sel(g, empty, ci(g, kt, 0), get(g, kt, acc));
     if (fl) {
         LLVMTypeRef ft = d64 ? g->f64 : g->f32;
         r = L_->LLVMBuildBitCast(B, order_key(g, r, kt, mag), ft, "");
         r = sel(g, icmp(g, LLVMIntNE, get(g, g->i8, nan), ci(g, g->i8, 0)), cf(g, ft, NAN), r);
-        if (g->k->rnumel == 0)
-            r = cf(g, ft, 0.0);
+        r = sel(g, empty, cf(g, ft, 0.0), r);
     } else if (dt != KILN_I64) {
         r = L_->LLVMBuildTrunc(B, r, cty(g, dt), "");
     }
@@ -791,7 +832,7 @@ static void reduce(gen *g, const lower_block *blk) {
         return;
     }
     racc a = racc_new(g, blk->reduce);
-    racc_pass(g, &a, blk, i64c(g, 0), i64c(g, g->k->rnumel));
+    racc_pass(g, &a, blk, i64c(g, 0), szv(g, &g->k->rnumel));
     g->val[blk->reduce] = racc_value(g, &a);
 }
 
@@ -830,6 +871,7 @@ static void bind_buffers(gen *g, LLVMValueRef bufs) {
         LLVMValueRef p = get(g, g->i8p, L_->LLVMBuildInBoundsGEP2(B, g->i8p, bufs, &at, 1, ""));
         g->ptr[i] = L_->LLVMBuildBitCast(B, p, g->L->LLVMPointerType(sty(g, buf_dtype(k, i)), 0), "");
     }
+    bind_sizes(g, bufs);
 }
 
 /* The chunk function of block `upto` (a reduction or the store pass). */
@@ -857,7 +899,7 @@ static LLVMValueRef split_chunk_fn(gen *g, const lower_plan *plan, int upto, LLV
     const lower_block *blk = &plan->blocks[upto];
     loop cl;
     LLVMValueRef c = loop_open(g, &cl, L->LLVMGetParam(fn, 1), L->LLVMGetParam(fn, 2));
-    LLVMValueRef R = i64c(g, k->rnumel), C = i64c(g, SPLIT_CHUNKS);
+    LLVMValueRef R = szv(g, &k->rnumel), C = i64c(g, SPLIT_CHUNKS);
     LLVMValueRef lo = L_->LLVMBuildSDiv(B, mul(g, R, c), C, "");
     LLVMValueRef hi = L_->LLVMBuildSDiv(B, mul(g, R, add(g, c, i64c(g, 1))), C, "");
     if (blk->kind == LOWER_BLOCK_REDUCE) {
@@ -902,7 +944,7 @@ static void split_rows(gen *g, const lower_plan *plan, LLVMValueRef entry, LLVMV
     bind_buffers(g, bufs);
     LLVMValueRef ctx8 = L->LLVMBuildBitCast(B, ctx, g->i8p, "");
     loop rows;
-    g->gidx = loop_open(g, &rows, i64c(g, 0), i64c(g, k->numel));
+    g->gidx = loop_open(g, &rows, i64c(g, 0), szv(g, &k->numel));
     set(g, slot_ptr(g, ctx, SLOT_ROW, g->i64), g->gidx);
     bool stored = false;
     for (int i = 0, q = 0; i < plan->nblocks; i++) {
@@ -944,7 +986,7 @@ static void scatter_pass(gen *g, const lower_block *blk) {
     const lower_kernel *k = g->k;
     const lower_scatter_store *st = &k->scatter[blk->reduce];
     loop l;
-    g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, k->snumel));
+    g->ridx = loop_open(g, &l, i64c(g, 0), szv(g, &k->snumel));
     block_values(g, blk);
     if (st->valid >= 0) {
         LLVMBasicBlockRef yes = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "store");
@@ -979,7 +1021,7 @@ static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
             break;
         case LOWER_BLOCK_STORE: {
             loop l;
-            g->ridx = loop_open(g, &l, i64c(g, 0), i64c(g, k->rnumel));
+            g->ridx = loop_open(g, &l, i64c(g, 0), szv(g, &k->rnumel));
             block_values(g, blk);
             store_results(g);
             loop_close(g, &l, false);
@@ -1002,7 +1044,7 @@ typedef struct mm {
     const lower_mm_plan *plan;
     kiln_dtype at, bt;
     LLVMTypeRef acc, vec, accp;
-    int64_t nr, nbm, nbn;
+    int64_t nr;
     LLVMValueRef ukr;
     LLVMTypeRef ukr_t;
 } mm;
@@ -1017,15 +1059,16 @@ static LLVMValueRef to_acc(gen *g, const mm *p, LLVMValueRef v, kiln_dtype from)
 
 static LLVMValueRef operand_offset(gen *g, const lower_operand *o, LLVMValueRef bt) {
     const lower_kernel *k = g->k;
-    LLVMValueRef off = i64c(g, o->offset);
-    int64_t inner = 1;
+    LLVMValueRef off = szv(g, &o->offset);
+    LLVMValueRef inner = i64c(g, 1);
     for (int d = k->nbatch - 1; d >= 0; d--) {
+        /* as the C text has the term or not */
         if (o->batch_strides[d] && k->batch[d] > 1) {
-            LLVMValueRef q = L_->LLVMBuildSDiv(B, bt, i64c(g, inner), "");
-            q = L_->LLVMBuildSRem(B, q, i64c(g, k->batch[d]), "");
-            off = L_->LLVMBuildAdd(B, off, L_->LLVMBuildMul(B, q, i64c(g, o->batch_strides[d]), ""), "");
+            LLVMValueRef q = L_->LLVMBuildSDiv(B, bt, inner, "");
+            q = L_->LLVMBuildSRem(B, q, szv(g, &k->batch[d]), "");
+            off = L_->LLVMBuildAdd(B, off, L_->LLVMBuildMul(B, q, szv(g, &o->batch_strides[d]), ""), "");
         }
-        inner *= k->batch[d];
+        inner = L_->LLVMBuildMul(B, inner, szv(g, &k->batch[d]), "");
     }
     return off;
 }
@@ -1066,7 +1109,7 @@ static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *
     set(g, gep(g, proto.t, part, L->LLVMBuildSub(B, zi, start, "")), zero);
     loop_close(g, &z, true);
     loop rows;
-    g->ridx = loop_open(g, &rows, i64c(g, 0), i64c(g, k->rnumel));
+    g->ridx = loop_open(g, &rows, i64c(g, 0), szv(g, &k->rnumel));
     loop cols;
     g->gidx = loop_open(g, &cols, start, end);
     for (int i = 0; i < red; i++)
@@ -1093,16 +1136,16 @@ static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *
 }
 
 
-/* The micro-kernel ukr(kc, a, rs, cs, b, c, add): an MR x NR tile of C
+/* The micro-kernel ukr(kc, a, rs, cs, b, c, ldc, add): an MR x NR tile of C
  * (NR = NV vectors) accumulated in registers over kc steps of A (MR values
  * per step, rows rs apart, steps cs apart: packed, or the operand in place)
  * and packed B (NR values per step), then stored into, or added to, the C
- * block (rows NC apart). Products are contracted (llvm.fmuladd). */
+ * block (rows ldc = NC apart). Products are contracted (llvm.fmuladd). */
 static void mm_micro_kernel(gen *g, mm *p) {
     const jit_llvm_api *L = g->L;
     const lower_mm_plan *pl = p->plan;
-    LLVMTypeRef params[7] = {g->i64, p->accp, g->i64, g->i64, p->accp, p->accp, g->i1};
-    p->ukr_t = L->LLVMFunctionType(g->vd, params, 7, 0);
+    LLVMTypeRef params[8] = {g->i64, p->accp, g->i64, g->i64, p->accp, p->accp, g->i64, g->i1};
+    p->ukr_t = L->LLVMFunctionType(g->vd, params, 8, 0);
     char name[128];
     snprintf(name, sizeof name, "%s.ukr", g->k->name);
     p->ukr = add_fn(g, name, p->ukr_t, true);
@@ -1114,7 +1157,7 @@ static void mm_micro_kernel(gen *g, mm *p) {
     LLVMValueRef kc = L->LLVMGetParam(p->ukr, 0), a = L->LLVMGetParam(p->ukr, 1);
     LLVMValueRef rs = L->LLVMGetParam(p->ukr, 2), cs = L->LLVMGetParam(p->ukr, 3);
     LLVMValueRef bp = L->LLVMGetParam(p->ukr, 4), c = L->LLVMGetParam(p->ukr, 5);
-    LLVMValueRef addp = L->LLVMGetParam(p->ukr, 6);
+    LLVMValueRef ldc = L->LLVMGetParam(p->ukr, 6), addp = L->LLVMGetParam(p->ukr, 7);
     LLVMValueRef accs[12][4];
     LLVMValueRef zero = L->LLVMConstNull(p->vec);
     for (int i = 0; i < pl->mr; i++)
@@ -1151,7 +1194,7 @@ static void mm_micro_kernel(gen *g, mm *p) {
     loop_close(g, &kl, false);
     for (int i = 0; i < pl->mr; i++)
         for (int v = 0; v < pl->nv; v++) {
-            LLVMValueRef at = i64c(g, (int64_t)i * pl->nc + (int64_t)v * pl->lanes);
+            LLVMValueRef at = add(g, mul(g, i64c(g, i), ldc), i64c(g, (int64_t)v * pl->lanes));
             LLVMValueRef ptr = L->LLVMBuildBitCast(B, gep(g, p->acc, c, at), vptr, "");
             LLVMValueRef old = get(g, p->vec, ptr);
             L->LLVMSetAlignment(old, esz);
@@ -1167,7 +1210,7 @@ static void mm_micro_kernel(gen *g, mm *p) {
  * kc steps of k (k_stride apart) into panels of `unit` rows, step-major,
  * converted to the accumulation type; rows past `rows` are zeros. */
 static void mm_pack(gen *g, const mm *p, LLVMValueRef dst, int buf, LLVMValueRef first, LLVMValueRef rows, LLVMValueRef kc, int64_t unit,
-                    int64_t row_stride, int64_t k_stride) {
+                    LLVMValueRef row_stride, LLVMValueRef k_stride) {
     loop r0l, pl, rl;
     LLVMValueRef r0 = loop_open(g, &r0l, i64c(g, 0), L_->LLVMBuildSDiv(B, add(g, rows, i64c(g, unit - 1)), i64c(g, unit), ""));
     LLVMValueRef panel = gep(g, p->acc, dst, mul(g, r0, mul(g, i64c(g, unit), kc)));
@@ -1176,7 +1219,7 @@ static void mm_pack(gen *g, const mm *p, LLVMValueRef dst, int buf, LLVMValueRef
     LLVMValueRef row = add(g, mul(g, r0, i64c(g, unit)), r);
     LLVMValueRef inside = icmp(g, LLVMIntSLT, row, rows);
     LLVMValueRef safe = sel(g, inside, row, i64c(g, 0));
-    LLVMValueRef idx = add(g, first, add(g, mul(g, safe, i64c(g, row_stride)), mul(g, pp, i64c(g, k_stride))));
+    LLVMValueRef idx = add(g, first, add(g, mul(g, safe, row_stride), mul(g, pp, k_stride)));
     LLVMValueRef v = to_acc(g, p, load(g, buf, idx), buf_dtype(g->k, buf));
     v = sel(g, inside, v, L_->LLVMConstNull(p->acc));
     set(g, gep(g, p->acc, panel, add(g, mul(g, pp, i64c(g, unit)), r)), v);
@@ -1190,7 +1233,8 @@ static void mm_epilogue(gen *g, const lower_plan *plan, LLVMValueRef bt, LLVMVal
                         LLVMValueRef col, LLVMValueRef dot) {
     const lower_kernel *k = g->k;
     g->dot = dot;
-    g->gidx = add(g, add(g, mul(g, bt, i64c(g, k->n * k->m)), mul(g, row, i64c(g, k->m))), col);
+    LLVMValueRef m = szv(g, &k->m);
+    g->gidx = add(g, add(g, mul(g, bt, mul(g, szv(g, &k->n), m)), mul(g, row, m)), col);
     for (int x = 0; x < plan->nblocks; x++)
         block_values(g, &plan->blocks[x]);
     store_results(g);
@@ -1211,28 +1255,43 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
     const jit_llvm_api *L = g->L;
     const lower_kernel *k = g->k;
     const lower_mm_plan *pl = &plan->mm;
-    int64_t mcp = (pl->mc + pl->mr - 1) / pl->mr * pl->mr;
-    int64_t csz = mcp * pl->nc, bsz = pl->kc * pl->nc, asz = mcp * pl->kc;
+    /* Sizes, blocks and strides: literals, or read at run time (constant
+     * expressions fold when they are literals). */
+    LLVMValueRef N = szv(g, &k->n), K = szv(g, &k->k), M = szv(g, &k->m);
+    LLVMValueRef MC = szv(g, &pl->mc), NC = szv(g, &pl->nc), KC = szv(g, &pl->kc);
+    LLVMValueRef RSA = szv(g, &k->a.row_stride), CSA = szv(g, &k->a.col_stride);
+    LLVMValueRef RSB = szv(g, &k->b.row_stride), CSB = szv(g, &k->b.col_stride);
+    LLVMValueRef MR = i64c(g, pl->mr);
+    LLVMValueRef nbm = L->LLVMBuildSDiv(B, add(g, N, L->LLVMBuildSub(B, MC, i64c(g, 1), "")), MC, "");
+    LLVMValueRef nbn = L->LLVMBuildSDiv(B, add(g, M, L->LLVMBuildSub(B, NC, i64c(g, 1), "")), NC, "");
+    LLVMValueRef mcp = mul(g, L->LLVMBuildSDiv(B, add(g, MC, i64c(g, pl->mr - 1)), MR, ""), MR);
+    LLVMValueRef csz = mul(g, mcp, NC), bsz = mul(g, KC, NC), asz = mul(g, mcp, KC);
     int64_t esz = p->acc == g->f32 ? 4 : 8;
-    int64_t bytes = ((csz + bsz + asz) * esz + 63) / 64 * 64;
+    LLVMValueRef bytes = mul(g, L->LLVMBuildSDiv(B, add(g, mul(g, add(g, add(g, csz, bsz), asz), i64c(g, esz)),
+                                                        i64c(g, 63)), i64c(g, 64), ""), i64c(g, 64));
+    /* K > 0 as the C text tests it: at run time when K is read there */
+    bool sized_k = lower_size_index(k, &k->k) >= 0;
     LLVMTypeRef aa_p[2] = {g->i64, g->i64};
     LLVMValueRef aalloc = libc_fn(g, "aligned_alloc", L->LLVMFunctionType(g->i8p, aa_p, 2, 0));
     LLVMValueRef freef = libc_fn(g, "free", L->LLVMFunctionType(g->vd, &g->i8p, 1, 0));
-    LLVMValueRef args[7] = {i64c(g, 64), i64c(g, bytes)};
-    LLVMValueRef raw = k->k > 0 ? L->LLVMBuildCall2(B, L->LLVMFunctionType(g->i8p, aa_p, 2, 0),
-                                                    aalloc, args, 2, "")
-                                : L->LLVMConstNull(g->i8p);
+    LLVMValueRef args[8] = {i64c(g, 64), bytes};
+    LLVMValueRef raw = sized_k || k->k > 0
+                           ? L->LLVMBuildCall2(B, L->LLVMFunctionType(g->i8p, aa_p, 2, 0), aalloc, args, 2, "")
+                           : L->LLVMConstNull(g->i8p);
+    LLVMValueRef mem = raw; /* what is freed: an empty k gets the panels' memory but no use */
+    if (sized_k)
+        raw = sel(g, icmp(g, LLVMIntSGT, K, i64c(g, 0)), raw, L->LLVMConstNull(g->i8p));
     LLVMValueRef cb = L->LLVMBuildBitCast(B, raw, p->accp, "");
-    LLVMValueRef bp = gep(g, p->acc, cb, i64c(g, csz)), ap = gep(g, p->acc, cb, i64c(g, csz + bsz));
+    LLVMValueRef bp = gep(g, p->acc, cb, csz), ap = gep(g, p->acc, cb, add(g, csz, bsz));
     LLVMValueRef have = icmp(g, LLVMIntNE, raw, L->LLVMConstNull(g->i8p));
     loop tl;
     LLVMValueRef t = loop_open(g, &tl, lo, hi);
-    LLVMValueRef bt = L->LLVMBuildSDiv(B, t, i64c(g, p->nbm * p->nbn), "");
-    LLVMValueRef ib = L->LLVMBuildSRem(B, L->LLVMBuildSDiv(B, t, i64c(g, p->nbn), ""), i64c(g, p->nbm), "");
-    LLVMValueRef jb = L->LLVMBuildSRem(B, t, i64c(g, p->nbn), "");
-    LLVMValueRef i0 = mul(g, ib, i64c(g, pl->mc)), j0 = mul(g, jb, i64c(g, pl->nc));
-    LLVMValueRef mc = imin(g, L->LLVMBuildSub(B, i64c(g, k->n), i0, ""), i64c(g, pl->mc));
-    LLVMValueRef nc = imin(g, L->LLVMBuildSub(B, i64c(g, k->m), j0, ""), i64c(g, pl->nc));
+    LLVMValueRef bt = L->LLVMBuildSDiv(B, t, mul(g, nbm, nbn), "");
+    LLVMValueRef ib = L->LLVMBuildSRem(B, L->LLVMBuildSDiv(B, t, nbn, ""), nbm, "");
+    LLVMValueRef jb = L->LLVMBuildSRem(B, t, nbn, "");
+    LLVMValueRef i0 = mul(g, ib, MC), j0 = mul(g, jb, NC);
+    LLVMValueRef mc = imin(g, L->LLVMBuildSub(B, N, i0, ""), MC);
+    LLVMValueRef nc = imin(g, L->LLVMBuildSub(B, M, j0, ""), NC);
     LLVMValueRef oa = operand_offset(g, &k->a, bt), ob = operand_offset(g, &k->b, bt);
     LLVMValueRef full = pl->a_direct ? mul(g, L->LLVMBuildSDiv(B, mc, i64c(g, pl->mr), ""), i64c(g, pl->mr))
                                      : i64c(g, 0);
@@ -1250,46 +1309,43 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
         L->LLVMBuildBr(B, head);
         L->LLVMPositionBuilderAtEnd(B, head);
         LLVMValueRef p0 = get(g, g->i64, p0v);
-        L->LLVMBuildCondBr(B, icmp(g, LLVMIntSLT, p0, i64c(g, k->k)), body, done);
+        L->LLVMBuildCondBr(B, icmp(g, LLVMIntSLT, p0, K), body, done);
         L->LLVMPositionBuilderAtEnd(B, body);
-        LLVMValueRef kc = imin(g, L->LLVMBuildSub(B, i64c(g, k->k), p0, ""), i64c(g, pl->kc));
-        mm_pack(g, p, bp, k->b.buf,
-                add(g, ob, add(g, mul(g, j0, i64c(g, k->b.col_stride)), mul(g, p0, i64c(g, k->b.row_stride)))),
-                nc, kc, p->nr, k->b.col_stride, k->b.row_stride);
+        LLVMValueRef kc = imin(g, L->LLVMBuildSub(B, K, p0, ""), KC);
+        mm_pack(g, p, bp, k->b.buf, add(g, ob, add(g, mul(g, j0, CSB), mul(g, p0, RSB))),
+                nc, kc, p->nr, CSB, RSB);
         mm_pack(g, p, gep(g, p->acc, ap, mul(g, full, kc)), k->a.buf,
-                add(g, oa, add(g, mul(g, add(g, i0, full), i64c(g, k->a.row_stride)),
-                               mul(g, p0, i64c(g, k->a.col_stride)))),
-                L->LLVMBuildSub(B, mc, full, ""), kc, pl->mr, k->a.row_stride, k->a.col_stride);
+                add(g, oa, add(g, mul(g, add(g, i0, full), RSA), mul(g, p0, CSA))),
+                L->LLVMBuildSub(B, mc, full, ""), kc, pl->mr, RSA, CSA);
         LLVMValueRef addp = icmp(g, LLVMIntSGT, p0, i64c(g, 0));
         loop irl, jrl;
         LLVMValueRef irb = loop_open(g, &irl, i64c(g, 0), L->LLVMBuildSDiv(B, add(g, mc, i64c(g, pl->mr - 1)), i64c(g, pl->mr), ""));
         LLVMValueRef ir = mul(g, irb, i64c(g, pl->mr));
         LLVMValueRef jrb = loop_open(g, &jrl, i64c(g, 0), L->LLVMBuildSDiv(B, add(g, nc, i64c(g, p->nr - 1)), i64c(g, p->nr), ""));
         LLVMValueRef jr = mul(g, jrb, i64c(g, p->nr));
-        LLVMValueRef cptr = gep(g, p->acc, cb, add(g, mul(g, ir, i64c(g, pl->nc)), jr));
+        LLVMValueRef cptr = gep(g, p->acc, cb, add(g, mul(g, ir, NC), jr));
         LLVMValueRef bpanel = gep(g, p->acc, bp, mul(g, jr, kc));
         LLVMValueRef apacked = gep(g, p->acc, ap, mul(g, ir, kc));
         LLVMValueRef aptr = apacked, rs = i64c(g, 1), cs = i64c(g, pl->mr);
         if (pl->a_direct) {
             LLVMValueRef in_place = icmp(g, LLVMIntSLT, ir, full);
-            LLVMValueRef aoff = add(g, oa, add(g, mul(g, add(g, i0, ir), i64c(g, k->a.row_stride)),
-                                             mul(g, p0, i64c(g, k->a.col_stride))));
+            LLVMValueRef aoff = add(g, oa, add(g, mul(g, add(g, i0, ir), RSA), mul(g, p0, CSA)));
             LLVMValueRef adirect = L->LLVMBuildBitCast(B, elem_ptr(g, k->a.buf, p->at, aoff), p->accp, "");
             aptr = sel(g, in_place, adirect, apacked);
-            rs = sel(g, in_place, i64c(g, k->a.row_stride), rs);
-            cs = sel(g, in_place, i64c(g, k->a.col_stride), cs);
+            rs = sel(g, in_place, RSA, rs);
+            cs = sel(g, in_place, CSA, cs);
         }
-        LLVMValueRef ua[7] = {kc, aptr, rs, cs, bpanel, cptr, addp};
-        L->LLVMBuildCall2(B, p->ukr_t, p->ukr, ua, 7, "");
+        LLVMValueRef ua[8] = {kc, aptr, rs, cs, bpanel, cptr, NC, addp};
+        L->LLVMBuildCall2(B, p->ukr_t, p->ukr, ua, 8, "");
         loop_close(g, &jrl, false);
         loop_close(g, &irl, false);
-        set(g, p0v, add(g, p0, i64c(g, pl->kc)));
+        set(g, p0v, add(g, p0, KC));
         L->LLVMBuildBr(B, head);
         L->LLVMPositionBuilderAtEnd(B, done);
         loop il, jl;
         LLVMValueRef i = loop_open(g, &il, i64c(g, 0), mc);
         LLVMValueRef j = loop_open(g, &jl, i64c(g, 0), nc);
-        LLVMValueRef dot = get(g, p->acc, gep(g, p->acc, cb, add(g, mul(g, i, i64c(g, pl->nc)), j)));
+        LLVMValueRef dot = get(g, p->acc, gep(g, p->acc, cb, add(g, mul(g, i, NC), j)));
         mm_epilogue(g, plan, bt, add(g, i0, i), add(g, j0, j), dot);
         loop_close(g, &jl, false);
         loop_close(g, &il, false);
@@ -1302,9 +1358,9 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
         LLVMValueRef i = loop_open(g, &il, i64c(g, 0), mc);
         LLVMValueRef j = loop_open(g, &jl, i64c(g, 0), nc);
         LLVMValueRef acc = var(g, p->acc, L->LLVMConstNull(p->acc));
-        LLVMValueRef kk = loop_open(g, &kl, i64c(g, 0), i64c(g, k->k));
-        LLVMValueRef ai = add(g, oa, add(g, mul(g, add(g, i0, i), i64c(g, k->a.row_stride)), mul(g, kk, i64c(g, k->a.col_stride))));
-        LLVMValueRef bi = add(g, ob, add(g, mul(g, kk, i64c(g, k->b.row_stride)), mul(g, add(g, j0, j), i64c(g, k->b.col_stride))));
+        LLVMValueRef kk = loop_open(g, &kl, i64c(g, 0), K);
+        LLVMValueRef ai = add(g, oa, add(g, mul(g, add(g, i0, i), RSA), mul(g, kk, CSA)));
+        LLVMValueRef bi = add(g, ob, add(g, mul(g, kk, RSB), mul(g, add(g, j0, j), CSB)));
         LLVMValueRef x = to_acc(g, p, load(g, k->a.buf, ai), p->at);
         LLVMValueRef y = to_acc(g, p, load(g, k->b.buf, bi), p->bt);
         LLVMValueRef cur = get(g, p->acc, acc);
@@ -1318,8 +1374,8 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
     }
     L->LLVMPositionBuilderAtEnd(B, next);
     loop_close(g, &tl, false);
-    if (k->k > 0)
-        L->LLVMBuildCall2(B, L->LLVMFunctionType(g->vd, &g->i8p, 1, 0), freef, &raw, 1, "");
+    if (sized_k || k->k > 0)
+        L->LLVMBuildCall2(B, L->LLVMFunctionType(g->vd, &g->i8p, 1, 0), freef, &mem, 1, "");
 }
 
 static void mm_setup(gen *g, const lower_plan *plan, mm *p) {
@@ -1331,8 +1387,6 @@ static void mm_setup(gen *g, const lower_plan *plan, mm *p) {
     p->accp = g->L->LLVMPointerType(p->acc, 0);
     p->vec = g->L->LLVMVectorType(p->acc, (unsigned)plan->mm.lanes);
     p->nr = (int64_t)plan->mm.lanes * plan->mm.nv;
-    p->nbm = (k->n + plan->mm.mc - 1) / plan->mm.mc;
-    p->nbn = (k->m + plan->mm.nc - 1) / plan->mm.nc;
 }
 
 /* The kernel's three functions. */
@@ -1341,8 +1395,9 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     const jit_llvm_api *L = g->L;
     int nb = k->nouts + k->ninputs;
     g->k = k;
-    LLVMTypeRef *pt = calloc((size_t)nb + 2, sizeof *pt);
-    LLVMValueRef *args = calloc((size_t)nb + 2, sizeof *args);
+    /* inner's parameters: the buffers, lo, hi and the run-time sizes */
+    LLVMTypeRef *pt = calloc((size_t)nb + 3, sizeof *pt);
+    LLVMValueRef *args = calloc((size_t)nb + 3, sizeof *args);
     g->vbytes = plan->vector_bytes;
     g->val = calloc((size_t)(k->nins ? k->nins : 1), sizeof *g->val);
     g->ptr = calloc((size_t)nb + 1, sizeof *g->ptr);
@@ -1353,7 +1408,9 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     for (int i = 0; i < nb; i++)
         pt[i] = L->LLVMPointerType(sty(g, buf_dtype(k, i)), 0);
     pt[nb] = pt[nb + 1] = g->i64;
+    pt[nb + 2] = L->LLVMPointerType(g->i64, 0);
     LLVMTypeRef entry_p[2] = {L->LLVMPointerType(g->i8p, 0), g->i32};
+    g->S = NULL;
     if (plan->split) {
         LLVMValueRef e = add_fn(g, k->name, L->LLVMFunctionType(g->vd, entry_p, 2, 0), false);
         split_rows(g, plan, e, pfor, pfor_t, body_t);
@@ -1361,7 +1418,7 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     }
     char name[128];
     snprintf(name, sizeof name, "%s.inner", k->name);
-    LLVMValueRef inner = add_fn(g, name, L->LLVMFunctionType(g->vd, pt, (unsigned)nb + 2, 0), true);
+    LLVMValueRef inner = add_fn(g, name, L->LLVMFunctionType(g->vd, pt, (unsigned)nb + 3, 0), true);
     for (int i = 0; i < nb; i++)
         fn_attr(g, inner, (unsigned)i + 1, "noalias");
     snprintf(name, sizeof name, "%s.body", k->name);
@@ -1378,31 +1435,48 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     }
     args[nb] = L->LLVMGetParam(body, 1);
     args[nb + 1] = L->LLVMGetParam(body, 2);
-    L->LLVMBuildCall2(B, L->LLVMFunctionType(g->vd, pt, (unsigned)nb + 2, 0), inner, args,
-                      (unsigned)nb + 2, "");
+    bind_sizes(g, bufs);
+    args[nb + 2] = g->S ? g->S : L->LLVMConstNull(pt[nb + 2]);
+    L->LLVMBuildCall2(B, L->LLVMFunctionType(g->vd, pt, (unsigned)nb + 3, 0), inner, args,
+                      (unsigned)nb + 3, "");
     fn_end(g);
 
-    int64_t n = plan->grid;
-    bool par = plan->parallel;
     mm p;
     if (k->kind == LOWER_MATMUL) {
         mm_setup(g, plan, &p);
         mm_micro_kernel(g, &p);
     }
     fn_begin(g, entry);
-    LLVMValueRef ctx = L->LLVMBuildBitCast(B, L->LLVMGetParam(entry, 0), g->i8p, "");
-    if (par) {
-        LLVMValueRef a[4] = {body, ctx, i64c(g, n), L->LLVMGetParam(entry, 1)};
-        L->LLVMBuildCall2(B, pfor_t, pfor, a, 4, "");
+    LLVMValueRef bufs8 = L->LLVMGetParam(entry, 0);
+    LLVMValueRef ctx = L->LLVMBuildBitCast(B, bufs8, g->i8p, "");
+    bind_sizes(g, bufs8);
+    LLVMValueRef n = szv(g, &plan->grid);
+    LLVMValueRef pa[4] = {body, ctx, n, L->LLVMGetParam(entry, 1)};
+    LLVMValueRef sa[3] = {ctx, i64c(g, 0), n};
+    if (lower_size_index(k, &plan->parallel) >= 0) {
+        /* whether to spread the work, decided at run time */
+        LLVMBasicBlockRef yes = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "spread");
+        LLVMBasicBlockRef no = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "serial");
+        LLVMBasicBlockRef after = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "after");
+        L->LLVMBuildCondBr(B, icmp(g, LLVMIntNE, szv(g, &plan->parallel), i64c(g, 0)), yes, no);
+        L->LLVMPositionBuilderAtEnd(B, yes);
+        L->LLVMBuildCall2(B, pfor_t, pfor, pa, 4, "");
+        L->LLVMBuildBr(B, after);
+        L->LLVMPositionBuilderAtEnd(B, no);
+        L->LLVMBuildCall2(B, body_t, body, sa, 3, "");
+        L->LLVMBuildBr(B, after);
+        L->LLVMPositionBuilderAtEnd(B, after);
+    } else if (plan->parallel) {
+        L->LLVMBuildCall2(B, pfor_t, pfor, pa, 4, "");
     } else {
-        LLVMValueRef a[3] = {ctx, i64c(g, 0), i64c(g, n)};
-        L->LLVMBuildCall2(B, body_t, body, a, 3, "");
+        L->LLVMBuildCall2(B, body_t, body, sa, 3, "");
     }
     fn_end(g);
 
     fn_begin(g, inner);
     for (int i = 0; i < nb; i++)
         g->ptr[i] = L->LLVMGetParam(inner, (unsigned)i);
+    g->S = k->nsizes ? L->LLVMGetParam(inner, (unsigned)nb + 2) : NULL;
     LLVMValueRef lo = L->LLVMGetParam(inner, (unsigned)nb), hi = L->LLVMGetParam(inner, (unsigned)nb + 1);
     if (k->kind == LOWER_ELEMENTWISE)
         elementwise(g, lo, hi, plan);
