@@ -121,8 +121,8 @@ KILN_API kiln_mode kiln_ctx_mode(const kiln_ctx *ctx);
  * a structure of its own, compiled once for that size and once shared. KILN_DEBUG=1 says
  * which syncs share. Off, each size compiles its own program, whose
  * constants the compiler can fold (see bench/dynamic.c for what that is
- * worth). The CPU's C compiler path shares; the LLVM path and CUDA do not
- * yet. KILN_ERR_ARG for a NULL context. */
+ * worth). Both CPU compiler paths share; CUDA does not yet (each size compiles
+ * its own program there). KILN_ERR_ARG for a NULL context. */
 KILN_API kiln_status kiln_ctx_set_dynamic(kiln_ctx *ctx, bool on);
 KILN_API kiln_device kiln_ctx_device(const kiln_ctx *ctx);
 

@@ -12,7 +12,7 @@
  *              (shared after batches 100 and 112)
  *   attention: causal self-attention, x [T, 64] through one [64, 192]
  *              projection, T = 200 (shared after T = 150 and 151)
- * Usage: dynamic [--steps N] */
+ * Both CPU compiler paths, C then LLVM. Usage: dynamic [--steps N] */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
@@ -159,10 +159,19 @@ int main(int argc, char **argv) {
             load[0] = -1;
         fclose(la);
     }
-    printf("load average %.2f %.2f %.2f, %d steps each, C compiler path\n", load[0], load[1],
-           load[2], steps);
-    setenv("KILN_CPU_COMPILER", "cc", 1);
-    run("mlp", mlp, 100, 112, 120, steps);
-    run("attention", attention, 150, 151, 200, steps);
+    printf("load average %.2f %.2f %.2f, %d steps each\n", load[0], load[1], load[2], steps);
+    static const char *const compilers[] = {"cc", "llvm"};
+    for (int c = 0; c < 2; c++) {
+        setenv("KILN_CPU_COMPILER", compilers[c], 1);
+        kiln_ctx *probe = kiln_ctx_new(KILN_CPU);
+        if (!probe) {
+            printf("%s: not available (%s)\n", compilers[c], kiln_last_ctx_error());
+            continue;
+        }
+        kiln_ctx_free(probe);
+        printf("%s compiler path:\n", compilers[c]);
+        run("mlp", mlp, 100, 112, 120, steps);
+        run("attention", attention, 150, 151, 200, steps);
+    }
     return 0;
 }
