@@ -87,12 +87,10 @@ static void take_value(void *ctx, lower_kernel *k, void *field, int64_t value, l
 
 typedef struct widen_ctx {
     bool *mask;
-    int64_t n;
-    const lower_kernel *kernel; /* the kernel being walked */
-    bool varies;                /* whether a candidate of it varies (first walk) */
-    int pass;
+    int64_t n;                  /* candidates seen in this walk */
+    int pass;                   /* 0: which kernels vary; 1: widen theirs */
     bool *kernel_varies;        /* per kernel, from the first walk */
-    const lower_kernel *base;
+    const lower_kernel *base;   /* the program's kernels, to index kernel_varies */
 } widen_ctx;
 
 static void widen_one(void *ctx, lower_kernel *k, void *field, int64_t value, lower_ins *imm) {
