@@ -12,27 +12,17 @@
  *              (shared after batches 100 and 112)
  *   attention: causal self-attention, x [T, 64] through one [64, 192]
  *              projection, T = 200 (shared after T = 150 and 151)
- * Both CPU compiler paths, C then LLVM. Usage: dynamic [--steps N] */
+ * Both CPU compiler paths, C then LLVM. Usage: dynamic [--quick] [--steps N]
+ * (bench.h's options; 9 alternating steps by default). */
 #define _GNU_SOURCE
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
-#include "kiln.h"
+#include "bench.h"
 
-static double now_ms(void) {
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return tv.tv_sec * 1e3 + tv.tv_usec * 1e-3;
-}
-
-static int cmp(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
+static double now_ms(void) { return bench_now() * 1e3; }
 
 static float *values(int64_t n, unsigned salt) {
     float *v = malloc(sizeof *v * (size_t)n);
@@ -126,9 +116,7 @@ static void run(const char *name, step_fn f, int64_t warm1, int64_t warm2, int64
         ts[i] = t1 - t0;
         to[i] = now_ms() - t1;
     }
-    qsort(ts, (size_t)steps, sizeof *ts, cmp);
-    qsort(to, (size_t)steps, sizeof *to, cmp);
-    double ms = ts[steps / 2], mo = to[steps / 2];
+    double ms = bench_median(ts, steps), mo = bench_median(to, steps);
     printf("%-10s size %-4lld first step: shared %8.1f ms, specialised %8.1f ms (%.3fx); "
            "warm step: shared %7.3f ms, specialised %7.3f ms, shared/specialised %.3f "
            "(%lld misses shared, %lld compiles)\n",
@@ -146,12 +134,7 @@ static void run(const char *name, step_fn f, int64_t warm1, int64_t warm2, int64
 }
 
 int main(int argc, char **argv) {
-    int steps = 21;
-    for (int i = 1; i < argc; i++)
-        if (!strcmp(argv[i], "--steps") && i + 1 < argc)
-            steps = atoi(argv[++i]);
-    if (steps < 1)
-        steps = 1;
+    int steps = bench_parse_opts(argc, argv).steps;
     double load[3] = {0};
     FILE *la = fopen("/proc/loadavg", "r");
     if (la) {

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "api/kiln.h"
+#include "tests/capture.h"
 
 static char text[1 << 16];
 
@@ -22,24 +23,14 @@ static char text[1 << 16];
  * printed in text. */
 static void run_logged(kiln_device dev, void (*step)(kiln_ctx *, int)) {
     setenv("KILN_DEBUG", "1", 1);
-    char log[] = "/tmp/kiln-miss-XXXXXX";
-    int fd = mkstemp(log);
-    cr_assert(fd >= 0);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fd, 2);
+    tu_capture cap;
+    tu_capture_begin(&cap);
     kiln_ctx *ctx = kiln_ctx_new(dev);
     cr_assert(ctx, "%s", kiln_last_ctx_error());
     for (int k = 0; k < 3; k++)
         step(ctx, k);
     kiln_ctx_free(ctx);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    ssize_t n = pread(fd, text, sizeof text - 1, 0);
-    text[n > 0 ? n : 0] = 0;
-    close(fd);
-    unlink(log);
+    tu_capture_end(&cap, text, sizeof text);
 }
 
 /* The second sync's explanation. */

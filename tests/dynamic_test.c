@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "api/kiln.h"
+#include "tests/capture.h"
 
 static char cache_dir[64];
 
@@ -52,6 +53,21 @@ static void on_each_compiler(void (*body)(const char *compiler)) {
         cur_compiler = compilers[c];
         body(compilers[c]);
     }
+}
+
+/* A CPU context on compiler and a reference one, with a disk cache of their
+ * own; close_pair frees both and the cache. */
+static void open_pair(const char *compiler, kiln_ctx **ctx, kiln_ctx **ref) {
+    fresh_cache(compiler);
+    *ctx = kiln_ctx_new(KILN_CPU);
+    *ref = kiln_ctx_new(KILN_REF);
+    cr_assert(*ctx && *ref, "%s", kiln_last_ctx_error());
+}
+
+static void close_pair(kiln_ctx *ctx, kiln_ctx *ref) {
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    drop_cache();
 }
 
 /* Programs this context has built or loaded, not found in its memory. */
@@ -126,11 +142,12 @@ static void mlp_checked(kiln_ctx *ctx, kiln_ctx *ref, int64_t B) {
 /* Batches of every size: the second size builds the shared programs, and no
  * size after it builds anything. */
 static void batch_sizes_share_one_program_after_the_second_on(const char *compiler);
-Test(dynamic, batch_sizes_share_one_program_after_the_second) { on_each_compiler(batch_sizes_share_one_program_after_the_second_on); }
+Test(dynamic, batch_sizes_share_one_program_after_the_second) {
+    on_each_compiler(batch_sizes_share_one_program_after_the_second_on);
+}
 static void batch_sizes_share_one_program_after_the_second_on(const char *compiler) {
-    fresh_cache(compiler);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
-    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    kiln_ctx *ctx, *ref;
+    open_pair(compiler, &ctx, &ref);
     /* Sizes that equal none of the step's other numbers: a batch of 7 rows
      * against 7 classes makes two immediates one, which is another program
      * (see a_size_that_changes_the_kernels_gets_its_own_program). */
@@ -152,20 +169,19 @@ static void batch_sizes_share_one_program_after_the_second_on(const char *compil
     /* the second size's syncs and those of each of the five new sizes after it */
     cr_assert_eq(s.size_shared, 6 * syncs, "%lld graph misses shared a program (%lld syncs a step)",
                  (long long)s.size_shared, (long long)syncs);
-    kiln_ctx_free(ctx);
-    kiln_ctx_free(ref);
-    drop_cache();
+    close_pair(ctx, ref);
 }
 
 /* A size of 1 simplifies broadcasts away, and a size equal to another number
  * of the step (7 rows, 7 classes) makes two immediates one: each is a program
  * of its own, and right, and the shared one still serves the sizes after. */
 static void a_size_that_changes_the_kernels_gets_its_own_program_on(const char *compiler);
-Test(dynamic, a_size_that_changes_the_kernels_gets_its_own_program) { on_each_compiler(a_size_that_changes_the_kernels_gets_its_own_program_on); }
+Test(dynamic, a_size_that_changes_the_kernels_gets_its_own_program) {
+    on_each_compiler(a_size_that_changes_the_kernels_gets_its_own_program_on);
+}
 static void a_size_that_changes_the_kernels_gets_its_own_program_on(const char *compiler) {
-    fresh_cache(compiler);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
-    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    kiln_ctx *ctx, *ref;
+    open_pair(compiler, &ctx, &ref);
     mlp_checked(ctx, ref, 9);
     mlp_checked(ctx, ref, 11);
     int64_t before = built(ctx);
@@ -177,15 +193,15 @@ static void a_size_that_changes_the_kernels_gets_its_own_program_on(const char *
     int64_t after = built(ctx);
     mlp_checked(ctx, ref, 17);
     cr_assert_eq(built(ctx), after, "batch 17 did not reuse the shared program");
-    kiln_ctx_free(ctx);
-    kiln_ctx_free(ref);
-    drop_cache();
+    close_pair(ctx, ref);
 }
 
 /* The shared program reads its sizes (a mean's 1/B among them, as the bits
  * of a double) where the specialised one has literals: the same bits. */
 static void a_shared_program_gives_the_specialised_bits_on(const char *compiler);
-Test(dynamic, a_shared_program_gives_the_specialised_bits) { on_each_compiler(a_shared_program_gives_the_specialised_bits_on); }
+Test(dynamic, a_shared_program_gives_the_specialised_bits) {
+    on_each_compiler(a_shared_program_gives_the_specialised_bits_on);
+}
 static void a_shared_program_gives_the_specialised_bits_on(const char *compiler) {
     fresh_cache(compiler);
     kiln_ctx *shared = kiln_ctx_new(KILN_CPU), *own = kiln_ctx_new(KILN_CPU);
@@ -208,9 +224,8 @@ static void a_shared_program_gives_the_specialised_bits_on(const char *compiler)
 
 /* kiln_ctx_set_dynamic(false): a program per size, each right. */
 static void each_size_builds(const char *compiler, bool off) {
-    fresh_cache(compiler);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
-    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    kiln_ctx *ctx, *ref;
+    open_pair(compiler, &ctx, &ref);
     if (off)
         cr_assert_eq(kiln_ctx_set_dynamic(ctx, false), KILN_OK);
     int64_t last = 0;
@@ -222,13 +237,13 @@ static void each_size_builds(const char *compiler, bool off) {
         last = built(ctx);
     }
     cr_assert_eq(kiln_ctx_stats(ctx).size_shared, 0);
-    kiln_ctx_free(ctx);
-    kiln_ctx_free(ref);
-    drop_cache();
+    close_pair(ctx, ref);
 }
 
 static void switched_off_on(const char *compiler) { each_size_builds(compiler, true); }
-Test(dynamic, switched_off_each_size_builds_its_own) { on_each_compiler(switched_off_on); }
+Test(dynamic, switched_off_each_size_builds_its_own) {
+    on_each_compiler(switched_off_on);
+}
 
 /* Causal self-attention over a sequence that grows a token at a time, as a
  * generation loop runs it: x [T, E] through three projections and a causal
@@ -252,11 +267,12 @@ static void attention(kiln_ctx *ctx, int64_t T, float *out) {
 }
 
 static void a_growing_sequence_builds_at_most_two_programs_on(const char *compiler);
-Test(dynamic, a_growing_sequence_builds_at_most_two_programs) { on_each_compiler(a_growing_sequence_builds_at_most_two_programs_on); }
+Test(dynamic, a_growing_sequence_builds_at_most_two_programs) {
+    on_each_compiler(a_growing_sequence_builds_at_most_two_programs_on);
+}
 static void a_growing_sequence_builds_at_most_two_programs_on(const char *compiler) {
-    fresh_cache(compiler);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
-    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    kiln_ctx *ctx, *ref;
+    open_pair(compiler, &ctx, &ref);
     float *a = malloc(sizeof(float) * 72 * E), *r = malloc(sizeof(float) * 72 * E);
     cr_assert(a && r);
     for (int64_t T = 9; T <= 72; T++) {
@@ -267,9 +283,7 @@ static void a_growing_sequence_builds_at_most_two_programs_on(const char *compil
     cr_assert_leq(built(ctx), 2, "64 lengths built %lld programs", (long long)built(ctx));
     free(a);
     free(r);
-    kiln_ctx_free(ctx);
-    kiln_ctx_free(ref);
-    drop_cache();
+    close_pair(ctx, ref);
 }
 
 /* KILN_DEBUG=1 says which syncs share a program and how many numbers they
@@ -277,12 +291,8 @@ static void a_growing_sequence_builds_at_most_two_programs_on(const char *compil
 Test(dynamic, the_debug_line_says_a_program_is_shared) {
     fresh_cache("cc");
     setenv("KILN_DEBUG", "1", 1);
-    char log[] = "/tmp/kiln-dynamic-log-XXXXXX";
-    int fd = mkstemp(log);
-    cr_assert(fd >= 0);
-    fflush(stderr);
-    int saved = dup(2);
-    dup2(fd, 2);
+    tu_capture cap;
+    tu_capture_begin(&cap);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
     float *a = malloc(sizeof(float) * 40 * E);
     cr_assert(ctx && a);
@@ -290,15 +300,9 @@ Test(dynamic, the_debug_line_says_a_program_is_shared) {
     attention(ctx, 31, a);
     attention(ctx, 40, a);
     kiln_ctx_free(ctx);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    unsetenv("KILN_DEBUG");
     static char text[1 << 16];
-    ssize_t n = pread(fd, text, sizeof text - 1, 0);
-    text[n > 0 ? n : 0] = 0;
-    close(fd);
-    unlink(log);
+    tu_capture_end(&cap, text, sizeof text);
+    unsetenv("KILN_DEBUG");
     free(a);
     drop_cache();
     const char *second = strstr(text, "sync 2:"), *third = strstr(text, "sync 3:");
@@ -357,11 +361,12 @@ static void next_logits(kiln_ctx *ctx, const int32_t *tokens, int64_t T, float *
 }
 
 static void a_generation_loop_builds_at_most_two_programs_on(const char *compiler);
-Test(dynamic, a_generation_loop_builds_at_most_two_programs) { on_each_compiler(a_generation_loop_builds_at_most_two_programs_on); }
+Test(dynamic, a_generation_loop_builds_at_most_two_programs) {
+    on_each_compiler(a_generation_loop_builds_at_most_two_programs_on);
+}
 static void a_generation_loop_builds_at_most_two_programs_on(const char *compiler) {
-    fresh_cache(compiler);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
-    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
+    kiln_ctx *ctx, *ref;
+    open_pair(compiler, &ctx, &ref);
     int32_t tokens[80] = {3, 17, 5, 29, 11, 2, 38, 21, 9, 33, 14, 26};
     int64_t T = 12;
     for (int step = 0; step < 64; step++, T++) {
@@ -375,9 +380,7 @@ static void a_generation_loop_builds_at_most_two_programs_on(const char *compile
         tokens[T] = best;
     }
     cr_assert_leq(built(ctx), 2, "64 tokens built %lld programs", (long long)built(ctx));
-    kiln_ctx_free(ctx);
-    kiln_ctx_free(ref);
-    drop_cache();
+    close_pair(ctx, ref);
 }
 
 /* A batched matmul whose middle batch size varies, against a broadcast
@@ -397,12 +400,14 @@ static void batched(kiln_ctx *ctx, int64_t n, float *out) {
 }
 
 static void a_batch_dimension_of_a_matmul_varies_on(const char *compiler);
-Test(dynamic, a_batch_dimension_of_a_matmul_varies) { on_each_compiler(a_batch_dimension_of_a_matmul_varies_on); }
+Test(dynamic, a_batch_dimension_of_a_matmul_varies) {
+    on_each_compiler(a_batch_dimension_of_a_matmul_varies_on);
+}
 static void a_batch_dimension_of_a_matmul_varies_on(const char *compiler) {
-    fresh_cache(compiler);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
-    cr_assert(ctx && ref, "%s", kiln_last_ctx_error());
-    float *a = malloc(sizeof(float) * 2 * 13 * 3 * 5 * 6), *r = malloc(sizeof(float) * 2 * 13 * 3 * 5 * 6);
+    kiln_ctx *ctx, *ref;
+    open_pair(compiler, &ctx, &ref);
+    size_t most = sizeof(float) * 2 * 13 * 3 * 5 * 6;
+    float *a = malloc(most), *r = malloc(most);
     cr_assert(a && r);
     /* not 10: 3 x 10 rows is 5 x 6, and the two index constants become one
      * (a structure of its own, as a_size_that_changes_the_kernels_... shows) */
@@ -420,7 +425,5 @@ static void a_batch_dimension_of_a_matmul_varies_on(const char *compiler) {
     cr_assert_gt(kiln_ctx_stats(ctx).size_shared, 0);
     free(a);
     free(r);
-    kiln_ctx_free(ctx);
-    kiln_ctx_free(ref);
-    drop_cache();
+    close_pair(ctx, ref);
 }

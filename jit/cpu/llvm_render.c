@@ -119,21 +119,24 @@ static LLVMValueRef get(gen *g, LLVMTypeRef t, LLVMValueRef v) {
 
 static void set(gen *g, LLVMValueRef v, LLVMValueRef x) { g->L->LLVMBuildStore(g->b, x, v); }
 
+/* Run-time size j (lower_sizes_mark), read from S in the current function. */
+static LLVMValueRef size_at(gen *g, int j) {
+    if (!g->S) {
+        g->failed = true;
+        snprintf(g->why, sizeof g->why, "kiln: the LLVM renderer has no run-time sizes in scope");
+        return i64c(g, 0);
+    }
+    LLVMValueRef at = i64c(g, j);
+    return get(g, g->i64, g->L->LLVMBuildInBoundsGEP2(g->b, g->i64, g->S, &at, 1, ""));
+}
+
 /* A size of the kernel (field: a member of it or of its plan): the literal, or
  * its run-time value S[j] (lower_sizes_mark), read in the current function.
  * Every decision made here on a value must be one the C text shows, since the
  * program is shared by the sizes that text stands for. */
 static LLVMValueRef szv(gen *g, const int64_t *field) {
     int j = lower_size_index(g->k, field);
-    if (j < 0)
-        return i64c(g, *field);
-    if (!g->S) {
-        g->failed = true;
-        snprintf(g->why, sizeof g->why, "kiln: the LLVM renderer has no run-time sizes in scope");
-        return i64c(g, *field);
-    }
-    LLVMValueRef at = i64c(g, j);
-    return get(g, g->i64, g->L->LLVMBuildInBoundsGEP2(g->b, g->i64, g->S, &at, 1, ""));
+    return j < 0 ? i64c(g, *field) : size_at(g, j);
 }
 
 /* The run-time sizes from the array of buffer addresses (the entry after the
@@ -592,7 +595,7 @@ static void ins_value(gen *g, int i) {
     case UOP_IMM:
         if (x->sized) {
             /* the value's bits (a float's as a double's), from S */
-            r = szv(g, (const int64_t *)g->k->size_at[x->sized - 1]);
+            r = size_at(g, x->sized - 1);
             if (is_float(x->dt)) {
                 r = L_->LLVMBuildBitCast(B, r, g->f64, "");
                 if (cty(g, x->dt) != g->f64)
