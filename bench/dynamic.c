@@ -12,6 +12,8 @@
  *              (shared after batches 100 and 112)
  *   attention: causal self-attention, x [T, 64] through one [64, 192]
  *              projection, T = 200 (shared after T = 150 and 151)
+ *   matmul:    a square 1024 matmul, compute-bound (shared after 512, 768):
+ *              its cache blocks are read at run time there
  * Both CPU compiler paths, C then LLVM. Usage: dynamic [--quick] [--steps N]
  * (bench.h's options; 9 alternating steps by default). */
 #define _GNU_SOURCE
@@ -80,6 +82,17 @@ static void attention(kiln_ctx *ctx, int64_t T) {
         kiln_slice(qkv, 1, 0, 64, 1), kiln_slice(qkv, 1, 64, 128, 1),
         kiln_slice(qkv, 1, 128, 192, 1), true, 0.125);
     check(kiln_realize(y), "the attention step");
+    free(x);
+    free(w);
+    kiln_scope_end(ctx);
+}
+
+static void square(kiln_ctx *ctx, int64_t n) {
+    kiln_scope_begin(ctx);
+    float *x = values(n * n, 6), *w = values(n * n, 7);
+    kiln_tensor *X = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){n, n}, x);
+    kiln_tensor *W = kiln_from_data(ctx, KILN_F32, 2, (const int64_t[]){n, n}, w);
+    check(kiln_realize(kiln_matmul(X, W)), "the matmul");
     free(x);
     free(w);
     kiln_scope_end(ctx);
@@ -155,6 +168,7 @@ int main(int argc, char **argv) {
         printf("%s compiler path:\n", compilers[c]);
         run("mlp", mlp, 100, 112, 120, steps);
         run("attention", attention, 150, 151, 200, steps);
+        run("matmul", square, 512, 768, 1024, steps);
     }
     return 0;
 }

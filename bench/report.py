@@ -198,7 +198,7 @@ def dynamic_section(out_md):
         "reads its sizes at run time) and by one compiled for that size, in two contexts "
         "of one process, steps alternating; the first step at the new size (shared: "
         "lowering only; specialised: a compile into an empty disk cache) and the median "
-        "warm step.")
+        "warm step, on both CPU compiler paths.")
 
 
 def main():
