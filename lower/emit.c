@@ -570,6 +570,14 @@ static void lower_scatter(lower_kernel *k, emitter *e) {
     k->scatter[k->nscatter++] = (lower_scatter_store){v, p, inside};
 }
 
+/* An elementwise kernel's program instances cover this many elements each:
+ * OpenMP iterations large enough to amortise their start, and a power of
+ * two, so that the trailing axes of power-of-two shapes (a 32 x 32 image)
+ * lie within a tile and fold to lane arithmetic (ir_tiled_gidx). Fixed, not
+ * chosen per shape, so that graphs that differ in sizes keep one tile and
+ * can share a program (lower/sizes.c). */
+enum { ELEMENTWISE_TILE = 1024 };
+
 static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
     graph_node *out = k->out;
     ir_builder *b = &e->b;
@@ -620,7 +628,8 @@ static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
         /* siblings too: every output is elementwise over the same shape */
         k->kind = LOWER_ELEMENTWISE;
         k->numel = graph_numel(out);
-        int gidx = ir_gidx(b, k->numel);
+        k->tile = ELEMENTWISE_TILE;
+        int gidx = ir_tiled_gidx(b, k->numel, k->tile);
         ix oat = unflatten(e, gidx, out->ndim, out->shape);
         for (int o = 0; o < k->nouts; o++)
             k->results[o] = emit(e, k->outs[o], &oat, -1);
@@ -695,7 +704,7 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     free(e.fused);
     free(e.repeats);
     *retry = e.retry;
-    k->tile = k->kind == LOWER_ELEMENTWISE ? 1024 : 1;
+    k->tile = k->kind == LOWER_ELEMENTWISE ? ELEMENTWISE_TILE : 1;
     if (ok) {
         name_kernel(s, k);
         /* k's IR is complete here: every instruction (primitives only), its

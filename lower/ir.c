@@ -94,7 +94,7 @@ int ir_add(ir_builder *b, lower_ins p) {
     int64_t lo = INT64_MIN / 4, hi = INT64_MAX / 4;
     if (p.op == UOP_IMM && p.dt == KILN_I64)
         lo = hi = p.imm.i;
-    else if (p.op == UOP_GIDX || p.op == UOP_RIDX)
+    else if (p.op == UOP_GIDX || p.op == UOP_RIDX || p.op == UOP_TILE || p.op == UOP_LANE)
         lo = 0, hi = p.max;
     else if (p.op >= UOP_IADD && p.op <= UOP_IMOD) {
         int64_t al, ah, bl, bh;
@@ -141,6 +141,23 @@ int ir_gidx(ir_builder *b, int64_t numel) {
     return ir_add(b, p);
 }
 
+int ir_tiled_gidx(ir_builder *b, int64_t numel, int64_t tile) {
+    int64_t tiles = numel > 0 ? (numel + tile - 1) / tile : 0;
+    lower_ins t = proto(UOP_TILE, KILN_I64), l = proto(UOP_LANE, KILN_I64);
+    t.max = tiles > 0 ? tiles - 1 : 0;
+    l.max = (numel < tile ? numel : tile) - 1;
+    if (l.max < 0)
+        l.max = 0;
+    /* the tile's term even where there is one tile: a graph whose sizes
+     * differ keeps the same arithmetic, and may share the program */
+    int g = ir_iadd(b, ir_imul(b, ir_add(b, t), tile), ir_add(b, l));
+    /* the last tile may be partial: the flat index stays below numel (the
+     * bound a plain GIDX has, which folds x / numel to 0) */
+    if (!b->failed && numel > 0 && b->ins[g].op == UOP_IADD && b->ins[g].max > numel - 1)
+        b->ins[g].max = numel - 1;
+    return g;
+}
+
 int ir_ridx(ir_builder *b, int64_t rnumel) {
     lower_ins p = proto(UOP_RIDX, KILN_I64);
     p.max = rnumel > 0 ? rnumel - 1 : 0;
@@ -179,6 +196,9 @@ static int binop(ir_builder *b, lower_uop op, kiln_dtype dt, int x, int y) {
     return ir_add(b, p);
 }
 
+static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n);
+static bool recombine(ir_builder *b, int x, int y, int *out);
+
 int ir_iadd(ir_builder *b, int x, int y) {
     int64_t u, v;
     bool cx = is_imm(b, x, &u), cy = is_imm(b, y, &v);
@@ -188,6 +208,9 @@ int ir_iadd(ir_builder *b, int x, int y) {
         return y;
     if (cy && v == 0)
         return x;
+    int r;
+    if (recombine(b, x, y, &r))
+        return r;
     /* Commutative: one operand order, so that x+y and y+x intern as one. */
     return binop(b, UOP_IADD, KILN_I64, x < y ? x : y, x < y ? y : x);
 }
@@ -208,11 +231,41 @@ int ir_imul(ir_builder *b, int x, int64_t c) {
 
 /* Collects x's terms: each an index value times an immediate factor, or an
  * immediate (id -1). False when there are more than SPLIT_TERMS. */
-static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
+static bool scaled_terms(const ir_builder *b, int x, int64_t m, int *id, int64_t *f, int *n) {
     const lower_ins *xi = &b->ins[x];
     int64_t c;
     if (xi->op == UOP_IADD && xi->dt == KILN_I64)
-        return sum_terms(b, xi->a, id, f, n) && sum_terms(b, xi->b, id, f, n);
+        return scaled_terms(b, xi->a, m, id, f, n) && scaled_terms(b, xi->b, m, id, f, n);
+    /* a sum times an immediate counts as its terms times it ((h + kh) W) */
+    if (xi->op == UOP_IMUL && is_imm(b, xi->b, &c) && b->ins[xi->a].op == UOP_IADD)
+        return scaled_terms(b, xi->a, m * c, id, f, n);
+    if (*n == SPLIT_TERMS)
+        return false;
+    if (is_imm(b, x, &c)) {
+        id[*n] = -1;
+        f[(*n)++] = c * m;
+    } else if (xi->op == UOP_IMUL && is_imm(b, xi->b, &c)) {
+        id[*n] = xi->a;
+        f[(*n)++] = c * m;
+    } else {
+        id[*n] = x;
+        f[(*n)++] = m;
+    }
+    return true;
+}
+
+static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
+    return scaled_terms(b, x, 1, id, f, n);
+}
+
+/* The terms as they stand: a sum times an immediate is one term. What
+ * split_sum sees, so that its folds stay what they were before tiles (a
+ * program shared by several sizes depends on which folds happen). */
+static bool plain_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
+    const lower_ins *xi = &b->ins[x];
+    int64_t c;
+    if (xi->op == UOP_IADD && xi->dt == KILN_I64)
+        return plain_terms(b, xi->a, id, f, n) && plain_terms(b, xi->b, id, f, n);
     if (*n == SPLIT_TERMS)
         return false;
     if (is_imm(b, x, &c)) {
@@ -226,6 +279,51 @@ static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
         f[(*n)++] = 1;
     }
     return true;
+}
+
+/* (v / c) c f + (v % c) f = v f (true of C's truncating division for
+ * every v): a coordinate split by unflatten and put back together by a
+ * load's strides (the rows and columns of a tile, h * W + w) becomes the
+ * index it came from, linear again. True, with the sum of x and y in *out,
+ * when x + y holds such a pair. */
+/* Whether index value x depends on an elementwise kernel's lane. Only
+ * there is the pair put back together: elsewhere the folds stay what they
+ * were, which programs shared between sizes depend on. */
+static bool has_lane(const ir_builder *b, int x) {
+    const lower_ins *xi = &b->ins[x];
+    if (xi->op == UOP_LANE)
+        return true;
+    if (xi->op < UOP_IADD || xi->op > UOP_IMOD)
+        return false;
+    return has_lane(b, xi->a) || has_lane(b, xi->b);
+}
+
+static bool recombine(ir_builder *b, int x, int y, int *out) {
+    int id[SPLIT_TERMS], n = 0;
+    int64_t f[SPLIT_TERMS];
+    if (b->failed || !sum_terms(b, x, id, f, &n) || !sum_terms(b, y, id, f, &n))
+        return false;
+    int64_t c;
+    for (int i = 0; i < n; i++) {
+        if (id[i] < 0 || b->ins[id[i]].op != UOP_IDIV || !is_imm(b, b->ins[id[i]].b, &c) || c < 2)
+            continue;
+        int v = b->ins[id[i]].a;
+        if (!has_lane(b, v))
+            continue;
+        for (int j = 0; j < n; j++) {
+            int64_t cm;
+            if (j == i || id[j] < 0 || b->ins[id[j]].op != UOP_IMOD || b->ins[id[j]].a != v ||
+                !is_imm(b, b->ins[id[j]].b, &cm) || cm != c || f[i] != f[j] * c)
+                continue;
+            int sum = ir_imul(b, v, f[j]);
+            for (int t = 0; t < n; t++)
+                if (t != i && t != j)
+                    sum = ir_iadd(b, sum, id[t] < 0 ? ir_index(b, f[t]) : ir_imul(b, id[t], f[t]));
+            *out = sum;
+            return !b->failed;
+        }
+    }
+    return false;
 }
 
 static int64_t floor_div(int64_t a, int64_t d) {
@@ -243,7 +341,7 @@ static int64_t floor_div(int64_t a, int64_t d) {
 static bool split_sum(ir_builder *b, int x, int64_t d, int *q, int *r) {
     int id[SPLIT_TERMS], n = 0, any = 0;
     int64_t f[SPLIT_TERMS];
-    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !sum_terms(b, x, id, f, &n))
+    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !plain_terms(b, x, id, f, &n))
         return false;
     *q = ir_index(b, 0);
     *r = ir_index(b, 0);
@@ -263,6 +361,52 @@ static bool split_sum(ir_builder *b, int x, int64_t d, int *q, int *r) {
     return any && !b->failed && b->min[*r] >= 0;
 }
 
+/* x = q c + r for x >= 0 with 0 <= r < c and c dividing d, c a factor of
+ * x's terms: q sums the terms whose factor c divides (over c), r the
+ * others. Then x / d = q / (d / c) and x % d = (q % (d / c)) c + r: what
+ * takes a tile's elements (TILE * tile + LANE) apart along axes that span
+ * whole tiles. False where no such c is found. */
+static bool split_coarse(ir_builder *b, int x, int64_t d, int *q, int *r, int64_t *cout) {
+    int id[SPLIT_TERMS], n = 0;
+    int64_t f[SPLIT_TERMS];
+    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !plain_terms(b, x, id, f, &n))
+        return false;
+    for (int i = 0; i < n; i++) {
+        int64_t c = f[i];
+        /* only a tile's own term: a fold that depends on the other terms'
+         * bounds would depend on sizes */
+        if (id[i] < 0 || b->ins[id[i]].op != UOP_TILE || c < 2 || d % c != 0 || c == d)
+            continue;
+        /* the remainder's bounds from its terms, before building it */
+        int64_t lo = 0, hi = 0;
+        bool ok = true;
+        for (int j = 0; j < n && ok; j++) {
+            if (id[j] >= 0 && f[j] % c == 0) {
+                ok = b->min[id[j]] >= 0 && f[j] > 0;
+                continue;
+            }
+            int64_t tl = id[j] < 0 ? f[j] : b->min[id[j]] * f[j];
+            int64_t th = id[j] < 0 ? f[j] : b->ins[id[j]].max * f[j];
+            ok = f[j] > 0 || id[j] < 0;
+            lo += tl;
+            hi += th;
+        }
+        if (!ok || lo < 0 || hi >= c)
+            continue;
+        *q = ir_index(b, 0);
+        *r = ir_index(b, 0);
+        for (int j = 0; j < n; j++) {
+            if (id[j] >= 0 && f[j] % c == 0)
+                *q = ir_iadd(b, *q, ir_imul(b, id[j], f[j] / c));
+            else
+                *r = ir_iadd(b, *r, id[j] < 0 ? ir_index(b, f[j]) : ir_imul(b, id[j], f[j]));
+        }
+        *cout = c;
+        return !b->failed;
+    }
+    return false;
+}
+
 int ir_idiv(ir_builder *b, int x, int64_t d) {
     int64_t u;
     if (d == 1 || b->failed)
@@ -274,6 +418,9 @@ int ir_idiv(ir_builder *b, int x, int64_t d) {
     int q, r;
     if (d > 1 && split_sum(b, x, d, &q, &r))
         return ir_iadd(b, q, ir_idiv(b, r, d));
+    int64_t c;
+    if (d > 1 && split_coarse(b, x, d, &q, &r, &c))
+        return ir_idiv(b, q, d / c);
     const lower_ins *xi = &b->ins[x];
     int64_t inner;
     if (xi->op == UOP_IDIV && is_imm(b, xi->b, &inner) && b->min[xi->a] >= 0)
@@ -294,6 +441,9 @@ int ir_imod(ir_builder *b, int x, int64_t d) {
     int q, r;
     if (d > 1 && split_sum(b, x, d, &q, &r))
         return ir_imod(b, r, d);
+    int64_t c;
+    if (d > 1 && split_coarse(b, x, d, &q, &r, &c))
+        return ir_iadd(b, ir_imul(b, ir_imod(b, q, d / c), c), r);
     const lower_ins *xi = &b->ins[x];
     int64_t outer;
     if (xi->op == UOP_IMOD && is_imm(b, xi->b, &outer) && outer % d == 0)

@@ -23,6 +23,9 @@ int ir_add(ir_builder *b, lower_ins proto);
 
 int ir_gidx(ir_builder *b, int64_t numel);
 int ir_ridx(ir_builder *b, int64_t rnumel);
+/* An elementwise kernel's flat element index over numel elements as
+ * TILE * tile + LANE (lower.h). */
+int ir_tiled_gidx(ir_builder *b, int64_t numel, int64_t tile);
 int ir_imm(ir_builder *b, kiln_dtype dt, graph_scalar v);
 int ir_index(ir_builder *b, int64_t v);
 int ir_bool(ir_builder *b, bool v);

@@ -31,6 +31,12 @@ typedef enum lower_uop {
     UOP_RIDX,  /* i64: flat index among the reduced elements (inner); in a scatter kernel,
                   the element of the current pass over the row (imm.i: the pass's length,
                   so that passes of different lengths are different values) */
+    UOP_TILE,  /* i64: in an elementwise kernel, the program instance (tile) of the element:
+                  its flat index is TILE * tile + LANE. Two values instead of one flat
+                  index, so that a coordinate that lies within a tile (or outside) folds
+                  to lane (or tile) arithmetic alone and a contiguous load's index stays
+                  linear in the lane: a plain vector load, not a gather */
+    UOP_LANE,  /* i64: the element's place in its tile, 0 to tile - 1 */
     UOP_IMM,   /* an immediate of dt */
     UOP_IADD,  /* i64 index arithmetic on values >= 0 */
     UOP_IMUL,

@@ -316,6 +316,12 @@ static bool index_at(const lower_kernel *k, int i, int64_t g, int64_t r, int64_t
     case UOP_RIDX:
         *out = r;
         return true;
+    case UOP_TILE:
+        *out = g / (k->tile > 0 ? k->tile : 1);
+        return true;
+    case UOP_LANE:
+        *out = g % (k->tile > 0 ? k->tile : 1);
+        return true;
     case UOP_IMM:
         *out = x->imm.i;
         return true;

@@ -6,7 +6,7 @@
 #include "lower/lower.h"
 
 static const char *const uop_names[] = {
-    [UOP_GIDX] = "gidx", [UOP_RIDX] = "ridx", [UOP_IMM] = "imm",   [UOP_IADD] = "iadd",
+    [UOP_GIDX] = "gidx", [UOP_RIDX] = "ridx", [UOP_TILE] = "tile", [UOP_LANE] = "lane", [UOP_IMM] = "imm",   [UOP_IADD] = "iadd",
     [UOP_IMUL] = "imul", [UOP_IDIV] = "idiv", [UOP_IMOD] = "imod", [UOP_ILT] = "ilt",
     [UOP_AND] = "and",   [UOP_ICLAMP] = "iclamp", [UOP_IVALID] = "ivalid", [UOP_LOAD] = "load", [UOP_ALU] = "alu",   [UOP_WHERE] = "where",
     [UOP_RAND] = "rand", [UOP_REDUCE] = "reduce", [UOP_ACC] = "acc",   [UOP_PRIM] = "prim",

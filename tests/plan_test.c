@@ -364,3 +364,44 @@ Test(plan, matmul_blocking_follows_the_vectors) {
     graph_unref(v);
     graph_ctx_free(g);
 }
+
+/* Whether index instruction i divides or takes a remainder of a value that
+ * depends on the element's lane. */
+static bool lane_divided(const lower_kernel *k, int i, bool under_div) {
+    const lower_ins *x = &k->ins[i];
+    if (x->op == UOP_LANE)
+        return under_div;
+    if (!lower_uop_is_index(x->op) || x->op == UOP_ICLAMP)
+        return false;
+    bool div = under_div || x->op == UOP_IDIV || x->op == UOP_IMOD;
+    return (x->a >= 0 && lane_divided(k, x->a, div)) || (x->b >= 0 && lane_divided(k, x->b, div));
+}
+
+/* An elementwise kernel's element is TILE * tile + LANE: an image's im2col
+ * view (a pad, two unfolds and a permute of x [2, 3, 32, 32], as
+ * kiln_conv2d reads it) loads at an index linear in the lane, every
+ * division by the image's axes folded into the tile's part or the masks,
+ * so that the loop's load is a plain (masked) vector load, not a gather. */
+Test(plan, image_views_load_linear_in_the_lane) {
+    graph_ctx *g = graph_ctx_new();
+    graph_node *x = input(g, KILN_F32, 4, (int64_t[]){2, 3, 32, 32});
+    graph_node *xp = graph_pad(x, (int64_t[]){0, 0, 1, 1}, (int64_t[]){0, 0, 1, 1});
+    graph_node *u = graph_unfold(graph_unfold(xp, 2, 3, 1), 3, 3, 1); /* [2,3,32,32,3,3] */
+    graph_node *cols = graph_permute(u, (int[]){0, 1, 4, 5, 2, 3});
+    lower_program *p = schedule(graph_unary(GRAPH_NEG, cols));
+    cr_assert_eq(p->nkernels, 1);
+    const lower_kernel *k = &p->kernels[0];
+    cr_assert_eq(k->kind, LOWER_ELEMENTWISE);
+    int loads = 0;
+    for (int i = 0; i < k->nins; i++)
+        if (k->ins[i].op == UOP_LOAD) {
+            loads++;
+            cr_assert(!lane_divided(k, k->ins[i].a, false),
+                      "load %%%d's index divides the lane", i);
+        }
+    cr_assert_eq(loads, 1);
+    cr_assert(!lane_divided(k, k->store, false));
+    lower_program_free(p);
+    graph_unref(x);
+    graph_ctx_free(g);
+}

@@ -30,6 +30,7 @@ typedef struct gen {
     LLVMValueRef *val;  /* per instruction, its value in the current scope */
     LLVMValueRef *ptr;  /* per buffer, its typed pointer */
     LLVMValueRef gidx, ridx, dot;
+    LLVMValueRef tile, lane; /* an elementwise kernel's UOP_TILE and UOP_LANE */
     LLVMValueRef S;     /* the current function's run-time sizes (i64 *), or NULL */
     bool failed;
     char why[256]; /* why generation failed, when it is not memory */
@@ -592,6 +593,12 @@ static void ins_value(gen *g, int i) {
     case UOP_RIDX:
         r = g->ridx;
         break;
+    case UOP_TILE:
+        r = g->tile;
+        break;
+    case UOP_LANE:
+        r = g->lane;
+        break;
     case UOP_IMM:
         if (x->sized) {
             /* the value's bits (a float's as a double's), from S */
@@ -690,15 +697,20 @@ static void block_values(gen *g, const lower_block *blk) {
 static void elementwise(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
     const lower_kernel *k = g->k;
     LLVMValueRef T = i64c(g, k->tile), N = szv(g, &k->numel);
-    LLVMValueRef glo = L_->LLVMBuildMul(B, lo, T, "");
-    LLVMValueRef ghi = L_->LLVMBuildMul(B, hi, T, "");
+    /* tile by tile, so that a tile's index (UOP_TILE) is the outer loop's
+     * and an element's place in it (UOP_LANE) linear in the inner one's */
+    loop tl, l;
+    g->tile = loop_open(g, &tl, lo, hi);
+    LLVMValueRef glo = L_->LLVMBuildMul(B, g->tile, T, "");
+    LLVMValueRef ghi = L_->LLVMBuildAdd(B, glo, T, "");
     ghi = sel(g, icmp(g, LLVMIntSLT, ghi, N), ghi, N);
-    loop l;
     g->gidx = loop_open(g, &l, glo, ghi);
+    g->lane = L_->LLVMBuildSub(B, g->gidx, glo, "");
     for (int i = 0; i < plan->nblocks; i++)
         block_values(g, &plan->blocks[i]);
     store_results(g);
     loop_close(g, &l, false);
+    loop_close(g, &tl, false);
 }
 
 /* A reduction's accumulator (prelude semantics: sums in double or uint64,

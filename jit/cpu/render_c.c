@@ -23,6 +23,7 @@ static const cstyle_target c_target = {
     .nan = "NAN", .inf = "INFINITY",
     .f32_bits = "kh_fbits", .bits_f32 = "kh_bitsf", .f64_bits = "kh_dbits", .bits_f64 = "kh_bitsd",
     .buffer = "in%d",
+    .lane = "(g - lo)",
     .name = "C",
 };
 

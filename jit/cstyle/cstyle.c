@@ -315,6 +315,12 @@ bool cstyle_ins(const cstyle_target *t, const lower_ins *ins, int i, bool narrow
     case UOP_RIDX:
         snprintf(e, sizeof e, "%s%s", it, x->op == UOP_GIDX ? "g" : "r");
         break;
+    case UOP_TILE:
+        snprintf(e, sizeof e, "%st", it);
+        break;
+    case UOP_LANE:
+        snprintf(e, sizeof e, "%s%s", it, t->lane);
+        break;
     case UOP_IMM:
         if (x->sized && is_float(x->dt))
             snprintf(e, sizeof e, "(%s)%s(S[%d])", t->type[x->dt], t->bits_f64, x->sized - 1);

@@ -40,6 +40,8 @@ typedef struct cstyle_target {
     const char *f32_bits, *bits_f32;   /* bit casts float <-> int32 (functions of one argument) */
     const char *f64_bits, *bits_f64;   /* double <-> int64 */
     const char *buffer;                /* printf format of buffer i's name: "in%d", "b%d" */
+    const char *lane;                  /* an elementwise element's place in its tile (UOP_LANE;
+                                          its tile, UOP_TILE, is the loop's t) */
     const char *name;                  /* the target in messages: "C", "CUDA" */
 } cstyle_target;
 

@@ -90,6 +90,7 @@ static const cstyle_target cuda_target = {
     .f32_bits = "__float_as_int", .bits_f32 = "__int_as_float",
     .f64_bits = "__double_as_longlong", .bits_f64 = "__longlong_as_double",
     .buffer = "b%d",
+    .lane = "(g - t * T)",
     .name = "CUDA",
 };
 
