@@ -201,6 +201,16 @@ def dynamic_section(out_md):
         "warm step, on both CPU compiler paths.")
 
 
+def conv_section(out_md):
+    return text_section(
+        out_md, "results_conv.txt", "## A convolution layer alone",
+        "From bench/conv.c (its load average is its first line): kiln_conv2d on the "
+        "layer of the table above (x 8x64x32x32, w 64x64x3x3, padding 1, a bias), "
+        "forward, and forward with the gradients of x, w and b, median of its steps "
+        "after a warm-up, with the kernels per step; where a line names a revision, that "
+        "revision's build ran alternately with this tree's under the same load.")
+
+
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
@@ -365,6 +375,7 @@ def main():
     lines += embedding_section(out_md)
     lines += gpt2_section(out_md)
     lines += dynamic_section(out_md)
+    lines += conv_section(out_md)
 
     lines += ["## Where kiln loses", ""]
     if losses:

@@ -63,7 +63,7 @@ read -r -a build <<<"${BAZEL_BUILD_OPTS:-}"
 bazel=${BAZEL:-bazel}
 "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
     --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost \
-    //bench:embedding //bench:gpt2 //bench:dynamic
+    //bench:embedding //bench:gpt2 //bench:dynamic //bench:conv
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
 base_bin=
@@ -73,7 +73,7 @@ if [[ -n $baseline ]]; then
     trap 'git worktree remove --force "$base_tree" >/dev/null 2>&1 || true' EXIT
     git worktree add --detach "$base_tree" "$baseline" >/dev/null
     (cd "$base_tree" && "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
-        --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn)
+        --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:conv)
     base_bin=$(cd "$base_tree" && "$bazel" "${startup[@]+"${startup[@]}"}" info \
         "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 fi
@@ -120,6 +120,17 @@ gpt2_args=()
 stage "dynamic"
 { echo "measured $(date -u +%F)"; "$bin/bench/dynamic"; } >bench/results_dynamic.txt ||
     echo "bench/dynamic failed" >&2
+# A convolution layer alone (text beside RESULTS.md), three rounds, each
+# with the baseline's build first where there is one.
+stage "conv"
+{
+    echo "measured $(date -u +%F)"
+    echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    for _ in 1 2 3; do
+        [[ -n $base_bin ]] && "$base_bin/bench/conv" | sed "s/^/$baseline: /"
+        "$bin/bench/conv" | sed "s/^/this tree: /"
+    done
+} >bench/results_conv.txt || echo "bench/conv failed" >&2
 # The peers get their best: as many threads as kiln, and a current NumPy or
 # PyTorch with its bundled OpenBLAS is slowed by these two settings.
 peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"
