@@ -407,6 +407,16 @@ static bool split_coarse(ir_builder *b, int x, int64_t d, int *q, int *r, int64_
     return false;
 }
 
+/* id, whose value is known to be at most hi wherever it is computed (it
+ * equals an expression of that bound): its bound tightened, so that later
+ * tests fold (the tile's row t * 4 + lane / 256 stays below the rows of
+ * the tensor, as the flat index's quotient it is does). */
+static int at_most(ir_builder *b, int id, int64_t hi) {
+    if (!b->failed && b->ins[id].op != UOP_IMM && b->ins[id].max > hi && hi >= b->min[id])
+        b->ins[id].max = hi;
+    return id;
+}
+
 int ir_idiv(ir_builder *b, int x, int64_t d) {
     int64_t u;
     if (d == 1 || b->failed)
@@ -416,11 +426,15 @@ int ir_idiv(ir_builder *b, int x, int64_t d) {
     if (b->min[x] >= 0 && b->ins[x].max < d)
         return ir_index(b, 0);
     int q, r;
-    if (d > 1 && split_sum(b, x, d, &q, &r))
-        return ir_iadd(b, q, ir_idiv(b, r, d));
+    if (d > 1 && split_sum(b, x, d, &q, &r)) {
+        int v = ir_iadd(b, q, ir_idiv(b, r, d));
+        /* in an elementwise kernel the sum of the parts' bounds can exceed
+         * the quotient's (the tile's rows past the last) */
+        return has_lane(b, x) ? at_most(b, v, b->ins[x].max / d) : v;
+    }
     int64_t c;
     if (d > 1 && split_coarse(b, x, d, &q, &r, &c))
-        return ir_idiv(b, q, d / c);
+        return at_most(b, ir_idiv(b, q, d / c), b->ins[x].max / d);
     const lower_ins *xi = &b->ins[x];
     int64_t inner;
     if (xi->op == UOP_IDIV && is_imm(b, xi->b, &inner) && b->min[xi->a] >= 0)
@@ -443,7 +457,8 @@ int ir_imod(ir_builder *b, int x, int64_t d) {
         return ir_imod(b, r, d);
     int64_t c;
     if (d > 1 && split_coarse(b, x, d, &q, &r, &c))
-        return ir_iadd(b, ir_imul(b, ir_imod(b, q, d / c), c), r);
+        return at_most(b, ir_iadd(b, ir_imul(b, ir_imod(b, q, d / c), c), r),
+                       b->ins[x].max < d - 1 ? b->ins[x].max : d - 1);
     const lower_ins *xi = &b->ins[x];
     int64_t outer;
     if (xi->op == UOP_IMOD && is_imm(b, xi->b, &outer) && outer % d == 0)
