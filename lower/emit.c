@@ -704,7 +704,8 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     free(e.fused);
     free(e.repeats);
     *retry = e.retry;
-    k->tile = k->kind == LOWER_ELEMENTWISE ? ELEMENTWISE_TILE : 1;
+    if (k->kind != LOWER_ELEMENTWISE)
+        k->tile = 1; /* an elementwise kernel's is set where its index is made */
     if (ok) {
         name_kernel(s, k);
         /* k's IR is complete here: every instruction (primitives only), its

@@ -141,6 +141,16 @@ int ir_gidx(ir_builder *b, int64_t numel) {
     return ir_add(b, p);
 }
 
+/* id, whose value is known to be at most hi wherever it is computed (it
+ * equals an expression of that bound): its bound tightened, so that later
+ * tests fold (the tile's row t * 4 + lane / 256 stays below the rows of
+ * the tensor, as the flat index's quotient it is does). */
+static int at_most(ir_builder *b, int id, int64_t hi) {
+    if (!b->failed && b->ins[id].op != UOP_IMM && b->ins[id].max > hi && hi >= b->min[id])
+        b->ins[id].max = hi;
+    return id;
+}
+
 int ir_tiled_gidx(ir_builder *b, int64_t numel, int64_t tile) {
     int64_t tiles = numel > 0 ? (numel + tile - 1) / tile : 0;
     lower_ins t = proto(UOP_TILE, KILN_I64), l = proto(UOP_LANE, KILN_I64);
@@ -153,9 +163,7 @@ int ir_tiled_gidx(ir_builder *b, int64_t numel, int64_t tile) {
     int g = ir_iadd(b, ir_imul(b, ir_add(b, t), tile), ir_add(b, l));
     /* the last tile may be partial: the flat index stays below numel (the
      * bound a plain GIDX has, which folds x / numel to 0) */
-    if (!b->failed && numel > 0 && b->ins[g].op == UOP_IADD && b->ins[g].max > numel - 1)
-        b->ins[g].max = numel - 1;
-    return g;
+    return numel > 0 ? at_most(b, g, numel - 1) : g;
 }
 
 int ir_ridx(ir_builder *b, int64_t rnumel) {
@@ -196,7 +204,6 @@ static int binop(ir_builder *b, lower_uop op, kiln_dtype dt, int x, int y) {
     return ir_add(b, p);
 }
 
-static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n);
 static bool recombine(ir_builder *b, int x, int y, int *out);
 
 int ir_iadd(ir_builder *b, int x, int y) {
@@ -230,15 +237,21 @@ int ir_imul(ir_builder *b, int x, int64_t c) {
 #define SPLIT_TERMS 24
 
 /* Collects x's terms: each an index value times an immediate factor, or an
- * immediate (id -1). False when there are more than SPLIT_TERMS. */
-static bool scaled_terms(const ir_builder *b, int x, int64_t m, int *id, int64_t *f, int *n) {
+ * immediate (id -1), all times m. With expand, a sum times an immediate
+ * counts as its terms times it ((h + kh) W: what recombine looks into);
+ * without, as one term (what split_sum and split_coarse see, so that their
+ * folds stay what they were before tiles: a program shared by several sizes
+ * depends on which folds happen). False when there are more than
+ * SPLIT_TERMS. */
+static bool collect_terms(const ir_builder *b, int x, int64_t m, bool expand, int *id,
+                          int64_t *f, int *n) {
     const lower_ins *xi = &b->ins[x];
     int64_t c;
     if (xi->op == UOP_IADD && xi->dt == KILN_I64)
-        return scaled_terms(b, xi->a, m, id, f, n) && scaled_terms(b, xi->b, m, id, f, n);
-    /* a sum times an immediate counts as its terms times it ((h + kh) W) */
-    if (xi->op == UOP_IMUL && is_imm(b, xi->b, &c) && b->ins[xi->a].op == UOP_IADD)
-        return scaled_terms(b, xi->a, m * c, id, f, n);
+        return collect_terms(b, xi->a, m, expand, id, f, n) &&
+               collect_terms(b, xi->b, m, expand, id, f, n);
+    if (expand && xi->op == UOP_IMUL && is_imm(b, xi->b, &c) && b->ins[xi->a].op == UOP_IADD)
+        return collect_terms(b, xi->a, m * c, expand, id, f, n);
     if (*n == SPLIT_TERMS)
         return false;
     if (is_imm(b, x, &c)) {
@@ -255,37 +268,9 @@ static bool scaled_terms(const ir_builder *b, int x, int64_t m, int *id, int64_t
 }
 
 static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
-    return scaled_terms(b, x, 1, id, f, n);
+    return collect_terms(b, x, 1, false, id, f, n);
 }
 
-/* The terms as they stand: a sum times an immediate is one term. What
- * split_sum sees, so that its folds stay what they were before tiles (a
- * program shared by several sizes depends on which folds happen). */
-static bool plain_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
-    const lower_ins *xi = &b->ins[x];
-    int64_t c;
-    if (xi->op == UOP_IADD && xi->dt == KILN_I64)
-        return plain_terms(b, xi->a, id, f, n) && plain_terms(b, xi->b, id, f, n);
-    if (*n == SPLIT_TERMS)
-        return false;
-    if (is_imm(b, x, &c)) {
-        id[*n] = -1;
-        f[(*n)++] = c;
-    } else if (xi->op == UOP_IMUL && is_imm(b, xi->b, &c)) {
-        id[*n] = xi->a;
-        f[(*n)++] = c;
-    } else {
-        id[*n] = x;
-        f[(*n)++] = 1;
-    }
-    return true;
-}
-
-/* (v / c) c f + (v % c) f = v f (true of C's truncating division for
- * every v): a coordinate split by unflatten and put back together by a
- * load's strides (the rows and columns of a tile, h * W + w) becomes the
- * index it came from, linear again. True, with the sum of x and y in *out,
- * when x + y holds such a pair. */
 /* Whether index value x depends on an elementwise kernel's lane. Only
  * there is the pair put back together: elsewhere the folds stay what they
  * were, which programs shared between sizes depend on. */
@@ -298,10 +283,16 @@ static bool has_lane(const ir_builder *b, int x) {
     return has_lane(b, xi->a) || has_lane(b, xi->b);
 }
 
+/* (v / c) c f + (v % c) f = v f (true of C's truncating division for
+ * every v): a coordinate split by unflatten and put back together by a
+ * load's strides (the rows and columns of a tile, h * W + w) becomes the
+ * index it came from, linear again. True, with the sum of x and y in *out,
+ * when x + y holds such a pair. */
 static bool recombine(ir_builder *b, int x, int y, int *out) {
     int id[SPLIT_TERMS], n = 0;
     int64_t f[SPLIT_TERMS];
-    if (b->failed || !sum_terms(b, x, id, f, &n) || !sum_terms(b, y, id, f, &n))
+    if (b->failed || !collect_terms(b, x, 1, true, id, f, &n) ||
+        !collect_terms(b, y, 1, true, id, f, &n))
         return false;
     int64_t c;
     for (int i = 0; i < n; i++) {
@@ -341,7 +332,7 @@ static int64_t floor_div(int64_t a, int64_t d) {
 static bool split_sum(ir_builder *b, int x, int64_t d, int *q, int *r) {
     int id[SPLIT_TERMS], n = 0, any = 0;
     int64_t f[SPLIT_TERMS];
-    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !plain_terms(b, x, id, f, &n))
+    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !sum_terms(b, x, id, f, &n))
         return false;
     *q = ir_index(b, 0);
     *r = ir_index(b, 0);
@@ -369,7 +360,7 @@ static bool split_sum(ir_builder *b, int x, int64_t d, int *q, int *r) {
 static bool split_coarse(ir_builder *b, int x, int64_t d, int *q, int *r, int64_t *cout) {
     int id[SPLIT_TERMS], n = 0;
     int64_t f[SPLIT_TERMS];
-    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !plain_terms(b, x, id, f, &n))
+    if (b->min[x] < 0 || b->ins[x].op != UOP_IADD || !sum_terms(b, x, id, f, &n))
         return false;
     for (int i = 0; i < n; i++) {
         int64_t c = f[i];
@@ -405,16 +396,6 @@ static bool split_coarse(ir_builder *b, int x, int64_t d, int *q, int *r, int64_
         return !b->failed;
     }
     return false;
-}
-
-/* id, whose value is known to be at most hi wherever it is computed (it
- * equals an expression of that bound): its bound tightened, so that later
- * tests fold (the tile's row t * 4 + lane / 256 stays below the rows of
- * the tensor, as the flat index's quotient it is does). */
-static int at_most(ir_builder *b, int id, int64_t hi) {
-    if (!b->failed && b->ins[id].op != UOP_IMM && b->ins[id].max > hi && hi >= b->min[id])
-        b->ins[id].max = hi;
-    return id;
 }
 
 int ir_idiv(ir_builder *b, int x, int64_t d) {
