@@ -1249,6 +1249,37 @@ KILN_API double kiln_lr_cosine(double base, int64_t t, int64_t total, double min
  * to the cosine curve and then follows it. */
 KILN_API double kiln_lr_warmup_linear(double base, int64_t t, int64_t warmup);
 
+/* Loss scaling for f16 training, as PyTorch's GradScaler: the loss is
+ * multiplied by a scale before kiln_backward so that small gradients do not
+ * flush to zero in f16, and the step divides it out again. A scaled step is
+ * recorded like any other and fuses with the backward pass; where any
+ * gradient came out infinite or NaN it changes no parameter and no
+ * optimiser state (a select in the update, not a sync), and the scaler
+ * learns so when it next needs to, normally after the step's sync already
+ * ran: then that step's count is taken back (Adam's bias correction is as
+ * if it never happened), the scale is multiplied by backoff_factor, and
+ * after growth_interval finite steps in a row by growth_factor. PyTorch's
+ * defaults are 65536, 2, 0.5 and 2000. The optimisers it steps must outlive
+ * it; free it before its context. Every function returns KILN_ERR_ARG for a
+ * NULL scaler; the constructor's arguments must be: init_scale finite and >
+ * 0, growth_factor finite and > 1, backoff_factor in (0, 1), growth_interval
+ * >= 1 (KILN_ERR_ARG naming them otherwise). */
+typedef struct kiln_grad_scaler kiln_grad_scaler;
+KILN_API kiln_status kiln_grad_scaler_new(kiln_ctx *ctx, double init_scale, double growth_factor,
+                                          double backoff_factor, int64_t growth_interval,
+                                          kiln_grad_scaler **out);
+KILN_API void kiln_grad_scaler_free(kiln_grad_scaler *s);
+/* loss times the current scale, in f32 for a half loss (lazy). */
+KILN_API kiln_tensor *kiln_grad_scaler_scale(kiln_grad_scaler *s, kiln_tensor *loss);
+/* kiln_optim_step of o on the gradients divided by the scale, applied only
+ * if all of them are finite. */
+KILN_API kiln_status kiln_grad_scaler_step(kiln_grad_scaler *s, kiln_optim *o);
+/* The scale the next kiln_grad_scaler_scale multiplies by, and the number
+ * of steps skipped so far (each reads the last step's verdict: a sync if it
+ * has not run yet). */
+KILN_API kiln_status kiln_grad_scaler_get_scale(kiln_grad_scaler *s, double *scale);
+KILN_API kiln_status kiln_grad_scaler_skipped(kiln_grad_scaler *s, int64_t *skipped);
+
 /* ---- Profiling ------------------------------------------------------------ *
  * What ran, what each kernel fused, how long it took and how far it is from
  * the machine's limits. Every setting has an environment variable, read when

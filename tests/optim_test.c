@@ -97,17 +97,24 @@ static model model_new(kiln_ctx *ctx, const problem *pb, kiln_dtype dt) {
 }
 
 /* Forward, backward and the optimiser's step, with extra (or NULL) added
- * to the prediction; the loss is returned unsynced. */
-static kiln_tensor *train_step(kiln_optim *o, const model *md, kiln_tensor *extra) {
+ * to the prediction, the loss scaled by gs when it is not NULL; the loss is
+ * returned unsynced. */
+static kiln_tensor *train_step_scaled(kiln_optim *o, kiln_grad_scaler *gs, const model *md,
+                                      kiln_tensor *extra) {
     kiln_optim_zero_grad(o);
     kiln_tensor *pred = kiln_add(kiln_matmul(md->x, md->w), md->b);
     kiln_tensor *d = kiln_sub(extra ? kiln_add(pred, extra) : pred, md->y);
     kiln_tensor *loss = kiln_mean(kiln_mul(d, d), 0, NULL, false);
-    cr_assert_eq(kiln_backward(loss), KILN_OK, "[%s] %s", tu_exec_name(),
-                 kiln_error_message(loss));
-    cr_assert_eq(kiln_optim_step(o), KILN_OK, "[%s] %s", tu_exec_name(),
-                 kiln_ctx_last_error(kiln_ctx_of(md->w)));
+    kiln_tensor *scaled = gs ? kiln_grad_scaler_scale(gs, loss) : loss;
+    cr_assert_eq(kiln_backward(scaled), KILN_OK, "[%s] %s", tu_exec_name(),
+                 kiln_error_message(scaled));
+    cr_assert_eq(gs ? kiln_grad_scaler_step(gs, o) : kiln_optim_step(o), KILN_OK, "[%s] %s",
+                 tu_exec_name(), kiln_ctx_last_error(kiln_ctx_of(md->w)));
     return loss;
+}
+
+static kiln_tensor *train_step(kiln_optim *o, const model *md, kiln_tensor *extra) {
+    return train_step_scaled(o, NULL, md, extra);
 }
 
 typedef struct optim_case {
@@ -153,8 +160,11 @@ static void expect_close(const char *what, const optim_case *c, const double *go
 }
 
 /* Three steps of each optimiser against the reference, in f64 (tight) and
- * f32 (to 1e-5 relative). */
-static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng *r) {
+ * f32 (to 1e-5 relative); with `scaled`, through a gradient scaler whose
+ * scale (1024, growing to 2048 after two steps) must change nothing, as a
+ * power of two scales every gradient exactly. */
+static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng *r,
+                       bool scaled) {
     problem pb;
     problem_init(&pb, r);
     kiln_scope_begin(ctx);
@@ -164,6 +174,10 @@ static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng
     cr_assert(o != NULL, "%s: %s", c->name, kiln_ctx_last_error(ctx));
     ref_opt ro = {.kind = c->kind, .lr = c->lr, .momentum = c->momentum, .wd = c->wd,
                   .b1 = c->b1, .b2 = c->b2, .eps = c->eps, .nesterov = c->nesterov};
+    kiln_grad_scaler *gs = NULL;
+    if (scaled)
+        cr_assert_eq(kiln_grad_scaler_new(ctx, 1024, 2, 0.5, 2, &gs), KILN_OK, "%s",
+                     kiln_ctx_last_error(ctx));
     double w[PK * PM], b[PM], gw[PK * PM], gb[PM];
     for (int i = 0; i < PK * PM; i++)
         w[i] = tu_round(dt, pb.w[i]);
@@ -171,7 +185,7 @@ static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng
         b[i] = tu_round(dt, pb.b[i]);
     for (int s = 0; s < 3; s++) {
         kiln_scope_begin(ctx);
-        train_step(o, &md, NULL);
+        train_step_scaled(o, gs, &md, NULL);
         /* a sync per step, as a training loop has: steps 2 and 3 replay */
         cr_assert_eq(kiln_sync(ctx), KILN_OK, "%s", kiln_ctx_last_error(ctx));
         kiln_scope_end(ctx);
@@ -186,6 +200,17 @@ static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng
     expect_close("w", c, got, w, PK * PM, rel);
     TU_READ(md.b, got, PM);
     expect_close("b", c, got, b, PM, rel);
+    if (gs) {
+        double scale;
+        int64_t skipped;
+        cr_assert_eq(kiln_grad_scaler_get_scale(gs, &scale), KILN_OK, "%s",
+                     kiln_ctx_last_error(ctx));
+        cr_assert_eq(kiln_grad_scaler_skipped(gs, &skipped), KILN_OK);
+        cr_assert(scale == 2048 && skipped == 0, "[%s] %s: scale %g after three finite steps "
+                  "(expected 2048), %lld skipped", tu_exec_name(), c->name, scale,
+                  (long long)skipped);
+    }
+    kiln_grad_scaler_free(gs);
     kiln_optim_free(o);
     kiln_scope_end(ctx);
 }
@@ -193,9 +218,140 @@ static void check_case(kiln_ctx *ctx, const optim_case *c, kiln_dtype dt, tu_rng
 TU_TEST(optim, three_steps_against_reference) {
     TU_RNG(r);
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        check_case(ctx, &cases[k], KILN_F64, &r);
-        check_case(ctx, &cases[k], KILN_F32, &r);
+        check_case(ctx, &cases[k], KILN_F64, &r, false);
+        check_case(ctx, &cases[k], KILN_F32, &r, false);
     }
+}
+
+TU_TEST(optim, grad_scaler_changes_nothing_when_finite) {
+    TU_RNG(r);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        check_case(ctx, &cases[k], KILN_F64, &r, true);
+        check_case(ctx, &cases[k], KILN_F32, &r, true);
+    }
+}
+
+/* f16 training with loss scaling: loss = sum(w * c) over f16 w and c (|c|
+ * in [100, 300]), Adam, the scale starting at 65536. The gradient of w is
+ * f16(scale * c) (the scale itself is infinite in f16 at 65536), so the
+ * first steps overflow: each must change nothing, halve the scale and not
+ * count as a step, until the scale fits (2^7 or 2^8); from then on every
+ * step is Adam's on the true gradient c, with its bias correction counted
+ * from the first step that happened. A scaler that counted skipped steps
+ * moves w by about half as much on the first real step (1 - 0.9^t with t
+ * near 10, not 1) and fails here; one that let a skipped step through
+ * writes infinities. In lazy mode the whole step is one sync: the verdict
+ * is read from the buffer the step's own sync wrote. */
+TU_TEST(optim, grad_scaler_skips_overflowing_steps) {
+    TU_RNG(r);
+    enum { N = 6, STEPS = 14 };
+    double w0[N], c[N];
+    kiln_tensor *w = tu_rand_tensor(ctx, &r, KILN_F16, TU_S(N), -1, 1, w0);
+    for (int i = 0; i < N; i++)
+        c[i] = tu_round(KILN_F16, (i % 2 ? -1 : 1) * tu_unif(&r, 100, 300));
+    kiln_tensor *ct = tu_tensor(ctx, KILN_F16, TU_S(N), c);
+    cr_assert_eq(kiln_requires_grad(w, true), KILN_OK);
+    kiln_optim *o;
+    cr_assert_eq(kiln_adam_new(ctx, 1, &w, 0.01, 0.9, 0.999, 1e-8, 0, &o), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    kiln_grad_scaler *gs;
+    cr_assert_eq(kiln_grad_scaler_new(ctx, 65536, 2, 0.5, 1000, &gs), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    /* the reference: Adam in f64 on the steps that happen, w rounded to f16 */
+    double want[N], m[N] = {0}, v[N] = {0}, scale = 65536;
+    memcpy(want, w0, sizeof want);
+    int64_t t = 0, skips = 0;
+    bool lazy = kiln_ctx_mode(ctx) == KILN_LAZY && kiln_ctx_device(ctx) != KILN_REF;
+    for (int step = 0; step < STEPS; step++) {
+        kiln_stats before = kiln_ctx_stats(ctx);
+        kiln_scope_begin(ctx);
+        kiln_optim_zero_grad(o);
+        kiln_tensor *loss = kiln_sum(kiln_mul(w, ct), 0, NULL, false);
+        kiln_tensor *scaled = kiln_grad_scaler_scale(gs, loss);
+        TU_ASSERT_DTYPE(scaled, KILN_F32);
+        cr_assert_eq(kiln_backward(scaled), KILN_OK, "[%s] %s", tu_exec_name(),
+                     kiln_error_message(scaled));
+        cr_assert_eq(kiln_grad_scaler_step(gs, o), KILN_OK, "[%s] %s", tu_exec_name(),
+                     kiln_ctx_last_error(ctx));
+        double l;
+        cr_assert_eq(kiln_item(loss, &l), KILN_OK, "%s", kiln_error_message(loss));
+        kiln_scope_end(ctx);
+        if (lazy && step > 0)
+            cr_assert_eq(kiln_ctx_stats(ctx).syncs - before.syncs, 1,
+                         "[%s] step %d took %lld syncs", tu_exec_name(), step,
+                         (long long)(kiln_ctx_stats(ctx).syncs - before.syncs));
+        bool overflow = false;
+        for (int i = 0; i < N; i++)
+            overflow |= isinf(tu_round(KILN_F16, tu_round(KILN_F16, scale) * c[i]));
+        if (overflow) {
+            scale /= 2;
+            skips++;
+            continue;
+        }
+        t++;
+        for (int i = 0; i < N; i++) {
+            m[i] = 0.9 * m[i] + 0.1 * c[i];
+            v[i] = 0.999 * v[i] + 0.001 * c[i] * c[i];
+            double denom = sqrt(v[i]) / sqrt(1 - pow(0.999, (double)t)) + 1e-8;
+            want[i] = tu_round(KILN_F16, want[i] - 0.01 / (1 - pow(0.9, (double)t)) * m[i] / denom);
+        }
+    }
+    cr_assert(skips >= 8 && t >= 4, "the case should skip 8 or 9 steps, then step: %lld, %lld",
+              (long long)skips, (long long)t);
+    double got_scale;
+    int64_t got_skips;
+    cr_assert_eq(kiln_grad_scaler_get_scale(gs, &got_scale), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+    cr_assert_eq(kiln_grad_scaler_skipped(gs, &got_skips), KILN_OK);
+    cr_assert(got_scale == scale && got_skips == skips,
+              "[%s] scale %g after %lld skipped steps, expected %g after %lld", tu_exec_name(),
+              got_scale, (long long)got_skips, scale, (long long)skips);
+    double got[N];
+    TU_READ(w, got, N);
+    for (int i = 0; i < N; i++)
+        cr_assert(fabs(got[i] - want[i]) <= 1e-3 * fmax(fabs(want[i]), 0.25),
+                  "[%s] w[%d]: %.6g, expected %.6g (from %.6g, %lld steps after %lld skipped)",
+                  tu_exec_name(), i, got[i], want[i], w0[i], (long long)t, (long long)skips);
+    kiln_grad_scaler_free(gs);
+    kiln_optim_free(o);
+}
+
+Test(optim, grad_scaler_bad_arguments) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_REF);
+    kiln_grad_scaler *gs = (kiln_grad_scaler *)&gs;
+    const double bad[][3] = {{0, 2, 0.5}, {INFINITY, 2, 0.5}, {65536, 1, 0.5}, {65536, 2, 1},
+                             {65536, 2, 0}, {NAN, 2, 0.5}};
+    for (size_t k = 0; k < sizeof bad / sizeof bad[0]; k++) {
+        gs = (kiln_grad_scaler *)&gs;
+        cr_assert_eq(kiln_grad_scaler_new(ctx, bad[k][0], bad[k][1], bad[k][2], 10, &gs),
+                     KILN_ERR_ARG, "case %zu", k);
+        cr_assert_null(gs);
+        cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_grad_scaler_new: init_scale"), "%s",
+                  kiln_ctx_last_error(ctx));
+    }
+    cr_assert_eq(kiln_grad_scaler_new(ctx, 1024, 2, 0.5, 0, &gs), KILN_ERR_ARG);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "growth_interval 0"), "%s",
+              kiln_ctx_last_error(ctx));
+    cr_assert_eq(kiln_grad_scaler_new(ctx, 1024, 2, 0.5, 10, NULL), KILN_ERR_ARG);
+    cr_assert_eq(kiln_grad_scaler_new(NULL, 1024, 2, 0.5, 10, &gs), KILN_ERR_ARG);
+    cr_assert_eq(kiln_grad_scaler_new(ctx, 1024, 2, 0.5, 10, &gs), KILN_OK);
+    cr_assert_eq(kiln_grad_scaler_step(gs, NULL), KILN_ERR_ARG);
+    cr_assert(strstr(kiln_ctx_last_error(ctx), "kiln_grad_scaler_step: the optimiser is NULL"),
+              "%s", kiln_ctx_last_error(ctx));
+    kiln_tensor *il = kiln_scalar(ctx, KILN_I32, 3);
+    kiln_tensor *sl = kiln_grad_scaler_scale(gs, il);
+    cr_assert_eq(kiln_error(sl), KILN_ERR_DTYPE);
+    cr_assert(strstr(kiln_error_message(sl), "kiln_grad_scaler_scale: the loss is i32"), "%s",
+              kiln_error_message(sl));
+    cr_assert_null(kiln_grad_scaler_scale(NULL, il));
+    double scale;
+    cr_assert_eq(kiln_grad_scaler_get_scale(gs, NULL), KILN_ERR_ARG);
+    cr_assert_eq(kiln_grad_scaler_get_scale(NULL, &scale), KILN_ERR_ARG);
+    cr_assert_eq(kiln_grad_scaler_get_scale(gs, &scale), KILN_OK);
+    cr_assert_float_eq(scale, 1024, 0);
+    kiln_grad_scaler_free(gs);
+    kiln_grad_scaler_free(NULL);
+    kiln_ctx_free(ctx);
 }
 
 /* A parameter without a gradient is left alone, state and all. */
