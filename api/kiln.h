@@ -1332,7 +1332,12 @@ KILN_API kiln_status kiln_grad_scaler_skipped(kiln_grad_scaler *s, int64_t *skip
 KILN_API void kiln_ctx_set_debug(kiln_ctx *ctx, int level);
 KILN_API int kiln_ctx_debug(const kiln_ctx *ctx);
 
-/* This machine's limits as kiln measured them (see Counting above). */
+/* This machine's limits as kiln measured them (see Counting above). On a
+ * KILN_CUDA context they are the GPU's: cpu holds its name, threads its
+ * multiprocessors, gbps the bandwidth of a device-to-device copy timed by
+ * the device's events (bytes read plus written), gflops its f32 peak from
+ * its properties (FMA lanes x clock x 2), triad_elems the copy's floats, and
+ * kernels are timed by events on the device, not by the host's clock. */
 typedef struct kiln_machine {
     char cpu[128];       /* "model name" of /proc/cpuinfo */
     int threads;         /* threads measured on: the context's (KILN_THREADS) */

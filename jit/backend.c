@@ -113,6 +113,7 @@ jit_backend *jit_backend_new(kiln_device kind, kiln_status *st, char *msg, size_
         j->watch.cache = j->cache;
         j->watch.nthreads = j->nthreads;
     }
+    j->watch.dev = j->dev;
     const char *cc = getenv("KILN_CHECK_CUDA");
     j->check_cuda = cc && !strcmp(cc, "1");
     const char *dyn = getenv("KILN_DYNAMIC");
@@ -621,6 +622,35 @@ static void hold_end(held_collectives *h) {
     free(h->outs);
 }
 
+/* The launches of a run that the device times (jit_device_ops.launch_times). */
+typedef struct timed_run {
+    bool on;
+    int n, *kernels; /* the kernel of each timed launch, in order */
+    double t0;       /* host time of the first launch: where the device's times start */
+} timed_run;
+
+/* After the sync: the device's times of the run's launches into the watch
+ * (a device that cannot give them loses them from the profile, which
+ * KILN_DEBUG says; the run itself has succeeded). */
+static void device_times(jit_backend *j, const compiled *c, bool hit, timed_run *tr, bool ok) {
+    jit_device *d = j->dev;
+    d->time_launches = false;
+    double *t = ok && tr->n ? malloc(sizeof *t * 2 * (size_t)tr->n) : NULL;
+    char msg[256];
+    kiln_status st = d->ops->launch_times(d, t ? tr->n : 0, t, t ? t + tr->n : NULL, msg,
+                                          sizeof msg);
+    if (t && st == KILN_OK)
+        for (int i = 0; i < tr->n; i++) {
+            int k = tr->kernels[i];
+            jit_watch_launch(&j->watch, &c->facts, &c->prog->kernels[k], k, hit, tr->t0 + t[i],
+                             tr->t0 + t[tr->n + i]);
+        }
+    else if (t && j->watch.debug >= 1)
+        fprintf(stderr, "kiln: %s\n", msg);
+    free(t);
+    free(tr->kernels);
+}
+
 static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *cap, bool hit,
                        char *msg, size_t mcap) {
     const lower_program *p = c->prog;
@@ -640,6 +670,13 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
         st = hold_start(c, cap, &held, msg, mcap);
     else
         memset(&held, 0, sizeof held);
+    /* A device whose launches return before the kernel ran times them
+     * itself; its figures are read after the sync. */
+    timed_run tr = {.on = jit_watch_timing(&j->watch) && d->ops->launch_times};
+    if (tr.on && st == KILN_OK && !(tr.kernels = malloc(sizeof *tr.kernels * (size_t)p->nkernels)))
+        tr.on = false; /* the profile loses this run; the run goes on */
+    d->time_launches = tr.on;
+    tr.t0 = tr.on ? jit_now_ms() : 0;
     for (int done = 0; st == KILN_OK && done < p->nkernels; done++) {
         const lower_kernel *k = &p->kernels[done];
         const bound_kernel *bk = &c->bound[done];
@@ -673,12 +710,14 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             for (int i = 0; i < k->ninputs; i++)
                 kn[k->nouts + i] = nodes[bk->inputs[i]];
             if (k->numel > 0) {
-                bool timed = jit_watch_timing(&j->watch);
+                bool timed = jit_watch_timing(&j->watch) && !tr.on;
                 double t0 = timed ? jit_now_ms() : 0;
                 st = d->ops->launch(d, c->code, done, k, kn, msg, mcap);
                 j->stats.kernels++;
                 if (timed)
                     jit_watch_launch(&j->watch, &c->facts, k, done, hit, t0, jit_now_ms());
+                if (tr.on && st == KILN_OK && lower_kind_has_code(k->kind))
+                    tr.kernels[tr.n++] = done;
             }
         }
         if (st == KILN_OK && held.n && held_touch(&held, nodes, bk->nrelease, bk->release, false))
@@ -692,6 +731,8 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
         free(kn);
     if (st == KILN_OK)
         st = d->ops->sync(d, msg, mcap);
+    if (tr.on)
+        device_times(j, c, hit, &tr, st == KILN_OK);
     /* A half-run program leaves nothing behind: its outputs so far go. */
     for (int i = 0; st != KILN_OK && i < p->nkernels; i++)
         for (int o = 0; o < p->kernels[i].nouts; o++) {

@@ -84,6 +84,22 @@ typedef struct jit_device_ops {
     void (*set_threads)(jit_device *d, int nthreads);
     /* Optional: the program in the compiler's own IR, for KILN_DUMP (malloc'd). */
     char *(*ir_text)(const lower_program *p, const lower_plan *plans, char *msg, size_t cap);
+
+    /* ---- watching (optional) ---- */
+    /* For a device whose launch returns before its kernel has run, so that
+     * the host's clock says nothing about the kernel: while the device's
+     * time_launches is set, each launch is bracketed by the device's own
+     * timestamps, and after the sync this gives the n launches timed since
+     * the last call, start and end in ms from the first one's start, and
+     * forgets them (n = 0 only forgets). KILN_ERR_DEVICE when the device
+     * timed another number of launches or cannot read its clock. */
+    kiln_status (*launch_times)(jit_device *d, int n, double *start, double *end, char *msg,
+                                size_t cap);
+    /* The device's own limits for the profiler, in place of the host CPU's:
+     * m's name (cpu), threads and triad_elems say what was measured (the
+     * key of the stored figure); with measure, gbps, gflops and
+     * vector_bits are measured too. */
+    kiln_status (*limits)(jit_device *d, bool measure, kiln_machine *m, char *msg, size_t cap);
 } jit_device_ops;
 
 /* Every device starts with this (implementations embed it first). */
@@ -93,6 +109,7 @@ struct jit_device {
     cache_key key;       /* target, compiler identity and flags, kiln's version: every
                             kernel-cache key of this device includes it */
     jit_pool *pool;      /* its caching allocator (jit/pool.h), or NULL */
+    bool time_launches;  /* set by the runtime around a profiled run (launch_times) */
 };
 
 /* The device serving kind (for KILN_CPU, the one KILN_CPU_COMPILER names,

@@ -14,7 +14,10 @@
  * is not counted, as STREAM does not). The FMA loop keeps 12 independent
  * chains per thread in the widest vectors the compiler targets, enough to hide
  * the FMA latency on two ports, and asks for contraction so that a*b+c is one
- * instruction. The best of several repetitions of each is kept. */
+ * instruction. The best of several repetitions of each is kept.
+ *
+ * A device with limits of its own (a GPU: jit_device_ops.limits) is rated
+ * against those instead, stored under its name the same way. */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <math.h>
@@ -25,6 +28,7 @@
 #include <unistd.h>
 
 #include "jit/cpu/cpu.h"
+#include "jit/device.h"
 #include "jit/profile.h"
 
 #define MACHINE_REPS 3
@@ -152,17 +156,26 @@ static int64_t triad_elems(void) {
     return bytes / (int64_t)sizeof(float);
 }
 
-static cache_key limits_key(const kiln_machine *m) {
+/* The device whose own limits rate its kernels, or NULL for the CPU. */
+static jit_device *limited(const jit_watch *w) {
+    return w->dev && w->dev->ops->limits ? w->dev : NULL;
+}
+
+static cache_key limits_key(const jit_watch *w, const kiln_machine *m) {
     cache_key_builder b;
     cache_key_begin(&b);
     cache_key_add_str(&b, "kiln machine limits");
-    cache_key_add_str(&b, measure_src);
+    jit_device *d = limited(w);
+    cache_key_add_str(&b, d ? d->ops->name : measure_src);
     cache_key_add_str(&b, m->cpu);
     cache_key_add_u64(&b, (uint64_t)m->threads);
     return cache_key_end(&b);
 }
 
-static kiln_status measure(cache *c, kiln_machine *m, char *msg, size_t cap) {
+static kiln_status measure(jit_watch *w, kiln_machine *m, char *msg, size_t cap) {
+    if (limited(w))
+        return limited(w)->ops->limits(limited(w), true, m, msg, cap);
+    cache *c = w->cache;
     bool compiled;
     void *h = jit_cpu_load(c, measure_src, jit_cpu_key(measure_src), &compiled, msg, cap);
     if (!h)
@@ -226,7 +239,7 @@ static kiln_status measure_now(jit_watch *w, cache_key key, kiln_machine *m,
                                const kiln_machine *old, char *msg, size_t cap) {
     m->load = load_now();
     m->measured_at = (int64_t)time(NULL);
-    kiln_status st = measure(w->cache, m, msg, cap);
+    kiln_status st = measure(w, m, msg, cap);
     if (st != KILN_OK)
         return st;
     kiln_machine best = *m;
@@ -242,13 +255,27 @@ static kiln_status measure_now(jit_watch *w, cache_key key, kiln_machine *m,
     return KILN_OK;
 }
 
+/* What is measured: the CPU's model, the context's threads and the triad's
+ * size, or what the device says of itself. */
+static kiln_status identity(jit_watch *w, kiln_machine *m, char *msg, size_t cap) {
+    memset(m, 0, sizeof *m);
+    if (limited(w))
+        return limited(w)->ops->limits(limited(w), false, m, msg, cap);
+    m->threads = w->nthreads;
+    m->triad_elems = triad_elems();
+    jit_cpu_model(m->cpu, sizeof m->cpu);
+    return KILN_OK;
+}
+
 kiln_status jit_machine_measure(jit_watch *w, kiln_machine *out, char *msg, size_t cap) {
-    kiln_machine m = {.threads = w->nthreads, .triad_elems = triad_elems()}, old = m;
-    jit_cpu_model(m.cpu, sizeof m.cpu);
+    kiln_machine m, old;
+    kiln_status st = identity(w, &m, msg, cap);
+    if (st != KILN_OK)
+        return st;
     old = m;
-    cache_key key = limits_key(&m);
+    cache_key key = limits_key(w, &m);
     bool have = stored(w->cache, key, &old);
-    kiln_status st = measure_now(w, key, &m, have ? &old : NULL, msg, cap);
+    st = measure_now(w, key, &m, have ? &old : NULL, msg, cap);
     if (st == KILN_OK)
         *out = m;
     return st;
@@ -259,9 +286,11 @@ kiln_status jit_machine_get(jit_watch *w, kiln_machine *out, char *msg, size_t c
         *out = w->machine;
         return KILN_OK;
     }
-    kiln_machine m = {.threads = w->nthreads, .triad_elems = triad_elems()};
-    jit_cpu_model(m.cpu, sizeof m.cpu);
-    cache_key key = limits_key(&m);
+    kiln_machine m;
+    kiln_status st = identity(w, &m, msg, cap);
+    if (st != KILN_OK)
+        return st;
+    cache_key key = limits_key(w, &m);
     kiln_machine old = m;
     bool have = stored(w->cache, key, &old);
     double now = load_now(), busy = 0.5 * (double)m.threads;
@@ -273,7 +302,7 @@ kiln_status jit_machine_get(jit_watch *w, kiln_machine *out, char *msg, size_t c
         *out = old;
         return KILN_OK;
     }
-    kiln_status st = measure_now(w, key, &m, have ? &old : NULL, msg, cap);
+    st = measure_now(w, key, &m, have ? &old : NULL, msg, cap);
     if (st == KILN_OK)
         *out = w->machine;
     return st;

@@ -37,6 +37,8 @@ typedef struct jit_watch {
     int nthreads;
     bool have_machine;
     kiln_machine machine;
+    struct jit_device *dev; /* whose limits rate the kernels: the host CPU's unless its
+                               ops have limits */
 } jit_watch;
 
 /* Reads KILN_DEBUG, KILN_PROFILE and KILN_DUMP. */

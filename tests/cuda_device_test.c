@@ -7,6 +7,7 @@
  * only where there is a GPU (bench/gpu_check.sh). Opening the device needs
  * NVRTC; without it every case here is skipped, saying so. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
+#include <math.h>
 #include <dlfcn.h>
 
 #include "test_util.h"
@@ -157,5 +158,59 @@ Test(cuda_device, a_refused_module_is_an_error_and_the_context_survives) {
     cr_assert(fake_counter("fake_cuda_module_loads") >= 1);
     expect_roundtrip(a, va, 33);
     expect_roundtrip(b, vb, 33);
+    kiln_ctx_free(ctx);
+}
+
+/* The profiler on a device whose launches return before their kernels ran:
+ * each launch is timed by the device's events (the fake's clock moves 250
+ * us per launch; the host's would say a few microseconds), and rated
+ * against the device's own limits, its f32 peak from its properties (132
+ * SMs x 128 lanes x 2 flops at 1.98 GHz) and a device-to-device copy timed
+ * the same way (the fake's runs at 2000 GB/s), not the host CPU's. */
+Test(cuda_device, kernels_are_timed_by_device_events_against_device_limits) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("FAKE_CUDA_KERNEL_US", "250", 1);
+    setenv("FAKE_CUDA_GBPS", "2000", 1);
+    kiln_ctx *ctx = open_fake(NULL);
+    kiln_machine m;
+    cr_assert_eq(kiln_machine_info(ctx, &m), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    cr_assert_str_eq(m.cpu, "kiln fake device");
+    cr_assert_eq(m.threads, 132);
+    double peak = 2.0 * 128 * 132 * 1.98e9 * 1e-9;
+    cr_assert(fabs(m.gflops - peak) <= 1e-9 * peak, "gflops %g, expected %g", m.gflops, peak);
+    cr_assert(fabs(m.gbps - 2000) <= 1e-3, "gbps %g, expected the copy's 2000", m.gbps);
+    TU_RNG(r);
+    enum { N = 1 << 16 };
+    static float va[N], vb[N];
+    kiln_tensor *a = random_f32(ctx, &r, N, va);
+    kiln_tensor *b = random_f32(ctx, &r, N, vb);
+    long launches0 = fake_counter("fake_cuda_launches");
+    cr_assert_eq(kiln_profile_begin(ctx), KILN_OK);
+    for (int step = 0; step < 3; step++) {
+        kiln_tensor *y = kiln_add(kiln_mul(a, b), a);
+        kiln_tensor *s = kiln_sum(kiln_exp(y), 0, NULL, false);
+        cr_assert_eq(kiln_realize(s), KILN_OK, "%s", kiln_error_message(s));
+        kiln_release(s);
+        kiln_release(y);
+    }
+    cr_assert_eq(kiln_profile_end(ctx), KILN_OK);
+    long launched = fake_counter("fake_cuda_launches") - launches0;
+    int n = kiln_profile_count(ctx);
+    cr_assert(n >= 1 && launched == 3L * n, "%d kernels in the profile, %ld launches", n,
+              launched);
+    for (int i = 0; i < n; i++) {
+        kiln_kernel_profile k;
+        cr_assert_eq(kiln_profile_kernel(ctx, i, &k), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+        cr_assert_eq(k.launches, 3, "%s: %lld launches", k.name, (long long)k.launches);
+        cr_assert(fabs(k.mean_ms - 0.25) < 1e-6 && fabs(k.min_ms - 0.25) < 1e-6 &&
+                      fabs(k.max_ms - 0.25) < 1e-6,
+                  "%s: %g ms (min %g, max %g); the device's events say 0.25", k.name, k.mean_ms,
+                  k.min_ms, k.max_ms);
+        double gbps = k.bytes / 0.25 * 1e-6, gflops = k.flops / 0.25 * 1e-6;
+        double want = 100 * fmax(gbps / m.gbps, gflops / m.gflops);
+        cr_assert(k.bytes > 0 && fabs(k.pct_of_limit - want) <= 1e-6 * want,
+                  "%s: %g%% of the limit, expected %g%% of the device's", k.name,
+                  k.pct_of_limit, want);
+    }
     kiln_ctx_free(ctx);
 }

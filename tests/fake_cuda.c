@@ -9,7 +9,16 @@
  * memcpy and run at once (so every stream is always idle). Module loads
  * fail with CUDA_ERROR_NO_BINARY_FOR_GPU: kernels cannot run here, and the
  * test checks that this is an error that names what failed and leaves the
- * context usable. Counters of calls are exported for the test to read. */
+ * context usable. Counters of calls are exported for the test to read.
+ *
+ * With FAKE_CUDA_KERNELS=1 modules load and launches succeed without
+ * computing anything (the outputs keep whatever the memory held), for tests
+ * of what the host does around kernels: the device's clock, which events
+ * read, advances FAKE_CUDA_KERNEL_US (default 250) microseconds per launch
+ * and 2n / FAKE_CUDA_GBPS (default 2000) ns per device-to-device copy of n
+ * bytes, so that a profile timed by events has known figures. The device
+ * has 132 multiprocessors at 1.98 GHz. */
+#define _POSIX_C_SOURCE 200809L /* strdup */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,10 +81,26 @@ CUresult cuDriverGetVersion(int *v) { return *v = 13000, OK; }
 CUresult cuDeviceGetCount(int *n) { return *n = 1, OK; }
 CUresult cuDeviceGet(int *d, int ordinal) { return ordinal == 0 ? (*d = 0, OK) : ERR_INVALID_DEVICE; }
 
+static double env_or(const char *name, double dflt) {
+    const char *e = getenv(name);
+    return e && *e ? strtod(e, NULL) : dflt;
+}
+
+static int kernels_run(void) { return env_or("FAKE_CUDA_KERNELS", 0) == 1; }
+
+/* The device's clock in ms: what events read. */
+static double device_ms;
+
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     if (dev != 0)
         return ERR_INVALID_DEVICE;
-    *v = attr == 75 ? 9 : attr == 76 ? 0 : 1; /* compute capability 9.0; anything else 1 */
+    switch (attr) {
+    case 75: *v = 9; break;         /* compute capability 9.0 */
+    case 76: *v = 0; break;
+    case 16: *v = 132; break;       /* multiprocessors */
+    case 13: *v = 1980000; break;   /* clock, kHz */
+    default: *v = 1;
+    }
     return OK;
 }
 
@@ -93,23 +118,45 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return dev == 0 ? OK : ERR_INVA
 CUresult cuCtxSetCurrent(void *ctx) { return ctx == &the_context || !ctx ? OK : ERR_INVALID_VALUE; }
 CUresult cuCtxSynchronize(void) { return OK; }
 
+long fake_cuda_launches;
+
+/* A loaded module owns the names of the functions looked up in it. */
+typedef struct fake_module {
+    int nfns;
+    char *fns[256];
+} fake_module;
+
 CUresult cuModuleLoadData(void **mod, const void *image) {
     (void)image;
     fake_cuda_module_loads++;
-    *mod = NULL;
-    return ERR_NO_BINARY;
+    *mod = kernels_run() ? calloc(1, sizeof(fake_module)) : NULL;
+    return *mod ? OK : ERR_NO_BINARY;
 }
-CUresult cuModuleUnload(void *mod) { return mod ? OK : ERR_INVALID_VALUE; }
+CUresult cuModuleUnload(void *mod) {
+    fake_module *m = mod;
+    if (!m)
+        return ERR_INVALID_VALUE;
+    for (int i = 0; i < m->nfns; i++)
+        free(m->fns[i]);
+    free(m);
+    return OK;
+}
 CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
-    (void)mod, (void)name;
+    fake_module *m = mod;
     *fn = NULL;
-    return ERR_INVALID_VALUE;
+    if (!m || m->nfns == 256 || !(m->fns[m->nfns] = strdup(name)))
+        return ERR_INVALID_VALUE;
+    *fn = m->fns[m->nfns++];
+    return OK;
 }
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shmem, void *stream, void **args, void **extra) {
-    (void)f, (void)gx, (void)gy, (void)gz, (void)bx, (void)by, (void)bz, (void)shmem;
-    (void)stream, (void)args, (void)extra;
-    return ERR_INVALID_VALUE;
+    (void)shmem, (void)stream, (void)extra;
+    if (!f || !args || !gx || !gy || !gz || !bx || !by || !bz)
+        return ERR_INVALID_VALUE;
+    fake_cuda_launches++;
+    device_ms += env_or("FAKE_CUDA_KERNEL_US", 250) * 1e-3;
+    return OK;
 }
 
 CUresult cuMemAlloc_v2(unsigned long long *p, size_t n) {
@@ -150,6 +197,7 @@ CUresult cuMemcpyDtoHAsync_v2(void *dst, unsigned long long src, size_t n, void 
 CUresult cuMemcpyDtoDAsync_v2(unsigned long long dst, unsigned long long src, size_t n, void *s) {
     (void)s;
     memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    device_ms += 2.0 * (double)n / env_or("FAKE_CUDA_GBPS", 2000) * 1e-6;
     return OK;
 }
 
@@ -175,19 +223,26 @@ CUresult cuStreamDestroy_v2(void *s) {
     return OK;
 }
 CUresult cuStreamSynchronize(void *s) { return s ? OK : ERR_INVALID_VALUE; }
+/* An event holds the device's clock when it was recorded. */
 CUresult cuEventCreate(void **e, unsigned flags) {
     (void)flags;
-    *e = malloc(1);
+    *e = calloc(1, sizeof(double));
     return *e ? OK : ERR_OUT_OF_MEMORY;
 }
 CUresult cuEventDestroy_v2(void *e) {
     free(e);
     return OK;
 }
-CUresult cuEventRecord(void *e, void *s) { return e && s ? OK : ERR_INVALID_VALUE; }
+CUresult cuEventRecord(void *e, void *s) {
+    if (!e || !s)
+        return ERR_INVALID_VALUE;
+    *(double *)e = device_ms;
+    return OK;
+}
 CUresult cuEventSynchronize(void *e) { return e ? OK : ERR_INVALID_VALUE; }
 CUresult cuEventElapsedTime(float *ms, void *a, void *b) {
-    (void)a, (void)b;
-    *ms = 0;
+    if (!a || !b)
+        return ERR_INVALID_VALUE;
+    *ms = (float)(*(double *)b - *(double *)a);
     return OK;
 }

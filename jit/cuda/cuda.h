@@ -101,6 +101,13 @@ void jit_cuda_device_close(jit_cuda_device *d);
 int jit_cuda_device_count(char *msg, size_t cap);
 /* Compute capability as major * 10 + minor, e.g. 90. */
 int jit_cuda_device_arch(const jit_cuda_device *d);
+/* A device attribute (a CUdevice_attribute number), 0 when the driver
+ * cannot say. */
+enum {
+    JIT_CUDA_ATTR_CLOCK_KHZ = 13, /* the SMs' peak clock */
+    JIT_CUDA_ATTR_SMS = 16,       /* multiprocessors */
+};
+int jit_cuda_device_attribute(const jit_cuda_device *d, int attr);
 const char *jit_cuda_device_name(const jit_cuda_device *d);
 
 /* Loads a module from a cubin, falling back to the PTX when the cubin is

@@ -59,6 +59,10 @@ typedef struct cuda_device {
     bool stage_pending[2];
     const char *last_kernel; /* named in errors found at sync (a program's name outlives it) */
     char compiler_id[96];
+    /* Profiled launches: launch i between events 2i and 2i + 1 (made on
+     * first use and reused by every later profiled run). */
+    jit_cuda_event **ev;
+    int nev, ntimed;
 } cuda_device;
 
 typedef struct cuda_kernel {
@@ -404,6 +408,131 @@ static kiln_status cuda_compile(jit_device *dev, const lower_program *p, const l
     return KILN_OK;
 }
 
+/* ---- timing ---- */
+
+/* Events for one more timed launch. */
+static kiln_status timing_events(cuda_device *d, char *msg, size_t cap) {
+    int need = 2 * d->ntimed + 2;
+    if (need <= d->nev)
+        return KILN_OK;
+    int want = need < 64 ? 64 : 2 * need;
+    jit_cuda_event **ev = realloc(d->ev, sizeof *ev * (size_t)want);
+    if (!ev) {
+        snprintf(msg, cap, "kiln_realize: out of memory");
+        return KILN_ERR_OOM;
+    }
+    d->ev = ev;
+    for (; d->nev < want; d->nev++) {
+        kiln_status st = jit_cuda_event_new(&d->ev[d->nev], msg, cap);
+        if (st != KILN_OK) {
+            reword(msg, cap, "kiln_realize");
+            return st;
+        }
+    }
+    return KILN_OK;
+}
+
+static kiln_status cuda_launch_times(jit_device *dev, int n, double *start, double *end,
+                                     char *msg, size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    int timed = d->ntimed;
+    d->ntimed = 0;
+    if (n == 0)
+        return KILN_OK;
+    if (n != timed) {
+        snprintf(msg, cap, "kiln_profile: CUDA: %d launches were timed, not %d", timed, n);
+        return KILN_ERR_DEVICE;
+    }
+    for (int i = 0; i < n; i++) {
+        start[i] = jit_cuda_event_ms(d->ev[0], d->ev[2 * i]);
+        end[i] = jit_cuda_event_ms(d->ev[0], d->ev[2 * i + 1]);
+        if (start[i] < 0 || end[i] < start[i]) {
+            snprintf(msg, cap, "kiln_profile: CUDA: the events of launch %d cannot be read", i);
+            return KILN_ERR_DEVICE;
+        }
+    }
+    return KILN_OK;
+}
+
+/* FP32 lanes per multiprocessor: 64 on compute capability 6.0 and 7.x-8.0,
+ * 128 on 6.1-6.2 and from 8.6 on (Ampere's consumer parts, Ada, Hopper,
+ * Blackwell). */
+static int fp32_lanes(int arch) {
+    if (arch == 61 || arch == 62)
+        return 128;
+    return arch >= 86 ? 128 : 64;
+}
+
+enum { COPY_REPS = 5, COPY_MAX = 256 << 20 };
+
+/* The device's limits: the f32 peak from its properties (2 flops per FMA
+ * lane per clock), the bandwidth of a device-to-device copy measured with
+ * events (best of COPY_REPS, each byte read and written: 2 n bytes per copy
+ * of n), on 1/8 of the device's memory up to 256 MiB, well past its L2. */
+static kiln_status cuda_limits(jit_device *dev, bool measure, kiln_machine *m, char *msg,
+                               size_t cap) {
+    cuda_device *d = (cuda_device *)dev;
+    kiln_status st = current(d, "kiln_machine_info", msg, cap);
+    if (st != KILN_OK)
+        return st;
+    snprintf(m->cpu, sizeof m->cpu, "%s", jit_cuda_device_name(d->dev));
+    int sms = jit_cuda_device_attribute(d->dev, JIT_CUDA_ATTR_SMS);
+    double khz = jit_cuda_device_attribute(d->dev, JIT_CUDA_ATTR_CLOCK_KHZ);
+    size_t bytes = jit_cuda_device_memory(d->dev) / 8;
+    if (bytes > COPY_MAX || bytes == 0)
+        bytes = COPY_MAX;
+    bytes &= ~(size_t)4095;
+    m->threads = sms;
+    m->triad_elems = (int64_t)(bytes / sizeof(float));
+    m->vector_bits = 32 * 32; /* a warp of f32 lanes */
+    if (!measure)
+        return KILN_OK;
+    if (sms <= 0 || khz <= 0) {
+        snprintf(msg, cap, "kiln_machine_info: CUDA: device %d (%s) does not report its "
+                           "multiprocessors and clock", d->ordinal, m->cpu);
+        return KILN_ERR_DEVICE;
+    }
+    m->gflops = 2.0 * fp32_lanes(d->arch) * sms * khz * 1e3 * 1e-9;
+    jit_cuda_ptr a = 0, b = 0;
+    jit_cuda_event *e[2] = {NULL, NULL};
+    st = jit_cuda_alloc(d->dev, bytes, &a, msg, cap);
+    if (st == KILN_OK)
+        st = jit_cuda_alloc(d->dev, bytes, &b, msg, cap);
+    for (int i = 0; i < 2 && st == KILN_OK; i++)
+        st = jit_cuda_event_new(&e[i], msg, cap);
+    double best = -1;
+    /* one copy first, untimed: the first touch of fresh memory maps it */
+    for (int r = 0; r <= COPY_REPS && st == KILN_OK; r++) {
+        st = jit_cuda_event_record(e[0], d->stream, msg, cap);
+        if (st == KILN_OK)
+            st = jit_cuda_copy_on_device_async(b, a, bytes, d->stream, msg, cap);
+        if (st == KILN_OK)
+            st = jit_cuda_event_record(e[1], d->stream, msg, cap);
+        if (st == KILN_OK)
+            st = jit_cuda_event_wait(e[1], "timing a device copy", msg, cap);
+        double ms = st == KILN_OK ? jit_cuda_event_ms(e[0], e[1]) : -1;
+        if (r > 0 && ms > 0 && (best < 0 || ms < best))
+            best = ms;
+    }
+    for (int i = 0; i < 2; i++)
+        jit_cuda_event_free(e[i]);
+    if (b)
+        jit_cuda_free(d->dev, b);
+    if (a)
+        jit_cuda_free(d->dev, a);
+    if (st != KILN_OK) {
+        reword(msg, cap, "kiln_machine_info");
+        return st;
+    }
+    if (best <= 0) {
+        snprintf(msg, cap, "kiln_machine_info: CUDA: device %d (%s): the copy's events read no "
+                           "time", d->ordinal, m->cpu);
+        return KILN_ERR_DEVICE;
+    }
+    m->gbps = 2.0 * (double)bytes / (best * 1e-3) * 1e-9;
+    return KILN_OK;
+}
+
 static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const lower_kernel *k,
                                graph_node *const *nodes, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
@@ -426,6 +555,9 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
         }
         bufs[b] = ptr_of(nodes[b]->buf);
     }
+    bool timed = st == KILN_OK && dev->time_launches && c->k[i].fn;
+    if (timed && (st = timing_events(d, msg, cap)) == KILN_OK)
+        st = jit_cuda_event_record(d->ev[2 * d->ntimed], d->stream, msg, cap);
     if (st == KILN_OK) {
         st = jit_cuda_launch_async(c->k[i].fn, k->name, c->k[i].dims, n, bufs, d->stream, msg,
                                    cap);
@@ -434,6 +566,9 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
         else
             d->last_kernel = c->k[i].fn ? k->name : d->last_kernel;
     }
+    if (st == KILN_OK && timed &&
+        (st = jit_cuda_event_record(d->ev[2 * d->ntimed + 1], d->stream, msg, cap)) == KILN_OK)
+        d->ntimed++;
     if (bufs != stackv)
         free(bufs);
     return st;
@@ -508,6 +643,8 @@ static void cuda_close(jit_device *dev) {
         jit_cuda_stream_wait(d->stream, "closing", why, sizeof why);
         for (int h = 0; h < 2; h++)
             jit_cuda_event_free(d->stage_done[h]);
+        for (int i = 0; i < d->nev; i++)
+            jit_cuda_event_free(d->ev[i]);
         jit_cuda_pinned_free(d->stage);
         jit_cuda_stream_free(d->stream);
     }
@@ -520,6 +657,7 @@ static void cuda_close(jit_device *dev) {
     if (done)
         mem_destroy(m);
     pthread_mutex_destroy(&d->copy_lock);
+    free(d->ev);
     free(d);
 }
 
@@ -555,6 +693,8 @@ const jit_device_ops jit_cuda_device_ops = {
     .launch = cuda_launch,
     .sync = cuda_sync,
     .supports = cuda_supports,
+    .launch_times = cuda_launch_times,
+    .limits = cuda_limits,
 };
 
 static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, char *msg,

@@ -220,6 +220,11 @@ void jit_cuda_device_close(jit_cuda_device *d) {
 
 int jit_cuda_device_arch(const jit_cuda_device *d) { return d->arch; }
 
+int jit_cuda_device_attribute(const jit_cuda_device *d, int attr) {
+    int v = 0;
+    return drv.device_attr(&v, attr, d->dev) == 0 ? v : 0;
+}
+
 const char *jit_cuda_device_name(const jit_cuda_device *d) { return d->name; }
 
 jit_cuda_module *jit_cuda_module_load(jit_cuda_device *d, const jit_cuda_binary *bin, char *msg,
