@@ -214,3 +214,79 @@ Test(cuda_device, kernels_are_timed_by_device_events_against_device_limits) {
     }
     kiln_ctx_free(ctx);
 }
+
+/* Five steps of one program, each step's input fresh and its results kept
+ * until the next step's are made (so that buffers alternate and a replay
+ * must rebind them), on the fake device that runs no kernel but logs each
+ * one with its arguments; the log, and the launches made directly and as
+ * graphs. */
+static char *run_steps(const char *graphs, long *direct, long *graphed, int *lines) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("KILN_CUDA_GRAPHS", graphs, 1);
+    kiln_ctx *ctx = open_fake(NULL);
+    void *h = dlopen(FAKE, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(h, "%s", dlerror());
+    void (*reset)(void) = (void (*)(void))(uintptr_t)dlsym(h, "fake_cuda_log_reset");
+    char **log = dlsym(h, "fake_cuda_log");
+    cr_assert(reset && log);
+    reset();
+    long d0 = fake_counter("fake_cuda_launches"), g0 = fake_counter("fake_cuda_graph_launches");
+    TU_RNG(r);
+    enum { N = 64, K = 48, M = 40 };
+    static float vx[N * K], vw[K * M], vb[M];
+    kiln_tensor *w = random_f32(ctx, &r, K * M, vw), *b = random_f32(ctx, &r, M, vb);
+    w = kiln_reshape(w, 2, (int64_t[]){K, M});
+    kiln_tensor *keep[3] = {NULL, NULL, NULL};
+    for (int step = 0; step < 5; step++) {
+        kiln_tensor *x = kiln_reshape(random_f32(ctx, &r, N * K, vx), 2, (int64_t[]){N, K});
+        kiln_tensor *y = kiln_softmax(kiln_tanh(kiln_add(kiln_matmul(x, w), b)), -1);
+        kiln_tensor *s = kiln_sum(kiln_mul(y, y), 0, NULL, false);
+        cr_assert_eq(kiln_realize(s), KILN_OK, "step %d: %s", step, kiln_error_message(s));
+        for (int i = 0; i < 3; i++)
+            kiln_release(keep[i]);
+        keep[0] = x, keep[1] = y, keep[2] = s;
+    }
+    *direct = fake_counter("fake_cuda_launches") - d0;
+    *graphed = fake_counter("fake_cuda_graph_launches") - g0;
+    char *out = strdup(*log ? *log : "");
+    kiln_ctx_free(ctx);
+    dlclose(h);
+    *lines = 0;
+    for (const char *p = out; *p; p++)
+        *lines += *p == '\n';
+    return out;
+}
+
+/* A replayed step goes to the device as one CUDA graph, built when the same
+ * launches come a second time and rebound where a step's buffers differ:
+ * every kernel runs with exactly the arguments it runs with when each is
+ * launched on its own (the fake's memory is laid out the same in both
+ * contexts), and the buffers do change between steps, so a graph that kept
+ * its first arguments would fail here. */
+Test(cuda_device, a_replayed_step_is_one_cuda_graph_with_its_buffers_rebound) {
+    long d_off, g_off, d_on, g_on;
+    int lines_off, lines_on;
+    char *off = run_steps("0", &d_off, &g_off, &lines_off);
+    char *on = run_steps("1", &d_on, &g_on, &lines_on);
+    int per_step = lines_off / 5;
+    cr_assert(per_step >= 2 && lines_off == 5 * per_step, "%d kernels ran in 5 steps:\n%s",
+              lines_off, off);
+    cr_assert_eq(g_off, 0, "KILN_CUDA_GRAPHS=0 launched %ld graphs", g_off);
+    cr_assert_eq(d_off, lines_off);
+    cr_assert(g_on == 4 && d_on == per_step,
+              "with graphs: %ld direct launches and %ld graph launches over 5 steps of %d "
+              "kernels (expected the first step direct, the other four as graphs)",
+              d_on, g_on, per_step);
+    cr_assert_str_eq(on, off, "the kernels ran with other arguments through graphs");
+    /* step 2's arguments differ from step 3's somewhere */
+    const char *p = off;
+    for (int i = 0; i < 2 * per_step; i++)
+        p = strchr(p, '\n') + 1;
+    const char *q = p;
+    for (int i = 0; i < per_step; i++)
+        q = strchr(q, '\n') + 1;
+    cr_assert(strncmp(p, q, (size_t)(q - p)) != 0,
+              "steps 3 and 4 used the same buffers; the test needs them to differ:\n%s", off);
+    free(off);
+    free(on);
+}

@@ -16,12 +16,16 @@
  * of what the host does around kernels: the device's clock, which events
  * read, advances FAKE_CUDA_KERNEL_US (default 250) microseconds per launch
  * and 2n / FAKE_CUDA_GBPS (default 2000) ns per device-to-device copy of n
- * bytes, so that a profile timed by events has known figures. The device
- * has 132 multiprocessors at 1.98 GHz. */
-#define _POSIX_C_SOURCE 200809L /* strdup */
+ * bytes, so that a profile timed by events has known figures; every kernel
+ * that runs is logged with its arguments (fake_cuda_log), and CUDA graphs
+ * (chains of kernel nodes, rebindable) run their nodes the same way. The
+ * device has 132 multiprocessors at 1.98 GHz. */
+#define _GNU_SOURCE /* strdup, MAP_ANONYMOUS, MAP_NORESERVE */
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 typedef int CUresult;
 enum {
@@ -41,26 +45,84 @@ static size_t capacity(void) {
     return e && *e ? (size_t)strtoull(e, NULL, 10) : (size_t)64 << 20;
 }
 
-/* Every allocation carries its size in front of it, so frees give it back. */
+/* Device memory is one arena of capacity() bytes, allocated first fit, so
+ * that the same sequence of allocations gets the same addresses (offsets)
+ * in every context: kernels' arguments are logged as offsets, and two runs
+ * of a program, one through graphs and one without, compare equal. */
+typedef struct block {
+    size_t at, n;
+} block;
+static char *arena;
+static block *blocks; /* in use, by address */
+static int nblocks, capblocks;
+
 static void *take(size_t n) {
-    if (fake_cuda_in_use + n > capacity()) {
+    n = (n + 255) & ~(size_t)255;
+    if (!arena) {
+        arena = mmap(NULL, capacity(), PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+        if (arena == MAP_FAILED) {
+            arena = NULL;
+            return NULL;
+        }
+    }
+    size_t at = 0;
+    int i = 0;
+    for (; i < nblocks && blocks[i].at < at + n; i++)
+        at = blocks[i].at + blocks[i].n;
+    if (at + n > capacity() || n == 0) {
         fake_cuda_failed_allocs++;
         return NULL;
     }
-    size_t *p = malloc(n + 16);
-    if (!p)
-        return NULL;
-    p[0] = n;
+    if (nblocks == capblocks) {
+        int c = capblocks ? 2 * capblocks : 64;
+        block *b = realloc(blocks, sizeof *b * (size_t)c);
+        if (!b)
+            return NULL;
+        blocks = b;
+        capblocks = c;
+    }
+    memmove(blocks + i + 1, blocks + i, sizeof *blocks * (size_t)(nblocks - i));
+    blocks[i] = (block){at, n};
+    nblocks++;
     fake_cuda_in_use += n;
-    return (char *)p + 16;
+    return arena + at;
 }
 
 static void give(void *q) {
-    if (!q)
-        return;
-    size_t *p = (size_t *)((char *)q - 16);
-    fake_cuda_in_use -= p[0];
-    free(p);
+    for (int i = 0; q && i < nblocks; i++)
+        if (arena + blocks[i].at == (char *)q) {
+            fake_cuda_in_use -= blocks[i].n;
+            memmove(blocks + i, blocks + i + 1, sizeof *blocks * (size_t)(nblocks - i - 1));
+            nblocks--;
+            return;
+        }
+}
+
+/* Every kernel that runs (launched, or a node of a launched graph), a line
+ * "name arg arg ...", each argument as its offset in the arena (or "host"). */
+char *fake_cuda_log;
+size_t fake_cuda_log_len;
+static size_t log_cap;
+
+void fake_cuda_log_reset(void) {
+    fake_cuda_log_len = 0;
+    if (fake_cuda_log)
+        fake_cuda_log[0] = 0;
+}
+
+static void log_text(const char *t) {
+    size_t n = strlen(t);
+    if (fake_cuda_log_len + n + 1 > log_cap) {
+        size_t c = 2 * (fake_cuda_log_len + n + 1) + 4096;
+        char *l = realloc(fake_cuda_log, c);
+        if (!l)
+            return;
+        fake_cuda_log = l;
+        log_cap = c;
+    }
+    memcpy(fake_cuda_log + fake_cuda_log_len, t, n + 1);
+    fake_cuda_log_len += n;
 }
 
 CUresult cuInit(unsigned flags) { return flags == 0 ? OK : ERR_INVALID_VALUE; }
@@ -118,44 +180,203 @@ CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return dev == 0 ? OK : ERR_INVA
 CUresult cuCtxSetCurrent(void *ctx) { return ctx == &the_context || !ctx ? OK : ERR_INVALID_VALUE; }
 CUresult cuCtxSynchronize(void) { return OK; }
 
-long fake_cuda_launches;
+long fake_cuda_launches, fake_cuda_graph_launches;
 
-/* A loaded module owns the names of the functions looked up in it. */
+/* A function knows its parameter count from the module's PTX (kernels'
+ * parameters are all pointers here), so that launches can log them. */
+typedef struct fake_fn {
+    char *name;
+    int nparams;
+} fake_fn;
+
 typedef struct fake_module {
+    char *ptx;
     int nfns;
-    char *fns[256];
+    fake_fn fns[256];
 } fake_module;
 
+/* In FAKE_CUDA_KERNELS mode a cubin (an ELF image) is refused, as a driver
+ * too old for it would, so that kiln loads the PTX, whose text says each
+ * kernel's parameters. */
 CUresult cuModuleLoadData(void **mod, const void *image) {
-    (void)image;
     fake_cuda_module_loads++;
-    *mod = kernels_run() ? calloc(1, sizeof(fake_module)) : NULL;
-    return *mod ? OK : ERR_NO_BINARY;
+    *mod = NULL;
+    if (!kernels_run() || !memcmp(image, "\x7f" "ELF", 4))
+        return ERR_NO_BINARY;
+    fake_module *m = calloc(1, sizeof *m);
+    if (!m || !(m->ptx = strdup(image))) {
+        free(m);
+        return ERR_OUT_OF_MEMORY;
+    }
+    *mod = m;
+    return OK;
 }
 CUresult cuModuleUnload(void *mod) {
     fake_module *m = mod;
     if (!m)
         return ERR_INVALID_VALUE;
     for (int i = 0; i < m->nfns; i++)
-        free(m->fns[i]);
+        free(m->fns[i].name);
+    free(m->ptx);
     free(m);
     return OK;
 }
 CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
     fake_module *m = mod;
     *fn = NULL;
-    if (!m || m->nfns == 256 || !(m->fns[m->nfns] = strdup(name)))
+    if (!m || m->nfns == 256)
         return ERR_INVALID_VALUE;
-    *fn = m->fns[m->nfns++];
+    char entry[300];
+    snprintf(entry, sizeof entry, ".entry %s(", name);
+    const char *at = strstr(m->ptx, entry), *end = at ? strchr(at, ')') : NULL;
+    if (!end)
+        return ERR_INVALID_VALUE; /* CUDA_ERROR_NOT_FOUND, near enough */
+    int n = 0;
+    for (const char *p = strstr(at, ".param"); p && p < end; p = strstr(p + 1, ".param"))
+        n++;
+    fake_fn *f = &m->fns[m->nfns];
+    if (!(f->name = strdup(name)))
+        return ERR_OUT_OF_MEMORY;
+    f->nparams = n;
+    m->nfns++;
+    *fn = f;
     return OK;
 }
+
+static void log_kernel(const fake_fn *f, int nargs, const unsigned long long *args) {
+    char line[2048];
+    size_t at = (size_t)snprintf(line, sizeof line, "%s", f->name);
+    for (int i = 0; i < nargs && at < sizeof line; i++) {
+        char *p = (char *)(uintptr_t)args[i];
+        if (arena && p >= arena && p < arena + capacity())
+            at += (size_t)snprintf(line + at, sizeof line - at, " %zx", (size_t)(p - arena));
+        else
+            at += (size_t)snprintf(line + at, sizeof line - at, " host");
+    }
+    if (at < sizeof line - 1)
+        line[at++] = '\n', line[at] = 0;
+    log_text(line);
+    device_ms += env_or("FAKE_CUDA_KERNEL_US", 250) * 1e-3;
+}
+
+/* The argument values, as the driver copies them at the call. */
+static int copy_args(const fake_fn *f, void **params, unsigned long long *out) {
+    if (f->nparams > 64)
+        return -1;
+    for (int i = 0; i < f->nparams; i++)
+        memcpy(&out[i], params[i], sizeof out[i]);
+    return f->nparams;
+}
+
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,
                         unsigned bz, unsigned shmem, void *stream, void **args, void **extra) {
     (void)shmem, (void)stream, (void)extra;
-    if (!f || !args || !gx || !gy || !gz || !bx || !by || !bz)
+    unsigned long long a[64];
+    if (!f || !args || !gx || !gy || !gz || !bx || !by || !bz || copy_args(f, args, a) < 0)
         return ERR_INVALID_VALUE;
     fake_cuda_launches++;
-    device_ms += env_or("FAKE_CUDA_KERNEL_US", 250) * 1e-3;
+    log_kernel(f, ((fake_fn *)f)->nparams, a);
+    return OK;
+}
+
+/* ---- graphs: a chain of kernel nodes ---- */
+
+typedef struct kernel_node_params { /* CUDA_KERNEL_NODE_PARAMS_v2 */
+    void *func;
+    unsigned grid[3], block[3], shared_bytes;
+    void **params;
+    void **extra;
+    void *kern;
+    void *ctx;
+} kernel_node_params;
+
+typedef struct fake_node {
+    fake_fn *fn;
+    unsigned long long args[64];
+} fake_node;
+
+typedef struct fake_graph {
+    int n;
+    fake_node *nodes[4096];
+} fake_graph;
+
+typedef struct fake_exec {
+    fake_graph *from;
+    int n;
+    fake_node nodes[];
+} fake_exec;
+
+static int set_node(fake_node *n, const kernel_node_params *p) {
+    if (!p->func || !p->params || !p->grid[0] || !p->block[0])
+        return -1;
+    n->fn = p->func;
+    return copy_args(n->fn, p->params, n->args);
+}
+
+CUresult cuGraphCreate(void **g, unsigned flags) {
+    *g = flags ? NULL : calloc(1, sizeof(fake_graph));
+    return *g ? OK : ERR_INVALID_VALUE;
+}
+CUresult cuGraphDestroy(void *g) {
+    fake_graph *fg = g;
+    if (!fg)
+        return ERR_INVALID_VALUE;
+    for (int i = 0; i < fg->n; i++)
+        free(fg->nodes[i]);
+    free(fg);
+    return OK;
+}
+/* kiln builds a chain: each node after the last one added. */
+CUresult cuGraphAddKernelNode_v2(void **node, void *g, void *const *deps, size_t ndeps,
+                                 const kernel_node_params *p) {
+    fake_graph *fg = g;
+    if (!fg || fg->n == 4096 || ndeps != (fg->n ? 1u : 0u) ||
+        (ndeps && deps[0] != fg->nodes[fg->n - 1]))
+        return ERR_INVALID_VALUE;
+    fake_node *n = calloc(1, sizeof *n);
+    if (!n || set_node(n, p) < 0) {
+        free(n);
+        return ERR_INVALID_VALUE;
+    }
+    fg->nodes[fg->n++] = n;
+    *node = n;
+    return OK;
+}
+CUresult cuGraphInstantiateWithFlags(void **e, void *g, unsigned long long flags) {
+    fake_graph *fg = g;
+    *e = NULL;
+    if (!fg || flags)
+        return ERR_INVALID_VALUE;
+    fake_exec *x = malloc(sizeof *x + sizeof(fake_node) * (size_t)fg->n);
+    if (!x)
+        return ERR_OUT_OF_MEMORY;
+    x->from = fg;
+    x->n = fg->n;
+    for (int i = 0; i < fg->n; i++)
+        x->nodes[i] = *fg->nodes[i];
+    *e = x;
+    return OK;
+}
+CUresult cuGraphExecKernelNodeSetParams_v2(void *e, void *node, const kernel_node_params *p) {
+    fake_exec *x = e;
+    for (int i = 0; x && i < x->n; i++)
+        if (x->from->nodes[i] == node)
+            return set_node(&x->nodes[i], p) < 0 ? ERR_INVALID_VALUE : OK;
+    return ERR_INVALID_VALUE;
+}
+CUresult cuGraphLaunch(void *e, void *stream) {
+    fake_exec *x = e;
+    if (!x || !stream)
+        return ERR_INVALID_VALUE;
+    fake_cuda_graph_launches++;
+    for (int i = 0; i < x->n; i++)
+        log_kernel(x->nodes[i].fn, x->nodes[i].fn->nparams, x->nodes[i].args);
+    return OK;
+}
+CUresult cuGraphExecDestroy(void *e) {
+    if (!e)
+        return ERR_INVALID_VALUE;
+    free(e);
     return OK;
 }
 

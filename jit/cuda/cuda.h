@@ -168,6 +168,31 @@ kiln_status jit_cuda_event_wait(jit_cuda_event *e, const char *what, char *msg, 
 /* Milliseconds between two completed events, -1 when unknown. */
 double jit_cuda_event_ms(jit_cuda_event *from, jit_cuda_event *to);
 
+/* CUDA graphs: a sequence of kernels instantiated once and launched as one
+ * (cuGraphLaunch), whose nodes' arguments can be rebound without building
+ * it again. Absent from drivers before CUDA 12. */
+typedef struct jit_cuda_graph jit_cuda_graph;           /* a CUgraph */
+typedef struct jit_cuda_graph_exec jit_cuda_graph_exec; /* a CUgraphExec */
+typedef struct jit_cuda_graph_node jit_cuda_graph_node; /* a CUgraphNode */
+bool jit_cuda_graphs_available(void);
+kiln_status jit_cuda_graph_new(jit_cuda_graph **g, char *msg, size_t cap);
+void jit_cuda_graph_free(jit_cuda_graph *g, jit_cuda_graph_exec *e); /* either may be NULL */
+/* A kernel node after node `after` (NULL: the first), one pointer argument
+ * per buffer, as jit_cuda_launch_async takes them. */
+kiln_status jit_cuda_graph_add_kernel(jit_cuda_graph *g, jit_cuda_graph_node *after,
+                                      jit_cuda_fn *f, const char *name, jit_cuda_dims dims,
+                                      int nbufs, const jit_cuda_ptr *bufs,
+                                      jit_cuda_graph_node **node, char *msg, size_t cap);
+kiln_status jit_cuda_graph_instantiate(jit_cuda_graph *g, jit_cuda_graph_exec **e, char *msg,
+                                       size_t cap);
+/* Rebinds node's arguments in the instantiated graph. */
+kiln_status jit_cuda_graph_set_kernel(jit_cuda_graph_exec *e, jit_cuda_graph_node *node,
+                                      jit_cuda_fn *f, const char *name, jit_cuda_dims dims,
+                                      int nbufs, const jit_cuda_ptr *bufs, char *msg,
+                                      size_t cap);
+kiln_status jit_cuda_graph_launch(jit_cuda_graph_exec *e, jit_cuda_stream *s, char *msg,
+                                  size_t cap);
+
 /* The architectures NVRTC can compile for (as 90), at most cap of them; 0
  * when NVRTC is missing or cannot say. */
 int jit_cuda_nvrtc_archs(int *archs, int cap);

@@ -42,7 +42,17 @@ typedef struct cuda_mem {
     int64_t blocks; /* device allocations not yet freed */
     bool closed;    /* the device has closed */
     char why[256];  /* the driver's last refusal */
+    struct cuda_device *owner; /* while open: its held launches go before any free */
 } cuda_mem;
+
+/* A launch held back until the stream's next other operation (a copy, a
+ * wait, a free): a run's launches are held together, so that a replayed
+ * step can go to the device as one CUDA graph. Its arguments are
+ * held_args[at, at + nbufs). */
+typedef struct held_launch {
+    int kernel;
+    int nbufs, at;
+} held_launch;
 
 typedef struct cuda_device {
     jit_device base;
@@ -63,19 +73,48 @@ typedef struct cuda_device {
      * first use and reused by every later profiled run). */
     jit_cuda_event **ev;
     int nev, ntimed;
+    /* Held launches, all of one program's code (KILN_CUDA_GRAPHS, on by
+     * default where the driver has graphs). */
+    bool graphs;
+    jit_code *held_code;
+    held_launch *held;
+    int nheld, capheld;
+    jit_cuda_ptr *held_args;
+    int nargs, capargs;
 } cuda_device;
 
 typedef struct cuda_kernel {
     jit_cuda_fn *fn; /* NULL for kernels without code */
     jit_cuda_dims dims;
+    char *name;
 } cuda_kernel;
+
+/* A program's launches as one CUDA graph: built from a sequence of launches
+ * seen twice in a row (a graph-cache hit replays the same kernels in the
+ * same order), launched whole from then on, each node's arguments rebound
+ * where a run's buffers differ from the last one's. */
+typedef struct cuda_graph {
+    int n;             /* launches */
+    held_launch *seq;  /* what each node launches, and its arguments' place in args */
+    jit_cuda_ptr *args; /* the arguments every node is bound to now */
+    int nargs;
+    jit_cuda_graph *g;
+    jit_cuda_graph_exec *exec;
+    jit_cuda_graph_node **nodes;
+} cuda_graph;
 
 struct jit_code {
     cuda_device *d;
     jit_cuda_module *mod;
+    cuda_graph *graph;   /* NULL until a sequence repeats */
+    held_launch *seen;   /* the last sequence launched kernel by kernel */
+    int nseen;
+    bool no_graph;       /* the driver refused to build one: launched kernel by kernel */
     int nkernels;
     cuda_kernel k[];
 };
+
+static kiln_status flush(cuda_device *d, char *msg, size_t cap);
 
 /* driver.c's messages start "kiln: "; ours name the API call instead. */
 static void reword(char *msg, size_t cap, const char *op) {
@@ -128,6 +167,10 @@ static void raw_free(void *user, void *mem, size_t n) {
     (void)n;
     cuda_mem *m = user;
     char why[256];
+    /* A held launch may still read the block: it goes first (a failure
+     * there is the sync's to report, as the launch's own would be). */
+    if (m->owner)
+        flush(m->owner, why, sizeof why);
     if (jit_cuda_make_current(m->dev, why, sizeof why) == KILN_OK)
         jit_cuda_free(m->dev, (jit_cuda_ptr)(uintptr_t)mem);
     pthread_mutex_lock(&m->lock);
@@ -208,6 +251,8 @@ static kiln_status cuda_copy_in(jit_device *dev, graph_buffer *dst, size_t offse
                                 const void *src, size_t n, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
     kiln_status st = current(d, "kiln_from_data", msg, cap);
+    if (st == KILN_OK)
+        st = flush(d, msg, cap);
     if (st != KILN_OK || n == 0)
         return st;
     jit_cuda_ptr to = ptr_of(dst) + offset;
@@ -240,6 +285,8 @@ static kiln_status cuda_copy_out(jit_device *dev, void *dst, const graph_buffer 
                                  size_t offset, size_t n, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
     kiln_status st = current(d, "kiln_to_host", msg, cap);
+    if (st == KILN_OK)
+        st = flush(d, msg, cap);
     if (st != KILN_OK || n == 0)
         return st;
     jit_cuda_ptr from = ptr_of(src) + offset;
@@ -348,14 +395,23 @@ static void kernel_names(const lower_program *p, char *out, size_t cap) {
         at += (size_t)snprintf(out + at, cap - at, "%s %s", i ? "," : "", p->kernels[i].name);
 }
 
+static void graph_free(cuda_graph *gr);
+
 static void cuda_code_free(void *code) {
     jit_code *c = code;
     if (!c)
         return;
     char why[256];
+    if (c->d->held_code == c)
+        flush(c->d, why, sizeof why); /* its launches must go before its module */
     /* The kernel cache closes before the device (jit_backend_free). */
-    if (jit_cuda_make_current(c->d->dev, why, sizeof why) == KILN_OK)
+    if (jit_cuda_make_current(c->d->dev, why, sizeof why) == KILN_OK) {
+        graph_free(c->graph);
         jit_cuda_module_unload(c->mod);
+    }
+    for (int i = 0; i < c->nkernels; i++)
+        free(c->k[i].name);
+    free(c->seen);
     free(c);
 }
 
@@ -398,6 +454,11 @@ static kiln_status cuda_compile(jit_device *dev, const lower_program *p, const l
         if (!lower_kind_has_code(p->kernels[i].kind))
             continue;
         c->k[i].dims = jit_cuda_launch_dims(&plans[i]);
+        if (!(c->k[i].name = strdup(p->kernels[i].name))) {
+            snprintf(msg, cap, "kiln_realize: out of memory");
+            cuda_code_free(c);
+            return KILN_ERR_OOM;
+        }
         if ((st = jit_cuda_function(m, p->kernels[i].name, &c->k[i].fn, msg, cap)) != KILN_OK) {
             reword(msg, cap, "kiln_realize");
             cuda_code_free(c);
@@ -406,6 +467,169 @@ static kiln_status cuda_compile(jit_device *dev, const lower_program *p, const l
     }
     *out = c;
     return KILN_OK;
+}
+
+/* ---- held launches and CUDA graphs ---- */
+
+static void graph_free(cuda_graph *gr) {
+    if (!gr)
+        return;
+    jit_cuda_graph_free(gr->g, gr->exec);
+    free(gr->seq);
+    free(gr->args);
+    free(gr->nodes);
+    free(gr);
+}
+
+static bool same_launches(const held_launch *a, int na, const held_launch *b, int nb) {
+    if (na != nb)
+        return false;
+    for (int i = 0; i < na; i++)
+        if (a[i].kernel != b[i].kernel || a[i].nbufs != b[i].nbufs)
+            return false;
+    return true;
+}
+
+/* The held launches, kernel by kernel. */
+static kiln_status launch_held(cuda_device *d, const jit_code *c, char *msg, size_t cap) {
+    kiln_status st = KILN_OK;
+    for (int i = 0; i < d->nheld && st == KILN_OK; i++) {
+        const held_launch *h = &d->held[i];
+        const cuda_kernel *k = &c->k[h->kernel];
+        st = jit_cuda_launch_async(k->fn, k->name, k->dims, h->nbufs, d->held_args + h->at,
+                                   d->stream, msg, cap);
+    }
+    return st;
+}
+
+/* The graph of the held launches (a chain, in the stream's order), bound
+ * to their arguments; c->graph on success. */
+static kiln_status graph_build(cuda_device *d, jit_code *c, char *msg, size_t cap) {
+    cuda_graph *gr = calloc(1, sizeof *gr);
+    if (gr) {
+        gr->seq = malloc(sizeof *gr->seq * (size_t)d->nheld);
+        gr->args = malloc(sizeof *gr->args * (size_t)(d->nargs ? d->nargs : 1));
+        gr->nodes = calloc((size_t)d->nheld, sizeof *gr->nodes);
+    }
+    if (!gr || !gr->seq || !gr->args || !gr->nodes) {
+        graph_free(gr);
+        snprintf(msg, cap, "kiln: out of memory");
+        return KILN_ERR_OOM;
+    }
+    gr->n = d->nheld;
+    gr->nargs = d->nargs;
+    memcpy(gr->seq, d->held, sizeof *gr->seq * (size_t)gr->n);
+    memcpy(gr->args, d->held_args, sizeof *gr->args * (size_t)gr->nargs);
+    kiln_status st = jit_cuda_graph_new(&gr->g, msg, cap);
+    for (int i = 0; i < gr->n && st == KILN_OK; i++) {
+        const held_launch *h = &gr->seq[i];
+        const cuda_kernel *k = &c->k[h->kernel];
+        st = jit_cuda_graph_add_kernel(gr->g, i ? gr->nodes[i - 1] : NULL, k->fn, k->name,
+                                       k->dims, h->nbufs, gr->args + h->at, &gr->nodes[i], msg,
+                                       cap);
+    }
+    if (st == KILN_OK)
+        st = jit_cuda_graph_instantiate(gr->g, &gr->exec, msg, cap);
+    if (st != KILN_OK) {
+        graph_free(gr);
+        return st;
+    }
+    c->graph = gr;
+    return KILN_OK;
+}
+
+/* Launches the graph for the held launches: each node whose arguments
+ * differ from what it is bound to is rebound first (a replayed step's
+ * buffers are mostly the last step's, which the pool hands back in the
+ * same order). */
+static kiln_status graph_replay(cuda_device *d, cuda_graph *gr, const jit_code *c, char *msg,
+                                size_t cap) {
+    for (int i = 0; i < gr->n; i++) {
+        const held_launch *h = &d->held[i];
+        jit_cuda_ptr *now = d->held_args + h->at, *bound = gr->args + h->at;
+        size_t bytes = sizeof *now * (size_t)h->nbufs;
+        if (!memcmp(now, bound, bytes))
+            continue;
+        const cuda_kernel *k = &c->k[h->kernel];
+        kiln_status st = jit_cuda_graph_set_kernel(gr->exec, gr->nodes[i], k->fn, k->name,
+                                                   k->dims, h->nbufs, now, msg, cap);
+        if (st != KILN_OK)
+            return st;
+        memcpy(bound, now, bytes);
+    }
+    return jit_cuda_graph_launch(gr->exec, d->stream, msg, cap);
+}
+
+/* Sends the held launches to the device: as the code's graph when they are
+ * the launches it was built from, else kernel by kernel (building the graph
+ * when the same launches come a second time in a row). A graph the driver
+ * refuses is dropped for good and the launches go one by one: graphs only
+ * save host time. */
+static kiln_status flush(cuda_device *d, char *msg, size_t cap) {
+    if (!d->nheld)
+        return KILN_OK;
+    jit_code *c = d->held_code;
+    char why[512];
+    bool done = false;
+    kiln_status st = KILN_OK;
+    if (!c->graph && !c->no_graph && d->nheld >= 2 &&
+        same_launches(c->seen, c->nseen, d->held, d->nheld) &&
+        graph_build(d, c, why, sizeof why) != KILN_OK)
+        c->no_graph = true;
+    if (c->graph && same_launches(c->graph->seq, c->graph->n, d->held, d->nheld)) {
+        done = graph_replay(d, c->graph, c, why, sizeof why) == KILN_OK;
+        if (!done) {
+            graph_free(c->graph);
+            c->graph = NULL;
+            c->no_graph = true;
+        }
+    }
+    if (!done) {
+        st = launch_held(d, c, msg, cap);
+        held_launch *seen = realloc(c->seen, sizeof *seen * (size_t)d->nheld);
+        if (seen) {
+            memcpy(seen, d->held, sizeof *seen * (size_t)d->nheld);
+            c->seen = seen;
+        }
+        c->nseen = seen ? d->nheld : 0;
+    }
+    d->nheld = d->nargs = 0;
+    d->held_code = NULL;
+    if (st != KILN_OK)
+        reword(msg, cap, "kiln_realize");
+    return st;
+}
+
+/* Holds launch i of c with its arguments. */
+static kiln_status hold(cuda_device *d, jit_code *c, int i, int nbufs, const jit_cuda_ptr *bufs,
+                        char *msg, size_t cap) {
+    kiln_status st = d->held_code && d->held_code != c ? flush(d, msg, cap) : KILN_OK;
+    if (st != KILN_OK)
+        return st;
+    if (d->nheld == d->capheld) {
+        int n = d->capheld ? 2 * d->capheld : 64;
+        held_launch *h = realloc(d->held, sizeof *h * (size_t)n);
+        if (!h)
+            goto oom;
+        d->held = h;
+        d->capheld = n;
+    }
+    if (d->nargs + nbufs > d->capargs) {
+        int n = 2 * (d->nargs + nbufs) + 256;
+        jit_cuda_ptr *a = realloc(d->held_args, sizeof *a * (size_t)n);
+        if (!a)
+            goto oom;
+        d->held_args = a;
+        d->capargs = n;
+    }
+    memcpy(d->held_args + d->nargs, bufs, sizeof *bufs * (size_t)nbufs);
+    d->held[d->nheld++] = (held_launch){i, nbufs, d->nargs};
+    d->nargs += nbufs;
+    d->held_code = c;
+    return KILN_OK;
+oom:
+    snprintf(msg, cap, "kiln_realize: out of memory");
+    return KILN_ERR_OOM;
 }
 
 /* ---- timing ---- */
@@ -473,6 +697,8 @@ static kiln_status cuda_limits(jit_device *dev, bool measure, kiln_machine *m, c
                                size_t cap) {
     cuda_device *d = (cuda_device *)dev;
     kiln_status st = current(d, "kiln_machine_info", msg, cap);
+    if (st == KILN_OK)
+        st = flush(d, msg, cap);
     if (st != KILN_OK)
         return st;
     snprintf(m->cpu, sizeof m->cpu, "%s", jit_cuda_device_name(d->dev));
@@ -556,6 +782,16 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
         bufs[b] = ptr_of(nodes[b]->buf);
     }
     bool timed = st == KILN_OK && dev->time_launches && c->k[i].fn;
+    if (st == KILN_OK && !timed && d->graphs && c->k[i].fn && c->k[i].dims.grid) {
+        st = hold(d, (jit_code *)c, i, n, bufs, msg, cap);
+        if (st == KILN_OK)
+            d->last_kernel = k->name;
+        if (bufs != stackv)
+            free(bufs);
+        return st;
+    }
+    if (st == KILN_OK)
+        st = flush(d, msg, cap); /* a timed launch goes after the held ones */
     if (timed && (st = timing_events(d, msg, cap)) == KILN_OK)
         st = jit_cuda_event_record(d->ev[2 * d->ntimed], d->stream, msg, cap);
     if (st == KILN_OK) {
@@ -579,6 +815,8 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
 static kiln_status cuda_sync(jit_device *dev, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
     kiln_status st = current(d, "kiln_sync", msg, cap);
+    if (st == KILN_OK)
+        st = flush(d, msg, cap);
     if (st != KILN_OK)
         return st;
     char what[192];
@@ -640,6 +878,7 @@ static void cuda_close(jit_device *dev) {
     cuda_device *d = (cuda_device *)dev;
     char why[256];
     if (jit_cuda_make_current(d->dev, why, sizeof why) == KILN_OK) {
+        flush(d, why, sizeof why);
         jit_cuda_stream_wait(d->stream, "closing", why, sizeof why);
         for (int h = 0; h < 2; h++)
             jit_cuda_event_free(d->stage_done[h]);
@@ -648,8 +887,11 @@ static void cuda_close(jit_device *dev) {
         jit_cuda_pinned_free(d->stage);
         jit_cuda_stream_free(d->stream);
     }
-    jit_pool_close(dev->pool);
     cuda_mem *m = d->mem;
+    pthread_mutex_lock(&m->lock);
+    m->owner = NULL;
+    pthread_mutex_unlock(&m->lock);
+    jit_pool_close(dev->pool);
     pthread_mutex_lock(&m->lock);
     m->closed = true;
     bool done = m->blocks == 0;
@@ -658,6 +900,8 @@ static void cuda_close(jit_device *dev) {
         mem_destroy(m);
     pthread_mutex_destroy(&d->copy_lock);
     free(d->ev);
+    free(d->held);
+    free(d->held_args);
     free(d);
 }
 
@@ -736,8 +980,11 @@ static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, cha
         return KILN_ERR_OOM;
     }
     m->dev = dev;
+    m->owner = d;
     d->dev = dev;
     d->mem = m;
+    const char *graphs = getenv("KILN_CUDA_GRAPHS");
+    d->graphs = jit_cuda_graphs_available() && !(graphs && !strcmp(graphs, "0"));
     d->arch = arch;
     d->ordinal = ordinal;
     d->cache = cfg->cache;

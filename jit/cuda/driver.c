@@ -57,6 +57,18 @@ typedef struct driver_api {
     cu_result (*event_elapsed)(float *, jit_cuda_event *, jit_cuda_event *);
     cu_result (*mem_info)(size_t *, size_t *);
     cu_result (*driver_version)(int *);
+    /* CUDA graphs (CUDA 12 and later; absent, steps are launched kernel by
+     * kernel) */
+    bool graphs;
+    cu_result (*graph_create)(jit_cuda_graph **, unsigned);
+    cu_result (*graph_add_kernel)(jit_cuda_graph_node **, jit_cuda_graph *,
+                                  jit_cuda_graph_node *const *, size_t, const void *);
+    cu_result (*graph_instantiate)(jit_cuda_graph_exec **, jit_cuda_graph *, unsigned long long);
+    cu_result (*graph_exec_set_kernel)(jit_cuda_graph_exec *, jit_cuda_graph_node *,
+                                       const void *);
+    cu_result (*graph_launch)(jit_cuda_graph_exec *, jit_cuda_stream *);
+    cu_result (*graph_exec_destroy)(jit_cuda_graph_exec *);
+    cu_result (*graph_destroy)(jit_cuda_graph *);
     char why[512]; /* when handle is NULL */
 } driver_api;
 
@@ -121,6 +133,13 @@ static void load_driver(void) {
         dlclose(h);
         return;
     }
+    drv.graphs = sym(h, "cuGraphCreate", &drv.graph_create) &&
+                 sym(h, "cuGraphAddKernelNode_v2", &drv.graph_add_kernel) &&
+                 sym(h, "cuGraphInstantiateWithFlags", &drv.graph_instantiate) &&
+                 sym(h, "cuGraphExecKernelNodeSetParams_v2", &drv.graph_exec_set_kernel) &&
+                 sym(h, "cuGraphLaunch", &drv.graph_launch) &&
+                 sym(h, "cuGraphExecDestroy", &drv.graph_exec_destroy) &&
+                 sym(h, "cuGraphDestroy", &drv.graph_destroy);
     cu_result rc = drv.init(0);
     if (rc != 0) {
         const char *s = NULL;
@@ -424,4 +443,93 @@ kiln_status jit_cuda_event_wait(jit_cuda_event *e, const char *what, char *msg, 
 double jit_cuda_event_ms(jit_cuda_event *from, jit_cuda_event *to) {
     float ms = 0;
     return drv.event_elapsed(&ms, from, to) == 0 ? ms : -1;
+}
+
+/* ---- CUDA graphs ---- */
+
+/* CUDA_KERNEL_NODE_PARAMS_v2 of cuda.h (CUDA 12 and 13). */
+typedef struct kernel_node_params {
+    cu_function func;
+    unsigned grid[3], block[3], shared_bytes;
+    void **params;
+    void **extra;
+    void *kern; /* CUkernel, used only when func is NULL */
+    void *ctx;  /* CUcontext, ignored when func is set */
+} kernel_node_params;
+
+bool jit_cuda_graphs_available(void) { return drv.handle && drv.graphs; }
+
+kiln_status jit_cuda_graph_new(jit_cuda_graph **g, char *msg, size_t cap) {
+    *g = NULL;
+    return check(drv.graph_create(g, 0), "creating a CUDA graph", msg, cap);
+}
+
+void jit_cuda_graph_free(jit_cuda_graph *g, jit_cuda_graph_exec *e) {
+    if (e)
+        drv.graph_exec_destroy(e);
+    if (g)
+        drv.graph_destroy(g);
+}
+
+/* The node's parameters: the driver copies the argument values, so bufs
+ * need not outlive the call. */
+static kiln_status kernel_params(jit_cuda_fn *f, jit_cuda_dims dims, int nbufs,
+                                 const jit_cuda_ptr *bufs, kernel_node_params *p, void ***args,
+                                 void **stackv, char *msg, size_t cap) {
+    *args = nbufs <= 32 ? stackv : malloc(sizeof **args * (size_t)nbufs);
+    if (!*args) {
+        snprintf(msg, cap, "kiln: out of memory");
+        return KILN_ERR_OOM;
+    }
+    for (int i = 0; i < nbufs; i++)
+        (*args)[i] = (void *)&bufs[i];
+    *p = (kernel_node_params){.func = (cu_function)f, .grid = {dims.grid, 1, 1},
+                              .block = {dims.block, 1, 1}, .params = *args};
+    return KILN_OK;
+}
+
+kiln_status jit_cuda_graph_add_kernel(jit_cuda_graph *g, jit_cuda_graph_node *after,
+                                      jit_cuda_fn *f, const char *name, jit_cuda_dims dims,
+                                      int nbufs, const jit_cuda_ptr *bufs,
+                                      jit_cuda_graph_node **node, char *msg, size_t cap) {
+    kernel_node_params p;
+    void *stackv[32], **args;
+    kiln_status st = kernel_params(f, dims, nbufs, bufs, &p, &args, stackv, msg, cap);
+    if (st != KILN_OK)
+        return st;
+    char what[160];
+    snprintf(what, sizeof what, "adding kernel %s to a CUDA graph", name);
+    st = check(drv.graph_add_kernel(node, g, after ? &after : NULL, after ? 1 : 0, &p), what, msg,
+               cap);
+    if (args != stackv)
+        free(args);
+    return st;
+}
+
+kiln_status jit_cuda_graph_instantiate(jit_cuda_graph *g, jit_cuda_graph_exec **e, char *msg,
+                                       size_t cap) {
+    *e = NULL;
+    return check(drv.graph_instantiate(e, g, 0), "instantiating a CUDA graph", msg, cap);
+}
+
+kiln_status jit_cuda_graph_set_kernel(jit_cuda_graph_exec *e, jit_cuda_graph_node *node,
+                                      jit_cuda_fn *f, const char *name, jit_cuda_dims dims,
+                                      int nbufs, const jit_cuda_ptr *bufs, char *msg,
+                                      size_t cap) {
+    kernel_node_params p;
+    void *stackv[32], **args;
+    kiln_status st = kernel_params(f, dims, nbufs, bufs, &p, &args, stackv, msg, cap);
+    if (st != KILN_OK)
+        return st;
+    char what[160];
+    snprintf(what, sizeof what, "rebinding kernel %s of a CUDA graph", name);
+    st = check(drv.graph_exec_set_kernel(e, node, &p), what, msg, cap);
+    if (args != stackv)
+        free(args);
+    return st;
+}
+
+kiln_status jit_cuda_graph_launch(jit_cuda_graph_exec *e, jit_cuda_stream *s, char *msg,
+                                  size_t cap) {
+    return check(drv.graph_launch(e, s), "launching a CUDA graph", msg, cap);
 }
