@@ -150,6 +150,20 @@ run_suite() {
         failed=1
     fi
     count "$passed" "$failed" "tests ($name)"
+    gpu_skips "$logdir" "$name"
+}
+
+# The test bodies whose CUDA executors were skipped for want of a GPU, by
+# name (test_util.h prints them): counted here, listed in a file.
+gpu_skips() { # gpu_skips LOGDIR NAME
+    local list="$1/gpu_skipped.txt" n
+    find "$1" -name test.log -print0 2>/dev/null | xargs -0 -r cat |
+        sed -n 's/\x1b\[[0-9;]*m//g; s/^kiln-test: skipped without a GPU: \([^ ]*\) on .*/\1/p' |
+        sort -u >"$list" 2>/dev/null || return 0
+    n=$(wc -l <"$list")
+    ((n > 0)) || return 0
+    printf '%-44s %d test bodies (cuda/lazy, cuda/eager), by name in %s\n' \
+        "skipped without a GPU ($2):" "$n" "$list"
 }
 
 bazel_bin() { bazel info "$@" bazel-bin 2>/dev/null; }

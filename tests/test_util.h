@@ -69,12 +69,27 @@ static inline kiln_ctx *tu_ctx_like_current(void) {
     return c;
 }
 
+/* A test body's executors that need a GPU, skipped where there is none,
+ * are reported by name on stderr (the test's log), one line per test, which
+ * the test command counts and lists. */
+static inline void tu_report_gpu_skips(const char *test, const char *names, const char *why) {
+    if (names[0])
+        fprintf(stderr, "kiln-test: skipped without a GPU: %s on %s (%.160s)\n", test, names,
+                why);
+}
+
 static inline void tu_run_all(void (*body)(kiln_ctx *), const char *test) {
     int n;
     const tu_exec *ex = tu_exec_list(&n);
     int ran = 0;
+    char skipped[64] = "", why[256] = "";
     for (int i = 0; i < n; i++) {
         kiln_ctx *ctx = kiln_ctx_new(ex[i].dev);
+        if (!ctx && ex[i].dev == KILN_CUDA) {
+            size_t at = strlen(skipped);
+            snprintf(skipped + at, sizeof skipped - at, "%s%s", at ? ", " : "", ex[i].name);
+            snprintf(why, sizeof why, "%s", kiln_last_ctx_error());
+        }
         if (!ctx)
             continue;
         kiln_ctx_set_mode(ctx, ex[i].mode);
@@ -86,6 +101,7 @@ static inline void tu_run_all(void (*body)(kiln_ctx *), const char *test) {
         ran++;
     }
     *tu_cur_exec_slot() = NULL;
+    tu_report_gpu_skips(test, skipped, why);
     cr_assert(ran > 0, "%s: no executor is available", test);
 }
 
