@@ -16,10 +16,12 @@ typedef struct bench_opts {
     int warmup; /* untimed steps per mode; the first one compiles */
     bool quick; /* --quick or KILN_BENCH_QUICK=1: fewer steps, no 4096 matmul */
     bool full;  /* --full: the largest sizes too */
+    kiln_device device; /* --device cpu|cuda or KILN_BENCH_DEVICE: where kiln runs (cpu) */
 } bench_opts;
 
-/* Reads --quick, --full and --steps N from argv, then KILN_BENCH_QUICK and
- * KILN_BENCH_STEPS from the environment. */
+/* Reads --quick, --full, --steps N and --device D from argv, then
+ * KILN_BENCH_QUICK, KILN_BENCH_STEPS and KILN_BENCH_DEVICE from the
+ * environment. */
 bench_opts bench_parse_opts(int argc, char **argv);
 
 double bench_now(void);

@@ -8,6 +8,10 @@
 
 #include "bench/bench.h"
 
+static kiln_device device_named(const char *s) {
+    return s && strcmp(s, "cuda") == 0 ? KILN_CUDA : KILN_CPU;
+}
+
 bench_opts bench_parse_opts(int argc, char **argv) {
     bench_opts o = {.steps = 0, .warmup = 1};
     const char *q = getenv("KILN_BENCH_QUICK");
@@ -15,8 +19,11 @@ bench_opts bench_parse_opts(int argc, char **argv) {
     const char *s = getenv("KILN_BENCH_STEPS");
     if (s && atoi(s) > 0)
         o.steps = atoi(s);
+    o.device = device_named(getenv("KILN_BENCH_DEVICE"));
     for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--quick") == 0)
+        if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            o.device = device_named(argv[++i]);
+        else if (strcmp(argv[i], "--quick") == 0)
             o.quick = true;
         else if (strcmp(argv[i], "--full") == 0)
             o.full = true;

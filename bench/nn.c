@@ -5,7 +5,7 @@
  * backward. A workload that trains returns its updated parameters (or its
  * gradients) joined into one tensor, which is what lazy and eager compare.
  *
- * Usage: nn [--quick | --full] [--steps N]; JSON lines on stdout as ops.c's,
+ * Usage: nn [--quick | --full] [--steps N] [--device cpu|cuda]; JSON lines on stdout as ops.c's,
  * rated in GFLOP/s (the matmul and attention arithmetic) against the
  * machine's FMA peak. */
 #include <stdio.h>
@@ -94,7 +94,7 @@ static kiln_tensor *input(kiln_ctx *ctx, int ndim, const int64_t *dims, uint64_t
 
 int main(int argc, char **argv) {
     bench_opts o = bench_parse_opts(argc, argv);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    kiln_ctx *ctx = kiln_ctx_new(o.device);
     if (!ctx) {
         fprintf(stderr, "kiln_ctx_new: %s\n", kiln_last_ctx_error());
         return 1;

@@ -4,7 +4,7 @@
  * matmul with a bias and activation epilogue. Each graph is built by one
  * function that both modes run; the outputs of the two are compared.
  *
- * Usage: ops [--quick | --full] [--steps N]. One JSON line per measurement
+ * Usage: ops [--quick | --full] [--steps N] [--device cpu|cuda]. One JSON line per measurement
  * on stdout (the machine's measured limits first), a readable line on
  * stderr. A workload that fails is reported ("error") and the others still
  * run; the exit status is then 1. Memory-bound workloads report GB/s over the least traffic the work
@@ -92,7 +92,7 @@ int main(int argc, char **argv) {
         {"matmul_bias_relu", "512", matmul_bias_relu, 3, {2, 2, 1}, {{512, 512}, {512, 512}, {512}},
          0, MM(512, 512, 512), 1e-5, false},
     };
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    kiln_ctx *ctx = kiln_ctx_new(o.device);
     if (!ctx) {
         fprintf(stderr, "kiln_ctx_new: %s\n", kiln_last_ctx_error());
         return 1;

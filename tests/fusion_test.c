@@ -620,10 +620,17 @@ Test(fusion, random_graphs_agree_lazy_eager_and_reference, .timeout = 1200) {
     int graphs = env && atoi(env) > 0 ? atoi(env) : 60;
     const char *first = getenv("KILN_FUZZ_SEED");
     uint64_t base = first ? strtoull(first, NULL, 10) : 1000;
+    /* KILN_FUZZ_DEVICE=cuda: the lazy and eager contexts on the GPU */
+    const char *on = getenv("KILN_FUZZ_DEVICE");
+    kiln_device dev = on && !strcmp(on, "cuda") ? KILN_CUDA : KILN_CPU;
+    kiln_ctx *probe = kiln_ctx_new(dev);
+    if (!probe)
+        cr_skip_test("KILN_FUZZ_DEVICE=%s: %s", on ? on : "cpu", kiln_last_ctx_error());
+    kiln_ctx_free(probe);
     for (int i = 0; i < graphs; i++) {
         uint64_t seed = base + (uint64_t)i;
         float *x = random_data(3 * 5 * 7, seed), *w = random_data(7 * 7, seed + 7777);
-        kiln_ctx *cs[3] = {kiln_ctx_new(KILN_REF), kiln_ctx_new(KILN_CPU), kiln_ctx_new(KILN_CPU)};
+        kiln_ctx *cs[3] = {kiln_ctx_new(KILN_REF), kiln_ctx_new(dev), kiln_ctx_new(dev)};
         kiln_ctx_set_mode(cs[2], KILN_EAGER);
         double *out[3];
         int64_t n = 0;

@@ -69,6 +69,21 @@ static inline kiln_ctx *tu_ctx_like_current(void) {
     return c;
 }
 
+/* KILN_TEST_DEVICES (a comma-separated list of ref, cpu and cuda; all
+ * when unset) limits the executors every body runs on: a GPU machine's
+ * check runs the suites on ref and cuda alone. */
+static inline bool tu_exec_wanted(const tu_exec *e) {
+    const char *want = getenv("KILN_TEST_DEVICES");
+    if (!want || !*want)
+        return true;
+    const char *dev = e->dev == KILN_REF ? "ref" : e->dev == KILN_CPU ? "cpu" : "cuda";
+    size_t n = strlen(dev);
+    for (const char *p = want; (p = strstr(p, dev)); p += n)
+        if ((p == want || p[-1] == ',') && (p[n] == ',' || p[n] == 0))
+            return true;
+    return false;
+}
+
 /* A test body's executors that need a GPU, skipped where there is none,
  * are reported by name on stderr (the test's log), one line per test, which
  * the test command counts and lists. */
@@ -84,6 +99,8 @@ static inline void tu_run_all(void (*body)(kiln_ctx *), const char *test) {
     int ran = 0;
     char skipped[64] = "", why[256] = "";
     for (int i = 0; i < n; i++) {
+        if (!tu_exec_wanted(&ex[i]))
+            continue;
         kiln_ctx *ctx = kiln_ctx_new(ex[i].dev);
         if (!ctx && ex[i].dev == KILN_CUDA) {
             size_t at = strlen(skipped);

@@ -5,7 +5,10 @@ has them (softmax, layer_norm, gelu, addmm). With --compile it also measures
 bench/compile_cost.c's graphs: the first call with an empty Inductor cache
 (cold), the first call of a new process on the cache that filled (warm_disk:
 this script run again with --child), and later calls (repeat).
-Usage: torch_peer.py [--compile] [--quick | --full] [--steps N]."""
+With --device cuda the same workloads run on the GPU (inputs copied there
+first, each call waited for with torch.cuda.synchronize, TF32 off as in
+PyTorch's default for matmul), for bench/gpu_check.sh.
+Usage: torch_peer.py [--compile] [--quick | --full] [--steps N] [--device cpu|cuda]."""
 import os
 import subprocess
 import sys
@@ -13,6 +16,7 @@ import tempfile
 
 COMPILE = "--compile" in sys.argv
 CHILD = "--child" in sys.argv
+DEVICE = sys.argv[sys.argv.index("--device") + 1] if "--device" in sys.argv else "cpu"
 # Inductor's caches live under this directory and the variable is read when
 # torch is imported: an empty one makes the first call compile from scratch.
 if COMPILE and not CHILD:
@@ -61,7 +65,7 @@ def mlp_train_step(x, *params):
     with torch.enable_grad():
         ps = [p.detach().requires_grad_(True) for p in params]
         h = F.relu(F.linear(F.relu(F.linear(x, ps[0], ps[1])), ps[2], ps[3]))
-        labels = (torch.arange(x.shape[0]) * 7 + 3) % 10
+        labels = (torch.arange(x.shape[0], device=x.device) * 7 + 3) % 10
         loss = F.cross_entropy(F.linear(h, ps[4], ps[5]), labels)
         g = torch.autograd.grad(loss, ps)
     return torch.cat([(p - 0.05 * d).detach().reshape(-1) for p, d in zip(ps, g)])
@@ -89,15 +93,17 @@ GRAPHS = {
 
 
 def convert(a):
-    return torch.from_numpy(a)
+    return torch.from_numpy(a).to(DEVICE)
 
 
 def same(t):
+    if DEVICE == "cuda":
+        torch.cuda.synchronize()
     return t
 
 
 def to_numpy(t):
-    return t.numpy()
+    return t.detach().cpu().numpy()
 
 
 def fresh_compile(fn):
