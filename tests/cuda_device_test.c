@@ -290,3 +290,101 @@ Test(cuda_device, a_replayed_step_is_one_cuda_graph_with_its_buffers_rebound) {
     free(off);
     free(on);
 }
+
+/* ---- plain products through cuBLAS (a fake one computing on the host) ---- */
+
+/* Products the fake cuBLAS computed (0 before kiln first loads it). */
+static long cublas_calls(void) {
+    void *h = dlopen("tests/libfake_cublas.so", RTLD_NOW | RTLD_NOLOAD);
+    if (!h)
+        return 0;
+    long *p = dlsym(h, "fake_cublas_calls");
+    cr_assert(p, "the fake cuBLAS lacks its counter");
+    long v = *p;
+    dlclose(h);
+    return v;
+}
+
+/* x (rows x cols) from v, given as its transpose when `t` (a view whose rows
+ * are contiguous: cuBLAS's op T). */
+static kiln_tensor *matrix(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, int64_t rows,
+                           int64_t cols, bool t, const double *v) {
+    int64_t n = batch * rows * cols;
+    double *data = malloc(sizeof *data * (size_t)n);
+    for (int64_t p = 0; p < batch; p++)
+        for (int64_t i = 0; i < rows; i++)
+            for (int64_t j = 0; j < cols; j++)
+                data[p * rows * cols + (t ? j * rows + i : i * cols + j)] =
+                    v[p * rows * cols + i * cols + j];
+    int64_t dims[3] = {batch, t ? cols : rows, t ? rows : cols};
+    kiln_tensor *x = batch > 1 ? tu_tensor(ctx, dt, 3, dims, data)
+                               : tu_tensor(ctx, dt, 2, dims + 1, data);
+    free(data);
+    return t ? kiln_transpose(x, -2, -1) : x;
+}
+
+/* One product on the fake device, checked against f64 arithmetic on the
+ * same (rounded) values; whether it went to cuBLAS. */
+static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b, int64_t n,
+                      int64_t k, int64_t m, bool ta, bool tb, bool relu) {
+    TU_RNG(r);
+    int64_t bb = bcast_b ? 1 : batch;
+    double *a = malloc(sizeof *a * (size_t)(batch * n * k)), *b = malloc(sizeof *b * (size_t)(bb * k * m));
+    for (int64_t i = 0; i < batch * n * k; i++)
+        a[i] = tu_round(dt, tu_unif(&r, -1, 1));
+    for (int64_t i = 0; i < bb * k * m; i++)
+        b[i] = tu_round(dt, tu_unif(&r, -1, 1));
+    long calls = cublas_calls();
+    kiln_tensor *c = kiln_matmul(matrix(ctx, dt, batch, n, k, ta, a), matrix(ctx, dt, bb, k, m, tb, b));
+    if (relu)
+        c = kiln_relu(c);
+    double *got = malloc(sizeof *got * (size_t)(batch * n * m));
+    TU_READ(c, got, batch * n * m);
+    bool used = cublas_calls() > calls;
+    double tol = dt == KILN_F64 ? 1e-12 : dt == KILN_F32 ? 1e-5 : dt == KILN_F16 ? 2e-3 : 1.6e-2;
+    for (int64_t p = 0; used && p < batch; p++)
+        for (int64_t i = 0; i < n; i++)
+            for (int64_t j = 0; j < m; j++) {
+                double want = 0;
+                for (int64_t q = 0; q < k; q++)
+                    want += a[(p * n + i) * k + q] * b[((bcast_b ? 0 : p) * k + q) * m + j];
+                double g = got[(p * n + i) * m + j];
+                cr_assert(fabs(g - want) <= tol * fmax(1, fabs(want)),
+                          "%s [%lld]%lldx%lldx%lld%s%s%s: C[%lld][%lld][%lld] = %g, expected %g",
+                          kiln_dtype_name(dt), (long long)batch, (long long)n, (long long)k,
+                          (long long)m, ta ? " A^T" : "", tb ? " B^T" : "",
+                          bcast_b ? " B broadcast" : "", (long long)p, (long long)i,
+                          (long long)j, g, want);
+            }
+    free(a), free(b), free(got);
+    return used;
+}
+
+/* A plain product (no epilogue; operands read in place, transposed or
+ * batched or broadcast over the batch) goes to cuBLAS with the right
+ * operands, ops, leading dimensions and strides: the fake computes it, and
+ * its values must be the product's. A product with fused work keeps its
+ * generated kernel. */
+Test(cuda_device, plain_products_go_to_cublas_with_the_right_layout) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+    kiln_ctx *ctx = open_fake(NULL);
+    struct {
+        kiln_dtype dt;
+        int64_t batch;
+        bool bcast, ta, tb;
+    } cases[] = {
+        {KILN_F32, 1, false, false, false}, {KILN_F32, 1, false, true, false},
+        {KILN_F32, 1, false, false, true},  {KILN_F32, 1, false, true, true},
+        {KILN_F32, 3, false, false, false}, {KILN_F32, 3, true, false, false},
+        {KILN_F32, 3, false, true, true},   {KILN_F64, 1, false, false, true},
+        {KILN_F16, 2, false, false, false}, {KILN_BF16, 1, false, true, false},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        cr_assert(blas_case(ctx, cases[i].dt, cases[i].batch, cases[i].bcast, 33, 17, 29,
+                            cases[i].ta, cases[i].tb, false),
+                  "case %zu (%s) did not go to cuBLAS", i, kiln_dtype_name(cases[i].dt));
+    cr_assert(!blas_case(ctx, KILN_F32, 1, false, 8, 8, 8, false, false, true),
+              "matmul + relu went to cuBLAS, losing its fused epilogue");
+    kiln_ctx_free(ctx);
+}

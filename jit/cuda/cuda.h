@@ -193,6 +193,36 @@ kiln_status jit_cuda_graph_set_kernel(jit_cuda_graph_exec *e, jit_cuda_graph_nod
 kiln_status jit_cuda_graph_launch(jit_cuda_graph_exec *e, jit_cuda_stream *s, char *msg,
                                   size_t cap);
 
+/* ---- cuBLAS ----------------------------------------------------------------- */
+
+/* A matmul kernel as one cublasGemmStridedBatchedEx: the operands in the
+ * order cuBLAS takes them (row-major C = A B is column-major C^T = B^T A^T,
+ * so `first` is B and `second` A), their ops (0: N, 1: T), leading
+ * dimensions, batch strides and offsets in elements. */
+typedef struct jit_cuda_gemm {
+    kiln_dtype dtype;
+    int op_first, op_second;
+    int m, n, k; /* cuBLAS's m, n, k: the kernel's m (columns), n (rows), k */
+    long long ld_first, ld_second, ld_out;
+    long long stride_first, stride_second, stride_out;
+    int batch;
+    int64_t first_offset, second_offset;
+} jit_cuda_gemm;
+
+typedef struct jit_cuda_blas jit_cuda_blas;
+/* cuBLAS on stream s; NULL with the reason in msg when it cannot be had. */
+jit_cuda_blas *jit_cuda_blas_open(jit_cuda_stream *s, char *msg, size_t cap);
+void jit_cuda_blas_close(jit_cuda_blas *b);
+/* Whether kernel k (its nodes: outputs, then inputs) is a plain product
+ * cuBLAS computes as well as it: no epilogue, f32/f64/f16/bf16 operands of
+ * the output's dtype read in place (a unit stride each, one stride over the
+ * batch), sizes within int; *g says how. */
+bool jit_cuda_gemm_of(const lower_kernel *k, const graph_node *const *nodes, jit_cuda_gemm *g);
+/* Queues the product; tf32 lets f32 products use TF32 tensor cores. */
+kiln_status jit_cuda_blas_gemm(jit_cuda_blas *b, const jit_cuda_gemm *g, bool tf32,
+                               jit_cuda_ptr first, jit_cuda_ptr second, jit_cuda_ptr out,
+                               char *msg, size_t cap);
+
 /* The architectures NVRTC can compile for (as 90), at most cap of them; 0
  * when NVRTC is missing or cannot say. */
 int jit_cuda_nvrtc_archs(int *archs, int cap);

@@ -81,12 +81,18 @@ typedef struct cuda_device {
     int nheld, capheld;
     jit_cuda_ptr *held_args;
     int nargs, capargs;
+    /* cuBLAS for plain products (KILN_CUDA_MATMUL=kernel: never), opened on
+     * first use; KILN_ALLOW_TF32=1 lets f32 products use TF32 */
+    bool use_blas, blas_tried, tf32;
+    jit_cuda_blas *blas;
 } cuda_device;
 
 typedef struct cuda_kernel {
     jit_cuda_fn *fn; /* NULL for kernels without code */
     jit_cuda_dims dims;
     char *name;
+    bool blas; /* a plain product: cuBLAS computes it (the generated code is the fallback) */
+    jit_cuda_gemm gemm;
 } cuda_kernel;
 
 /* A program's launches as one CUDA graph: built from a sequence of launches
@@ -459,6 +465,16 @@ static kiln_status cuda_compile(jit_device *dev, const lower_program *p, const l
             cuda_code_free(c);
             return KILN_ERR_OOM;
         }
+        if (d->use_blas && p->kernels[i].kind == LOWER_MATMUL) {
+            const lower_kernel *k = &p->kernels[i];
+            const graph_node *nodes[1 + 16];
+            if (k->nouts == 1 && k->ninputs <= 16) {
+                nodes[0] = k->outs[0];
+                for (int j = 0; j < k->ninputs; j++)
+                    nodes[1 + j] = k->inputs[j];
+                c->k[i].blas = jit_cuda_gemm_of(k, nodes, &c->k[i].gemm);
+            }
+        }
         if ((st = jit_cuda_function(m, p->kernels[i].name, &c->k[i].fn, msg, cap)) != KILN_OK) {
             reword(msg, cap, "kiln_realize");
             cuda_code_free(c);
@@ -759,6 +775,44 @@ static kiln_status cuda_limits(jit_device *dev, bool measure, kiln_machine *m, c
     return KILN_OK;
 }
 
+/* ---- cuBLAS ---- */
+
+/* Whether cuBLAS is there, opening it on first use (a failure is said once
+ * at KILN_DEBUG >= 1 and the generated kernels run from then on). */
+static bool blas_ready(cuda_device *d) {
+    if (d->blas || d->blas_tried)
+        return d->blas != NULL;
+    d->blas_tried = true;
+    char why[512];
+    d->blas = jit_cuda_blas_open(d->stream, why, sizeof why);
+    const char *dbg = getenv("KILN_DEBUG");
+    if (!d->blas && dbg && atoi(dbg) >= 1)
+        fprintf(stderr, "kiln: CUDA: %s; matmuls run as generated kernels\n", why);
+    return d->blas != NULL;
+}
+
+/* A plain product through cuBLAS, after the held launches (the stream's
+ * order), timed like a kernel when the profile asks. */
+static kiln_status blas_launch(cuda_device *d, const cuda_kernel *ck, const lower_kernel *k,
+                               const jit_cuda_ptr *bufs, char *msg, size_t cap) {
+    kiln_status st = flush(d, msg, cap);
+    bool timed = d->base.time_launches;
+    if (st == KILN_OK && timed && (st = timing_events(d, msg, cap)) == KILN_OK)
+        st = jit_cuda_event_record(d->ev[2 * d->ntimed], d->stream, msg, cap);
+    if (st == KILN_OK)
+        st = jit_cuda_blas_gemm(d->blas, &ck->gemm, d->tf32, bufs[k->b.buf], bufs[k->a.buf],
+                                bufs[0], msg, cap);
+    if (st != KILN_OK) {
+        reword(msg, cap, "kiln_realize");
+        return st;
+    }
+    d->last_kernel = k->name;
+    if (timed && (st = jit_cuda_event_record(d->ev[2 * d->ntimed + 1], d->stream, msg, cap)) ==
+                     KILN_OK)
+        d->ntimed++;
+    return st;
+}
+
 static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const lower_kernel *k,
                                graph_node *const *nodes, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
@@ -780,6 +834,12 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
             st = KILN_ERR_DEVICE;
         }
         bufs[b] = ptr_of(nodes[b]->buf);
+    }
+    if (st == KILN_OK && c->k[i].blas && blas_ready(d)) {
+        st = blas_launch(d, &c->k[i], k, bufs, msg, cap);
+        if (bufs != stackv)
+            free(bufs);
+        return st;
     }
     bool timed = st == KILN_OK && dev->time_launches && c->k[i].fn;
     if (st == KILN_OK && !timed && d->graphs && c->k[i].fn && c->k[i].dims.grid) {
@@ -884,6 +944,7 @@ static void cuda_close(jit_device *dev) {
             jit_cuda_event_free(d->stage_done[h]);
         for (int i = 0; i < d->nev; i++)
             jit_cuda_event_free(d->ev[i]);
+        jit_cuda_blas_close(d->blas);
         jit_cuda_pinned_free(d->stage);
         jit_cuda_stream_free(d->stream);
     }
@@ -985,6 +1046,9 @@ static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, cha
     d->mem = m;
     const char *graphs = getenv("KILN_CUDA_GRAPHS");
     d->graphs = jit_cuda_graphs_available() && !(graphs && !strcmp(graphs, "0"));
+    const char *mm = getenv("KILN_CUDA_MATMUL"), *tf32 = getenv("KILN_ALLOW_TF32");
+    d->use_blas = !(mm && !strcmp(mm, "kernel"));
+    d->tf32 = tf32 && !strcmp(tf32, "1");
     d->arch = arch;
     d->ordinal = ordinal;
     d->cache = cfg->cache;

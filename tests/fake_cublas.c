@@ -1,0 +1,102 @@
+/* fake_cublas.c — a stand-in for cuBLAS (loaded through KILN_CUBLAS by
+ * tests/cuda_device_test.c) over the fake driver's memory, which is host
+ * memory: cublasGemmStridedBatchedEx computes its product on the host, in
+ * double, so that a matmul kiln hands to cuBLAS on the fake device has
+ * values a test can check against the reference evaluator. f32, f64, f16 and
+ * bf16; ops N and T; alpha 1, beta 0 as kiln passes them. */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+long fake_cublas_calls;
+
+int cublasCreate_v2(void **h) {
+    *h = malloc(1);
+    return *h ? 0 : 1;
+}
+int cublasDestroy_v2(void *h) {
+    free(h);
+    return 0;
+}
+int cublasSetStream_v2(void *h, void *s) { return h && s ? 0 : 7; }
+
+static double half_to_double(uint16_t h) {
+    int e = (h >> 10) & 31, m = h & 1023;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
+    return h & 0x8000 ? -v : v;
+}
+
+static uint16_t double_to_half(double d) {
+    float f = (float)d;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t sign = (u >> 16) & 0x8000;
+    float a = fabsf(f);
+    if (isnan(a))
+        return (uint16_t)(sign | 0x7e00);
+    if (a >= 65520.0f)
+        return (uint16_t)(sign | 0x7c00);
+    if (a < 6.103515625e-05f) /* subnormal: a multiple of 2^-24, rounded to even */
+        return (uint16_t)(sign | (uint32_t)nearbyintf(a * 16777216.0f));
+    int e;
+    float m = frexpf(a, &e); /* a = m 2^e, m in [0.5, 1) */
+    uint32_t q = (uint32_t)nearbyintf(m * 2048.0f); /* 11 bits */
+    if (q == 2048)
+        q = 1024, e++;
+    return (uint16_t)(sign | ((uint32_t)(e + 14) << 10) | (q - 1024));
+}
+
+static double load(const void *p, int type, size_t i) {
+    switch (type) {
+    case 0: return ((const float *)p)[i];
+    case 1: return ((const double *)p)[i];
+    case 2: return half_to_double(((const uint16_t *)p)[i]);
+    case 14: {
+        uint32_t u = (uint32_t)((const uint16_t *)p)[i] << 16;
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
+    }
+    }
+    return NAN;
+}
+
+static void store(void *p, int type, size_t i, double v) {
+    switch (type) {
+    case 0: ((float *)p)[i] = (float)v; break;
+    case 1: ((double *)p)[i] = v; break;
+    case 2: ((uint16_t *)p)[i] = double_to_half(v); break;
+    case 14: {
+        float f = (float)v;
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        ((uint16_t *)p)[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+        break;
+    }
+    }
+}
+
+/* Column-major: C (m x n) = op(A) (m x k) op(B) (k x n), per batch. */
+int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, const void *alpha,
+                               const void *A, int at, int lda, long long sa, const void *B,
+                               int bt, int ldb, long long sb, const void *beta, void *C, int ct,
+                               int ldc, long long sc, int batch, int compute, int algo) {
+    (void)alpha, (void)beta, (void)compute, (void)algo;
+    if (!h || m < 0 || n < 0 || k < 0 || batch < 0 || (ta != 0 && ta != 1) ||
+        (tb != 0 && tb != 1) || ldc < m || lda < (ta ? k : m) || ldb < (tb ? n : k))
+        return 7; /* CUBLAS_STATUS_INVALID_VALUE */
+    fake_cublas_calls++;
+    for (int p = 0; p < batch; p++)
+        for (int j = 0; j < n; j++)
+            for (int i = 0; i < m; i++) {
+                double acc = 0;
+                for (int q = 0; q < k; q++) {
+                    size_t ai = ta ? (size_t)i * lda + q : (size_t)q * lda + i;
+                    size_t bi = tb ? (size_t)q * ldb + j : (size_t)j * ldb + q;
+                    acc += load(A, at, (size_t)(p * sa) + ai) * load(B, bt, (size_t)(p * sb) + bi);
+                }
+                store(C, ct, (size_t)(p * sc) + (size_t)j * ldc + i, acc);
+            }
+    return 0;
+}
