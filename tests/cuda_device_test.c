@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include "test_util.h"
 
@@ -386,5 +387,51 @@ Test(cuda_device, plain_products_go_to_cublas_with_the_right_layout) {
                   "case %zu (%s) did not go to cuBLAS", i, kiln_dtype_name(cases[i].dt));
     cr_assert(!blas_case(ctx, KILN_F32, 1, false, 8, 8, 8, false, false, true),
               "matmul + relu went to cuBLAS, losing its fused epilogue");
+    kiln_ctx_free(ctx);
+}
+
+/* Checkpoints from and to device tensors: a computed tensor and a bound one
+ * saved from a CUDA context come back bit for bit into another CUDA context
+ * (and kiln_load_into overwrites a device tensor in place). The product is
+ * cuBLAS's (the fake's, on the host), so the saved values are computed ones. */
+Test(cuda_device, checkpoints_save_and_load_device_tensors) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+    kiln_ctx *ctx = open_fake(NULL);
+    TU_RNG(r);
+    static float va[40 * 30], vb[30 * 20], prod[40 * 20];
+    kiln_tensor *a = kiln_reshape(random_f32(ctx, &r, 40 * 30, va), 2, (int64_t[]){40, 30});
+    kiln_tensor *b = kiln_reshape(random_f32(ctx, &r, 30 * 20, vb), 2, (int64_t[]){30, 20});
+    kiln_tensor *c = kiln_matmul(a, b);
+    cr_assert_eq(kiln_to_host(c, prod, sizeof prod), KILN_OK, "%s", kiln_error_message(c));
+    char path[] = "/tmp/kiln_cuda_ckpt_XXXXXX";
+    int fd = mkstemp(path);
+    cr_assert(fd >= 0);
+    close(fd);
+    const char *names[] = {"a", "c"};
+    kiln_tensor *ts[] = {a, c};
+    cr_assert_eq(kiln_save(path, 2, names, ts), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    kiln_ctx *other = open_fake(NULL);
+    int n = 0;
+    char **got_names = NULL;
+    kiln_tensor **got = NULL;
+    cr_assert_eq(kiln_load(other, path, &n, &got_names, &got), KILN_OK, "%s",
+                 kiln_ctx_last_error(other));
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(got_names[1], "c");
+    cr_assert_eq(kiln_ctx_of(got[1]), other);
+    expect_roundtrip(got[0], va, 40 * 30);
+    expect_roundtrip(got[1], prod, 40 * 20);
+    /* into an existing device tensor */
+    kiln_tensor *into = kiln_zeros(other, KILN_F32, 2, (int64_t[]){40, 20});
+    cr_assert_eq(kiln_load_into(path, 1, &names[1], &into), KILN_OK, "%s",
+                 kiln_ctx_last_error(other));
+    expect_roundtrip(into, prod, 40 * 20);
+    kiln_free_names(n, got_names);
+    for (int i = 0; i < n; i++)
+        kiln_release(got[i]);
+    free(got);
+    unlink(path);
+    kiln_ctx_free(other);
     kiln_ctx_free(ctx);
 }
