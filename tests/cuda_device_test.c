@@ -294,16 +294,21 @@ Test(cuda_device, a_replayed_step_is_one_cuda_graph_with_its_buffers_rebound) {
 
 /* ---- plain products through cuBLAS (a fake one computing on the host) ---- */
 
-/* Products the fake cuBLAS computed (0 before kiln first loads it). */
-static long cublas_calls(void) {
+/* Products the fake cuBLAS and cuBLASLt computed (0 before kiln first
+ * loads them). */
+static long cublas_counter(const char *name) {
     void *h = dlopen("tests/libfake_cublas.so", RTLD_NOW | RTLD_NOLOAD);
     if (!h)
         return 0;
-    long *p = dlsym(h, "fake_cublas_calls");
-    cr_assert(p, "the fake cuBLAS lacks its counter");
+    long *p = dlsym(h, name);
+    cr_assert(p, "the fake cuBLAS lacks %s", name);
     long v = *p;
     dlclose(h);
     return v;
+}
+
+static long cublas_calls(void) {
+    return cublas_counter("fake_cublas_calls") + cublas_counter("fake_cublaslt_calls");
 }
 
 /* x (rows x cols) from v, given as its transpose when `t` (a view whose rows
@@ -326,8 +331,10 @@ static kiln_tensor *matrix(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, int64_t 
 
 /* One product on the fake device, checked against f64 arithmetic on the
  * same (rounded) values; whether it went to cuBLAS. */
+enum { EPI_NONE, EPI_RELU, EPI_BIAS, EPI_RESIDUAL };
+
 static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b, int64_t n,
-                      int64_t k, int64_t m, bool ta, bool tb, bool relu) {
+                      int64_t k, int64_t m, bool ta, bool tb, int epi) {
     TU_RNG(r);
     int64_t bb = bcast_b ? 1 : batch;
     double *a = malloc(sizeof *a * (size_t)(batch * n * k)), *b = malloc(sizeof *b * (size_t)(bb * k * m));
@@ -336,9 +343,16 @@ static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b,
     for (int64_t i = 0; i < bb * k * m; i++)
         b[i] = tu_round(dt, tu_unif(&r, -1, 1));
     long calls = cublas_calls();
+    double *e = malloc(sizeof *e * (size_t)(batch * n * m));
+    for (int64_t i = 0; i < batch * n * m; i++)
+        e[i] = tu_round(dt, tu_unif(&r, -1, 1));
     kiln_tensor *c = kiln_matmul(matrix(ctx, dt, batch, n, k, ta, a), matrix(ctx, dt, bb, k, m, tb, b));
-    if (relu)
+    if (epi == EPI_RELU)
         c = kiln_relu(c);
+    else if (epi == EPI_BIAS)
+        c = kiln_add(c, tu_tensor(ctx, dt, 1, &m, e));
+    else if (epi == EPI_RESIDUAL)
+        c = kiln_add(c, matrix(ctx, dt, batch, n, m, false, e));
     double *got = malloc(sizeof *got * (size_t)(batch * n * m));
     TU_READ(c, got, batch * n * m);
     bool used = cublas_calls() > calls;
@@ -349,6 +363,7 @@ static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b,
                 double want = 0;
                 for (int64_t q = 0; q < k; q++)
                     want += a[(p * n + i) * k + q] * b[((bcast_b ? 0 : p) * k + q) * m + j];
+                want += epi == EPI_BIAS ? e[j] : epi == EPI_RESIDUAL ? e[(p * n + i) * m + j] : 0;
                 double g = got[(p * n + i) * m + j];
                 cr_assert(fabs(g - want) <= tol * fmax(1, fabs(want)),
                           "%s [%lld]%lldx%lldx%lld%s%s%s: C[%lld][%lld][%lld] = %g, expected %g",
@@ -357,18 +372,19 @@ static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b,
                           bcast_b ? " B broadcast" : "", (long long)p, (long long)i,
                           (long long)j, g, want);
             }
-    free(a), free(b), free(got);
+    free(a), free(b), free(e), free(got);
     return used;
 }
 
-/* A plain product (no epilogue; operands read in place, transposed or
- * batched or broadcast over the batch) goes to cuBLAS with the right
- * operands, ops, leading dimensions and strides: the fake computes it, and
- * its values must be the product's. A product with fused work keeps its
- * generated kernel. */
-Test(cuda_device, plain_products_go_to_cublas_with_the_right_layout) {
+/* A product (operands read in place, transposed or batched or broadcast
+ * over the batch) goes to cuBLAS with the right operands, ops, leading
+ * dimensions and strides, and with a bias or a residual added to cuBLASLt's
+ * bias epilogue or its C: the fake computes it, and its values must be the
+ * product's. A product with other fused work keeps its generated kernel. */
+Test(cuda_device, products_go_to_cublas_with_the_right_layout_and_epilogue) {
     setenv("FAKE_CUDA_KERNELS", "1", 1);
     setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+    setenv("KILN_CUBLASLT", "tests/libfake_cublas.so", 1);
     kiln_ctx *ctx = open_fake(NULL);
     struct {
         kiln_dtype dt;
@@ -381,11 +397,24 @@ Test(cuda_device, plain_products_go_to_cublas_with_the_right_layout) {
         {KILN_F32, 3, false, true, true},   {KILN_F64, 1, false, false, true},
         {KILN_F16, 2, false, false, false}, {KILN_BF16, 1, false, true, false},
     };
+    /* none, bias, residual; a half product with an addition rounds the
+     * product to its dtype before adding (the reference does), which
+     * cuBLASLt's epilogue would not: those keep their kernels */
+    const int epis[] = {EPI_NONE, EPI_BIAS, EPI_RESIDUAL};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
-        cr_assert(blas_case(ctx, cases[i].dt, cases[i].batch, cases[i].bcast, 33, 17, 29,
-                            cases[i].ta, cases[i].tb, false),
-                  "case %zu (%s) did not go to cuBLAS", i, kiln_dtype_name(cases[i].dt));
-    cr_assert(!blas_case(ctx, KILN_F32, 1, false, 8, 8, 8, false, false, true),
+        for (int e = 0; e < 3; e++) {
+            int epi = epis[e];
+            bool half = cases[i].dt == KILN_F16 || cases[i].dt == KILN_BF16;
+            bool used = blas_case(ctx, cases[i].dt, cases[i].batch, cases[i].bcast, 33, 17, 29,
+                                  cases[i].ta, cases[i].tb, epi);
+            cr_assert(used == (epi == EPI_NONE || !half), "case %zu (%s, epilogue %d) %s", i,
+                      kiln_dtype_name(cases[i].dt), epi,
+                      used ? "went to cuBLAS" : "did not go to cuBLAS");
+        }
+    cr_assert(cublas_counter("fake_cublaslt_calls") == 16,
+              "%ld products with a bias or residual went through cuBLASLt, not 16",
+              cublas_counter("fake_cublaslt_calls"));
+    cr_assert(!blas_case(ctx, KILN_F32, 1, false, 8, 8, 8, false, false, EPI_RELU),
               "matmul + relu went to cuBLAS, losing its fused epilogue");
     kiln_ctx_free(ctx);
 }

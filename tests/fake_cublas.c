@@ -100,3 +100,104 @@ int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, con
             }
     return 0;
 }
+
+/* ---- cuBLASLt (the same library serves KILN_CUBLASLT) ---- */
+
+long fake_cublaslt_calls;
+
+typedef struct lt_desc {
+    int compute, scale;
+    int32_t ta, tb;
+    uint32_t epilogue;
+    const void *bias;
+} lt_desc;
+
+typedef struct lt_layout {
+    int type;
+    uint64_t rows, cols;
+    int64_t ld;
+    int32_t batch;
+    int64_t stride;
+} lt_layout;
+
+int cublasLtCreate(void **h) { return cublasCreate_v2(h); }
+int cublasLtDestroy(void *h) { return cublasDestroy_v2(h); }
+int cublasLtMatmulDescCreate(void **d, int compute, int scale) {
+    lt_desc *x = calloc(1, sizeof *x);
+    if (!x)
+        return 3;
+    x->compute = compute, x->scale = scale, x->epilogue = 1;
+    *d = x;
+    return 0;
+}
+int cublasLtMatmulDescDestroy(void *d) {
+    free(d);
+    return 0;
+}
+int cublasLtMatmulDescSetAttribute(void *d, int attr, const void *buf, size_t n) {
+    lt_desc *x = d;
+    switch (attr) {
+    case 3: if (n != 4) return 7; memcpy(&x->ta, buf, 4); return 0;
+    case 4: if (n != 4) return 7; memcpy(&x->tb, buf, 4); return 0;
+    case 7: if (n != 4) return 7; memcpy(&x->epilogue, buf, 4); return 0;
+    case 8: if (n != sizeof(void *)) return 7; memcpy(&x->bias, buf, n); return 0;
+    }
+    return 7;
+}
+int cublasLtMatrixLayoutCreate(void **l, int type, uint64_t rows, uint64_t cols, int64_t ld) {
+    lt_layout *x = calloc(1, sizeof *x);
+    if (!x)
+        return 3;
+    *x = (lt_layout){type, rows, cols, ld, 1, 0};
+    *l = x;
+    return (int64_t)rows > ld ? 7 : 0;
+}
+int cublasLtMatrixLayoutDestroy(void *l) {
+    free(l);
+    return 0;
+}
+int cublasLtMatrixLayoutSetAttribute(void *l, int attr, const void *buf, size_t n) {
+    lt_layout *x = l;
+    if (attr == 5 && n == 4)
+        return memcpy(&x->batch, buf, 4), 0;
+    if (attr == 6 && n == 8)
+        return memcpy(&x->stride, buf, 8), 0;
+    return 7;
+}
+
+/* D = op(A) op(B) + beta C (+ bias along D's rows), column-major, per batch:
+ * epilogue 1 (default) or 4 (bias) only. */
+int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *la,
+                   const void *B, void *lb, const void *beta, const void *C, void *lc, void *D,
+                   void *ld, const void *algo, void *ws, size_t wsn, void *stream) {
+    (void)algo, (void)ws, (void)wsn;
+    lt_desc *x = desc;
+    lt_layout *a = la, *b = lb, *c = lc, *d = ld;
+    if (!h || !x || !alpha || !beta || !stream || (x->epilogue != 1 && x->epilogue != 4) ||
+        (x->epilogue == 4 && !x->bias))
+        return 7;
+    uint64_t m = x->ta ? a->cols : a->rows, k = x->ta ? a->rows : a->cols;
+    uint64_t n = x->tb ? b->rows : b->cols;
+    if ((x->tb ? b->cols : b->rows) != k || d->rows != m || d->cols != n || c->rows != m ||
+        c->cols != n || a->batch != d->batch || b->batch != d->batch)
+        return 7;
+    double bv = x->scale == 1 ? *(const double *)beta : *(const float *)beta;
+    fake_cublaslt_calls++;
+    for (int p = 0; p < d->batch; p++)
+        for (uint64_t j = 0; j < n; j++)
+            for (uint64_t i = 0; i < m; i++) {
+                double acc = 0;
+                for (uint64_t q = 0; q < k; q++) {
+                    size_t ai = x->ta ? i * (size_t)a->ld + q : q * (size_t)a->ld + i;
+                    size_t bi = x->tb ? q * (size_t)b->ld + j : j * (size_t)b->ld + q;
+                    acc += load(A, a->type, (size_t)(p * a->stride) + ai) *
+                           load(B, b->type, (size_t)(p * b->stride) + bi);
+                }
+                if (bv != 0)
+                    acc += bv * load(C, c->type, (size_t)(p * c->stride) + j * (size_t)c->ld + i);
+                if (x->epilogue == 4)
+                    acc += load(x->bias, d->type, i);
+                store(D, d->type, (size_t)(p * d->stride) + j * (size_t)d->ld + i, acc);
+            }
+    return 0;
+}

@@ -207,21 +207,32 @@ typedef struct jit_cuda_gemm {
     long long stride_first, stride_second, stride_out;
     int batch;
     int64_t first_offset, second_offset;
+    int epilogue;     /* JIT_GEMM_*: what is added to the product (cuBLASLt) */
+    int epilogue_buf; /* the kernel's buffer holding it, or -1 */
 } jit_cuda_gemm;
+
+enum {
+    JIT_GEMM_PLAIN,    /* stored as it is */
+    JIT_GEMM_BIAS,     /* plus a vector along the output's columns (kiln_linear's bias) */
+    JIT_GEMM_RESIDUAL, /* plus a tensor of the output's shape */
+};
 
 typedef struct jit_cuda_blas jit_cuda_blas;
 /* cuBLAS on stream s; NULL with the reason in msg when it cannot be had. */
 jit_cuda_blas *jit_cuda_blas_open(jit_cuda_stream *s, char *msg, size_t cap);
 void jit_cuda_blas_close(jit_cuda_blas *b);
-/* Whether kernel k (its nodes: outputs, then inputs) is a plain product
- * cuBLAS computes as well as it: no epilogue, f32/f64/f16/bf16 operands of
- * the output's dtype read in place (a unit stride each, one stride over the
- * batch), sizes within int; *g says how. */
+/* Whether kernel k (its nodes: outputs, then inputs) is a product cuBLAS
+ * computes entirely: f32/f64/f16/bf16 operands of the output's dtype read
+ * in place (a unit stride each, one stride over the batch), sizes within
+ * int, nothing fused but an added bias or residual; *g says how. */
 bool jit_cuda_gemm_of(const lower_kernel *k, const graph_node *const *nodes, jit_cuda_gemm *g);
-/* Queues the product; tf32 lets f32 products use TF32 tensor cores. */
+/* Whether b can take epilogues (cuBLASLt loaded). */
+bool jit_cuda_blas_epilogues(const jit_cuda_blas *b);
+/* Queues the product (extra: the epilogue's bias or residual); tf32 lets
+ * f32 products use TF32 tensor cores. */
 kiln_status jit_cuda_blas_gemm(jit_cuda_blas *b, const jit_cuda_gemm *g, bool tf32,
                                jit_cuda_ptr first, jit_cuda_ptr second, jit_cuda_ptr out,
-                               char *msg, size_t cap);
+                               jit_cuda_ptr extra, char *msg, size_t cap);
 
 /* The architectures NVRTC can compile for (as 90), at most cap of them; 0
  * when NVRTC is missing or cannot say. */

@@ -801,7 +801,8 @@ static kiln_status blas_launch(cuda_device *d, const cuda_kernel *ck, const lowe
         st = jit_cuda_event_record(d->ev[2 * d->ntimed], d->stream, msg, cap);
     if (st == KILN_OK)
         st = jit_cuda_blas_gemm(d->blas, &ck->gemm, d->tf32, bufs[k->b.buf], bufs[k->a.buf],
-                                bufs[0], msg, cap);
+                                bufs[0], ck->gemm.epilogue_buf >= 0 ? bufs[ck->gemm.epilogue_buf] : 0,
+                                msg, cap);
     if (st != KILN_OK) {
         reword(msg, cap, "kiln_realize");
         return st;
@@ -835,7 +836,8 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
         }
         bufs[b] = ptr_of(nodes[b]->buf);
     }
-    if (st == KILN_OK && c->k[i].blas && blas_ready(d)) {
+    if (st == KILN_OK && c->k[i].blas && blas_ready(d) &&
+        (c->k[i].gemm.epilogue == JIT_GEMM_PLAIN || jit_cuda_blas_epilogues(d->blas))) {
         st = blas_launch(d, &c->k[i], k, bufs, msg, cap);
         if (bufs != stackv)
             free(bufs);
