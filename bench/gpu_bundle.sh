@@ -19,7 +19,7 @@ TESTS=(ops_binary_test ops_cast_test ops_conv_test ops_create_test ops_einsum_te
     ops_select_test ops_softmax_rows_test ops_sort_test ops_sum_accuracy_test ops_unary_test
     ops_view_test grad_test fusion_test optim_test rand_test nn_test transformer_test
     assign_test)
-BINS=(//examples:fashion_mnist //bench:ops //bench:nn //bench:gpu_blas)
+BINS=(//examples:fashion_mnist //bench:ops //bench:nn //bench:gpu_blas //bench:cuda_host)
 
 targets=("${BINS[@]}")
 for t in "${TESTS[@]}"; do targets+=("//tests:$t"); done
@@ -29,7 +29,8 @@ bin=$(bazel info bazel-bin 2>/dev/null)
 rm -rf .gpu
 mkdir -p .gpu/bin .gpu/lib .gpu/data
 for t in "${TESTS[@]}"; do cp "$bin/tests/$t" .gpu/bin/; done
-cp "$bin/examples/fashion_mnist" "$bin/bench/ops" "$bin/bench/nn" "$bin/bench/gpu_blas" .gpu/bin/
+cp "$bin/examples/fashion_mnist" "$bin/bench/ops" "$bin/bench/nn" "$bin/bench/gpu_blas" \
+    "$bin/bench/cuda_host" .gpu/bin/
 chmod u+w .gpu/bin/*
 strip --strip-all .gpu/bin/*
 

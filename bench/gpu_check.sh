@@ -111,9 +111,21 @@ if [[ $DEV == cuda ]]; then
     log "matmul against cuBLAS"
     quick=()
     ((QUICK)) && quick=(--quick)
-    timeout 120 "$B/bin/gpu_blas" "${quick[@]}" >"$WORK/blas.jsonl" 2>>"$DETAILS"
+    timeout 90 "$B/bin/gpu_blas" "${quick[@]}" >"$WORK/blas.jsonl" 2>>"$DETAILS"
     rc=$?
     ((rc == 0)) || check "matmul against cuBLAS" FAILED "exit $rc (see $DETAILS)"
+    log "kiln's generated matmul against cuBLAS"
+    KILN_CUDA_MATMUL=kernel timeout 90 "$B/bin/gpu_blas" --quick >>"$WORK/blas.jsonl" \
+        2>>"$DETAILS" || check "generated matmul against cuBLAS" FAILED "exit $? (see $DETAILS)"
+fi
+if [[ $DEV == cuda ]]; then
+    log "a replayed training step's host time"
+    timeout 60 "$B/bin/cuda_host" --layers 12 --steps 30 >"$WORK/host.txt" 2>>"$DETAILS"
+    rc=$?
+    cat "$WORK/host.txt" >>"$DETAILS"
+    check "12-layer MLP step replayed (record, sync incl. the GPU's time)" \
+        "$( ((rc == 0)) && echo ok || echo FAILED)" \
+        "$(sed 's/cuda_host layers=12 //' "$WORK/host.txt" | tr '\n' ';')"
 fi
 peer=()
 if [[ $DEV == cuda ]] && python3 -c 'import torch, scipy; assert torch.cuda.is_available()' \

@@ -96,10 +96,10 @@ def main(argv):
         print("| --- | --- | --- | --- | --- | --- |")
         ref = {(r["workload"], r["shape"]): r for r in blas if r.get("impl") == "cublas"}
         for r in blas:
-            if r.get("impl") != "kiln-lazy":
+            if r.get("impl") not in ("kiln-lazy", "kiln-generated"):
                 continue
             c = ref.get((r["workload"], r["shape"]))
-            print(f"| {r['workload']} | {r['shape']} | {c['median_ms']:.3f} | "
+            print(f"| {r['workload']} ({r['impl']}) | {r['shape']} | {c['median_ms']:.3f} | "
                   f"{r['kernel_ms']:.3f} | {r['kernel_over_cublas']:.2f} | {r['tflops']:.1f} |"
                   if c else f"| {r['workload']} | {r['shape']} | | {r['kernel_ms']:.3f} | | |")
 
