@@ -211,6 +211,18 @@ def conv_section(out_md):
         "revision's build ran alternately with this tree's under the same load.")
 
 
+def cuda_host_section(out_md):
+    return text_section(
+        out_md, "results_cuda_host.txt", "## The CUDA device's host time per replayed step",
+        "From bench/cuda_host.c on the stand-in driver (tests/fake_cuda.c, whose kernels take "
+        "no time and compute nothing; no GPU here): a 12-layer GELU MLP (width 256, batch 64) "
+        "with cross-entropy and AdamW, its step recorded (record_us: the op calls, backward "
+        "and the optimiser's step) and synced (sync_us: capture, the graph cache, and the "
+        "launches, kernel by kernel with graphs=0 or as one CUDA graph with graphs=1), median "
+        "of 30 replayed steps, three rounds. What is left is kiln's own host cost; a GPU's "
+        "driver adds its launch costs (a CUDA graph launch is one).")
+
+
 def main():
     directory, out_md, out_png = sys.argv[1:4]
     records = load(directory)
@@ -376,6 +388,7 @@ def main():
     lines += gpt2_section(out_md)
     lines += dynamic_section(out_md)
     lines += conv_section(out_md)
+    lines += cuda_host_section(out_md)
 
     lines += ["## Where kiln loses", ""]
     if losses:

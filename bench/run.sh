@@ -63,7 +63,8 @@ read -r -a build <<<"${BAZEL_BUILD_OPTS:-}"
 bazel=${BAZEL:-bazel}
 "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
     --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost \
-    //bench:embedding //bench:gpt2 //bench:dynamic //bench:conv
+    //bench:embedding //bench:gpt2 //bench:dynamic //bench:conv //bench:cuda_host \
+    //tests:libfake_cuda.so
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
 base_bin=
@@ -131,6 +132,17 @@ stage "conv"
         "$bin/bench/conv" | sed "s/^/this tree: /"
     done
 } >bench/results_conv.txt || echo "bench/conv failed" >&2
+# The host's share of a replayed step on the CUDA device, on the stand-in
+# driver (no GPU here; its kernels take no time), with and without graphs.
+stage "cuda_host"
+{
+    echo "measured $(date -u +%F)"
+    echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
+    for _ in 1 2 3; do
+        KILN_CUDA_DRIVER="$bin/tests/libfake_cuda.so" FAKE_CUDA_KERNELS=1 KILN_CUDA_MATMUL=kernel \
+            "$bin/bench/cuda_host" --layers 12 --steps 30
+    done
+} >bench/results_cuda_host.txt || echo "bench/cuda_host failed" >&2
 # The peers get their best: as many threads as kiln, and a current NumPy or
 # PyTorch with its bundled OpenBLAS is slowed by these two settings.
 peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"

@@ -223,6 +223,7 @@ Test(cuda_device, kernels_are_timed_by_device_events_against_device_limits) {
  * graphs. */
 static char *run_steps(const char *graphs, long *direct, long *graphed, int *lines) {
     setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("FAKE_CUDA_LOG", "1", 1);
     setenv("KILN_CUDA_GRAPHS", graphs, 1);
     kiln_ctx *ctx = open_fake(NULL);
     void *h = dlopen(FAKE, RTLD_NOW | RTLD_NOLOAD);

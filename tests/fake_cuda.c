@@ -16,8 +16,9 @@
  * of what the host does around kernels: the device's clock, which events
  * read, advances FAKE_CUDA_KERNEL_US (default 250) microseconds per launch
  * and 2n / FAKE_CUDA_GBPS (default 2000) ns per device-to-device copy of n
- * bytes, so that a profile timed by events has known figures; every kernel
- * that runs is logged with its arguments (fake_cuda_log), and CUDA graphs
+ * bytes, so that a profile timed by events has known figures; with
+ * FAKE_CUDA_LOG=1 every kernel that runs is logged with its arguments
+ * (fake_cuda_log), and CUDA graphs
  * (chains of kernel nodes, rebindable) run their nodes the same way. The
  * device has 132 multiprocessors at 1.98 GHz. */
 #define _GNU_SOURCE /* strdup, MAP_ANONYMOUS, MAP_NORESERVE */
@@ -244,6 +245,15 @@ CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
 }
 
 static void log_kernel(const fake_fn *f, int nargs, const unsigned long long *args) {
+    static double us = -1;
+    if (us < 0)
+        us = env_or("FAKE_CUDA_KERNEL_US", 250);
+    device_ms += us * 1e-3;
+    static int on = -1; /* FAKE_CUDA_LOG=1: the log costs more than kiln's launch */
+    if (on < 0)
+        on = env_or("FAKE_CUDA_LOG", 0) == 1;
+    if (!on)
+        return;
     char line[2048];
     size_t at = (size_t)snprintf(line, sizeof line, "%s", f->name);
     for (int i = 0; i < nargs && at < sizeof line; i++) {
@@ -256,7 +266,6 @@ static void log_kernel(const fake_fn *f, int nargs, const unsigned long long *ar
     if (at < sizeof line - 1)
         line[at++] = '\n', line[at] = 0;
     log_text(line);
-    device_ms += env_or("FAKE_CUDA_KERNEL_US", 250) * 1e-3;
 }
 
 /* The argument values, as the driver copies them at the call. */

@@ -302,12 +302,14 @@ kiln_status jit_cuda_launch_async(jit_cuda_fn *f, const char *name, jit_cuda_dim
     }
     for (int i = 0; i < nbufs; i++)
         args[i] = (void *)&bufs[i];
-    char what[160];
-    snprintf(what, sizeof what, "launching kernel %s (grid %u, block %u)", name, dims.grid,
-             dims.block);
-    kiln_status st = check(drv.launch((cu_function)f, dims.grid, 1, 1, dims.block, 1, 1, 0, s,
-                                      args, NULL),
-                           what, msg, cap);
+    cu_result rc = drv.launch((cu_function)f, dims.grid, 1, 1, dims.block, 1, 1, 0, s, args, NULL);
+    kiln_status st = KILN_OK;
+    if (rc != 0) { /* the message only when there is one: a launch costs less than it */
+        char what[160];
+        snprintf(what, sizeof what, "launching kernel %s (grid %u, block %u)", name, dims.grid,
+                 dims.block);
+        st = check(rc, what, msg, cap);
+    }
     if (args != stackv)
         free(args);
     return st;
@@ -521,9 +523,12 @@ kiln_status jit_cuda_graph_set_kernel(jit_cuda_graph_exec *e, jit_cuda_graph_nod
     kiln_status st = kernel_params(f, dims, nbufs, bufs, &p, &args, stackv, msg, cap);
     if (st != KILN_OK)
         return st;
-    char what[160];
-    snprintf(what, sizeof what, "rebinding kernel %s of a CUDA graph", name);
-    st = check(drv.graph_exec_set_kernel(e, node, &p), what, msg, cap);
+    cu_result rc = drv.graph_exec_set_kernel(e, node, &p);
+    if (rc != 0) {
+        char what[160];
+        snprintf(what, sizeof what, "rebinding kernel %s of a CUDA graph", name);
+        st = check(rc, what, msg, cap);
+    }
     if (args != stackv)
         free(args);
     return st;
