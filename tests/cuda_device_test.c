@@ -386,6 +386,7 @@ Test(cuda_device, products_go_to_cublas_with_the_right_layout_and_epilogue) {
     setenv("FAKE_CUDA_KERNELS", "1", 1);
     setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
     setenv("KILN_CUBLASLT", "tests/libfake_cublas.so", 1);
+    setenv("KILN_CUDA_MATMUL", "blas", 1); /* one call per product, none measuring */
     kiln_ctx *ctx = open_fake(NULL);
     struct {
         kiln_dtype dt;
@@ -464,4 +465,57 @@ Test(cuda_device, checkpoints_save_and_load_device_tensors) {
     unlink(path);
     kiln_ctx_free(other);
     kiln_ctx_free(ctx);
+}
+
+/* One product twice in a context, then once in a new one over the same disk
+ * cache: its driver launches and cuBLAS calls. */
+static void choice_run(const char *dir, int64_t n, long *launches, long *calls) {
+    setenv("KILN_CACHE_DIR", dir, 1);
+    for (int ctxs = 0; ctxs < 2; ctxs++) {
+        kiln_ctx *ctx = open_fake(NULL);
+        TU_RNG(r);
+        static float va[64 * 64], vb[64 * 64];
+        kiln_tensor *a = kiln_reshape(random_f32(ctx, &r, n * n, va), 2, (int64_t[]){n, n});
+        kiln_tensor *b = kiln_reshape(random_f32(ctx, &r, n * n, vb), 2, (int64_t[]){n, n});
+        for (int rep = 0; rep < (ctxs ? 1 : 2); rep++) {
+            long l0 = fake_counter("fake_cuda_launches"), c0 = cublas_calls();
+            kiln_tensor *c = kiln_matmul(a, b);
+            cr_assert_eq(kiln_realize(c), KILN_OK, "%s", kiln_error_message(c));
+            kiln_release(c);
+            *launches++ = fake_counter("fake_cuda_launches") - l0;
+            *calls++ = cublas_calls() - c0;
+        }
+        kiln_ctx_free(ctx);
+    }
+}
+
+/* Whether a product runs through cuBLAS or its generated kernel is measured
+ * at its first launch (each twice, the second timed: here the fake's
+ * kernel takes 250 us and its cuBLAS 100 us, then 400), kept, and found on
+ * disk by a new process, which measures nothing. */
+Test(cuda_device, a_products_path_is_measured_once_and_kept_on_disk) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+    char d1[] = "/tmp/kiln_choice_XXXXXX", d2[] = "/tmp/kiln_choice_XXXXXX";
+    cr_assert(mkdtemp(d1) && mkdtemp(d2));
+    long launches[3], calls[3];
+    setenv("FAKE_CUBLAS_US", "100", 1);
+    choice_run(d1, 48, launches, calls);
+    cr_assert(launches[0] == 2 && calls[0] == 2, "measuring: %ld kernels, %ld cuBLAS calls",
+              launches[0], calls[0]);
+    cr_assert(launches[1] == 0 && calls[1] == 1, "cuBLAS kept: %ld kernels, %ld calls",
+              launches[1], calls[1]);
+    cr_assert(launches[2] == 0 && calls[2] == 1, "a new context: %ld kernels, %ld calls",
+              launches[2], calls[2]);
+    setenv("FAKE_CUBLAS_US", "400", 1);
+    choice_run(d2, 40, launches, calls);
+    cr_assert(launches[0] == 2 && calls[0] == 2, "measuring: %ld kernels, %ld cuBLAS calls",
+              launches[0], calls[0]);
+    cr_assert(launches[1] == 1 && calls[1] == 0, "the kernel kept: %ld kernels, %ld calls",
+              launches[1], calls[1]);
+    cr_assert(launches[2] == 1 && calls[2] == 0, "a new context: %ld kernels, %ld calls",
+              launches[2], calls[2]);
+    char cmd[128];
+    snprintf(cmd, sizeof cmd, "rm -rf %s %s", d1, d2);
+    cr_assert_eq(system(cmd), 0);
 }

@@ -4,12 +4,26 @@
  * double, so that a matmul kiln hands to cuBLAS on the fake device has
  * values a test can check against the reference evaluator. f32, f64, f16 and
  * bf16; ops N and T; alpha 1, beta 0 as kiln passes them. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 long fake_cublas_calls;
+
+/* A product takes FAKE_CUBLAS_US (default 0) microseconds on the fake
+ * driver's clock, which events read (fake_cuda.c). */
+static void take_time(void) {
+    const char *us = getenv("FAKE_CUBLAS_US"), *drv = getenv("KILN_CUDA_DRIVER");
+    void *h = us && drv ? dlopen(drv, RTLD_NOW | RTLD_NOLOAD) : NULL;
+    void (*advance)(double) = h ? (void (*)(double))(uintptr_t)dlsym(h, "fake_cuda_advance") : NULL;
+    if (advance)
+        advance(strtod(us, NULL) * 1e-3);
+    if (h)
+        dlclose(h);
+}
 
 int cublasCreate_v2(void **h) {
     *h = malloc(1);
@@ -87,6 +101,7 @@ int cublasGemmStridedBatchedEx(void *h, int ta, int tb, int m, int n, int k, con
         (tb != 0 && tb != 1) || ldc < m || lda < (ta ? k : m) || ldb < (tb ? n : k))
         return 7; /* CUBLAS_STATUS_INVALID_VALUE */
     fake_cublas_calls++;
+    take_time();
     for (int p = 0; p < batch; p++)
         for (int j = 0; j < n; j++)
             for (int i = 0; i < m; i++) {
@@ -183,6 +198,7 @@ int cublasLtMatmul(void *h, void *desc, const void *alpha, const void *A, void *
         return 7;
     double bv = x->scale == 1 ? *(const double *)beta : *(const float *)beta;
     fake_cublaslt_calls++;
+    take_time();
     for (int p = 0; p < d->batch; p++)
         for (uint64_t j = 0; j < n; j++)
             for (uint64_t i = 0; i < m; i++) {

@@ -154,6 +154,9 @@ static int kernels_run(void) { return env_or("FAKE_CUDA_KERNELS", 0) == 1; }
 /* The device's clock in ms: what events read. */
 static double device_ms;
 
+/* For the fake cuBLAS: its products take time on the same clock. */
+void fake_cuda_advance(double ms) { device_ms += ms; }
+
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     if (dev != 0)
         return ERR_INVALID_DEVICE;

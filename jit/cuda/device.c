@@ -84,16 +84,30 @@ typedef struct cuda_device {
     /* cuBLAS for plain products (KILN_CUDA_MATMUL=kernel: never), opened on
      * first use; KILN_ALLOW_TF32=1 lets f32 products use TF32 */
     bool use_blas, blas_tried, tf32;
+    int forced_choice; /* KILN_CUDA_MATMUL=blas: CHOICE_BLAS; otherwise measured */
     jit_cuda_blas *blas;
+    jit_cuda_event *choice_ev[3];
+    int64_t choices_measured;
 } cuda_device;
 
 typedef struct cuda_kernel {
     jit_cuda_fn *fn; /* NULL for kernels without code */
     jit_cuda_dims dims;
     char *name;
-    bool blas; /* a plain product: cuBLAS computes it (the generated code is the fallback) */
+    bool blas; /* cuBLAS can compute it (jit_cuda_gemm_of); the generated code stays */
     jit_cuda_gemm gemm;
+    int choice;       /* CHOICE_*: which of the two runs it, measured once */
+    cache_key choice_key; /* where the measured choice is kept on disk */
 } cuda_kernel;
+
+/* A product cuBLAS can compute runs through cuBLAS or its generated kernel,
+ * whichever its first launch measured faster (each run twice, the second
+ * timed: cuBLAS's first call of a shape plans it); the choice is kept in
+ * the disk cache under the program's key and the kernel, so a later process
+ * measures nothing. KILN_CUDA_MATMUL=blas or kernel decides without
+ * measuring. */
+enum { CHOICE_UNKNOWN, CHOICE_BLAS, CHOICE_KERNEL };
+static const char choice_kind[] = "cuda_gemm_choice";
 
 /* A program's launches as one CUDA graph: built from a sequence of launches
  * seen twice in a row (a graph-cache hit replays the same kernels in the
@@ -121,6 +135,7 @@ struct jit_code {
 };
 
 static kiln_status flush(cuda_device *d, char *msg, size_t cap);
+static void recall_choice(cuda_device *d, cache_key key, int i, cuda_kernel *ck);
 
 /* driver.c's messages start "kiln: "; ours name the API call instead. */
 static void reword(char *msg, size_t cap, const char *op) {
@@ -474,6 +489,8 @@ static kiln_status cuda_compile(jit_device *dev, const lower_program *p, const l
                     nodes[1 + j] = k->inputs[j];
                 c->k[i].blas = jit_cuda_gemm_of(k, nodes, &c->k[i].gemm);
             }
+            if (c->k[i].blas)
+                recall_choice(d, key, i, &c->k[i]);
         }
         if ((st = jit_cuda_function(m, p->kernels[i].name, &c->k[i].fn, msg, cap)) != KILN_OK) {
             reword(msg, cap, "kiln_realize");
@@ -777,6 +794,26 @@ static kiln_status cuda_limits(jit_device *dev, bool measure, kiln_machine *m, c
 
 /* ---- cuBLAS ---- */
 
+/* The kept choice of kernel i of the program under key, if any. */
+static void recall_choice(cuda_device *d, cache_key key, int i, cuda_kernel *ck) {
+    cache_key_builder b;
+    cache_key_begin(&b);
+    cache_key_add_str(&b, choice_kind);
+    cache_key_add(&b, &key, sizeof key);
+    cache_key_add_u64(&b, (uint64_t)i);
+    cache_key_add_u64(&b, (uint64_t)d->tf32);
+    ck->choice_key = cache_key_end(&b);
+    ck->choice = d->forced_choice;
+    void *data;
+    size_t n;
+    if (ck->choice == CHOICE_UNKNOWN && d->cache &&
+        cache_disk_get(d->cache, ck->choice_key, choice_kind, &data, &n) == 0) {
+        if (n == 1 && (*(char *)data == 'b' || *(char *)data == 'k'))
+            ck->choice = *(char *)data == 'b' ? CHOICE_BLAS : CHOICE_KERNEL;
+        free(data);
+    }
+}
+
 /* Whether cuBLAS is there, opening it on first use (a failure is said once
  * at KILN_DEBUG >= 1 and the generated kernels run from then on). */
 static bool blas_ready(cuda_device *d) {
@@ -789,6 +826,52 @@ static bool blas_ready(cuda_device *d) {
     if (!d->blas && dbg && atoi(dbg) >= 1)
         fprintf(stderr, "kiln: CUDA: %s; matmuls run as generated kernels\n", why);
     return d->blas != NULL;
+}
+
+/* The first launch of a product neither kept nor forced: the generated
+ * kernel and cuBLAS each run twice (every run writes the same output), the
+ * second of each timed by events, and the faster is kept. */
+static kiln_status measure_choice(cuda_device *d, cuda_kernel *ck, const lower_kernel *k,
+                                  const jit_cuda_ptr *bufs, int nbufs, char *msg, size_t cap) {
+    kiln_status st = flush(d, msg, cap);
+    for (int e = 0; e < 3 && st == KILN_OK; e++)
+        if (!d->choice_ev[e])
+            st = jit_cuda_event_new(&d->choice_ev[e], msg, cap);
+    jit_cuda_ptr extra = ck->gemm.epilogue_buf >= 0 ? bufs[ck->gemm.epilogue_buf] : 0;
+    for (int rep = 0; rep < 2 && st == KILN_OK; rep++) {
+        if (rep == 1)
+            st = jit_cuda_event_record(d->choice_ev[0], d->stream, msg, cap);
+        if (st == KILN_OK)
+            st = jit_cuda_launch_async(ck->fn, k->name, ck->dims, nbufs, bufs, d->stream, msg,
+                                       cap);
+        if (st == KILN_OK && rep == 1)
+            st = jit_cuda_event_record(d->choice_ev[1], d->stream, msg, cap);
+        if (st == KILN_OK)
+            st = jit_cuda_blas_gemm(d->blas, &ck->gemm, d->tf32, bufs[k->b.buf], bufs[k->a.buf],
+                                    bufs[0], extra, msg, cap);
+        if (st == KILN_OK && rep == 1)
+            st = jit_cuda_event_record(d->choice_ev[2], d->stream, msg, cap);
+    }
+    if (st == KILN_OK)
+        st = jit_cuda_event_wait(d->choice_ev[2], "timing a product both ways", msg, cap);
+    if (st != KILN_OK) {
+        reword(msg, cap, "kiln_realize");
+        return st;
+    }
+    double kernel_ms = jit_cuda_event_ms(d->choice_ev[0], d->choice_ev[1]);
+    double blas_ms = jit_cuda_event_ms(d->choice_ev[1], d->choice_ev[2]);
+    ck->choice = kernel_ms >= 0 && blas_ms >= 0 && kernel_ms < blas_ms ? CHOICE_KERNEL
+                                                                        : CHOICE_BLAS;
+    d->choices_measured++;
+    d->last_kernel = k->name;
+    const char c = ck->choice == CHOICE_BLAS ? 'b' : 'k';
+    if (d->cache)
+        cache_disk_put(d->cache, ck->choice_key, choice_kind, &c, 1);
+    const char *dbg = getenv("KILN_DEBUG");
+    if (dbg && atoi(dbg) >= 1)
+        fprintf(stderr, "kiln: CUDA: %s: cuBLAS %.3f ms, generated kernel %.3f ms: %s from now on\n",
+                k->name, blas_ms, kernel_ms, c == 'b' ? "cuBLAS" : "the generated kernel");
+    return KILN_OK;
 }
 
 /* A plain product through cuBLAS, after the held launches (the stream's
@@ -836,9 +919,14 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
         }
         bufs[b] = ptr_of(nodes[b]->buf);
     }
-    if (st == KILN_OK && c->k[i].blas && blas_ready(d) &&
-        (c->k[i].gemm.epilogue == JIT_GEMM_PLAIN || jit_cuda_blas_epilogues(d->blas))) {
-        st = blas_launch(d, &c->k[i], k, bufs, msg, cap);
+    cuda_kernel *ck = (cuda_kernel *)&c->k[i];
+    if (st == KILN_OK && ck->blas && ck->choice != CHOICE_KERNEL && blas_ready(d) &&
+        (ck->gemm.epilogue == JIT_GEMM_PLAIN || jit_cuda_blas_epilogues(d->blas))) {
+        /* a profiled run times what runs, and measures nothing */
+        if (ck->choice == CHOICE_UNKNOWN && !dev->time_launches && ck->fn)
+            st = measure_choice(d, ck, k, bufs, n, msg, cap);
+        else
+            st = blas_launch(d, ck, k, bufs, msg, cap);
         if (bufs != stackv)
             free(bufs);
         return st;
@@ -947,6 +1035,8 @@ static void cuda_close(jit_device *dev) {
         for (int i = 0; i < d->nev; i++)
             jit_cuda_event_free(d->ev[i]);
         jit_cuda_blas_close(d->blas);
+        for (int e = 0; e < 3; e++)
+            jit_cuda_event_free(d->choice_ev[e]);
         jit_cuda_pinned_free(d->stage);
         jit_cuda_stream_free(d->stream);
     }
@@ -1050,6 +1140,7 @@ static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, cha
     d->graphs = jit_cuda_graphs_available() && !(graphs && !strcmp(graphs, "0"));
     const char *mm = getenv("KILN_CUDA_MATMUL"), *tf32 = getenv("KILN_ALLOW_TF32");
     d->use_blas = !(mm && !strcmp(mm, "kernel"));
+    d->forced_choice = mm && !strcmp(mm, "blas") ? CHOICE_BLAS : CHOICE_UNKNOWN;
     d->tf32 = tf32 && !strcmp(tf32, "1");
     d->arch = arch;
     d->ordinal = ordinal;
