@@ -153,6 +153,13 @@ static kiln_status current(cuda_device *d, const char *op, char *msg, size_t cap
     return st;
 }
 
+/* Current, and every held launch queued: what a copy, a wait or a
+ * measurement on the stream must come after. */
+static kiln_status ready(cuda_device *d, const char *op, char *msg, size_t cap) {
+    kiln_status st = current(d, op, msg, cap);
+    return st == KILN_OK ? flush(d, msg, cap) : st;
+}
+
 static jit_cuda_ptr ptr_of(const graph_buffer *b) { return (jit_cuda_ptr)(uintptr_t)b->data; }
 
 /* ---- memory ---- */
@@ -271,9 +278,7 @@ static kiln_status stage_record(cuda_device *d, int h, char *msg, size_t cap) {
 static kiln_status cuda_copy_in(jit_device *dev, graph_buffer *dst, size_t offset,
                                 const void *src, size_t n, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
-    kiln_status st = current(d, "kiln_from_data", msg, cap);
-    if (st == KILN_OK)
-        st = flush(d, msg, cap);
+    kiln_status st = ready(d, "kiln_from_data", msg, cap);
     if (st != KILN_OK || n == 0)
         return st;
     jit_cuda_ptr to = ptr_of(dst) + offset;
@@ -305,9 +310,7 @@ static kiln_status cuda_copy_in(jit_device *dev, graph_buffer *dst, size_t offse
 static kiln_status cuda_copy_out(jit_device *dev, void *dst, const graph_buffer *src,
                                  size_t offset, size_t n, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
-    kiln_status st = current(d, "kiln_to_host", msg, cap);
-    if (st == KILN_OK)
-        st = flush(d, msg, cap);
+    kiln_status st = ready(d, "kiln_to_host", msg, cap);
     if (st != KILN_OK || n == 0)
         return st;
     jit_cuda_ptr from = ptr_of(src) + offset;
@@ -729,9 +732,7 @@ enum { COPY_REPS = 5, COPY_MAX = 256 << 20 };
 static kiln_status cuda_limits(jit_device *dev, bool measure, kiln_machine *m, char *msg,
                                size_t cap) {
     cuda_device *d = (cuda_device *)dev;
-    kiln_status st = current(d, "kiln_machine_info", msg, cap);
-    if (st == KILN_OK)
-        st = flush(d, msg, cap);
+    kiln_status st = ready(d, "kiln_machine_info", msg, cap);
     if (st != KILN_OK)
         return st;
     snprintf(m->cpu, sizeof m->cpu, "%s", jit_cuda_device_name(d->dev));
@@ -964,9 +965,7 @@ static kiln_status cuda_launch(jit_device *dev, const jit_code *c, int i, const 
  * fact: the message names the last kernel queued, where the search starts. */
 static kiln_status cuda_sync(jit_device *dev, char *msg, size_t cap) {
     cuda_device *d = (cuda_device *)dev;
-    kiln_status st = current(d, "kiln_sync", msg, cap);
-    if (st == KILN_OK)
-        st = flush(d, msg, cap);
+    kiln_status st = ready(d, "kiln_sync", msg, cap);
     if (st != KILN_OK)
         return st;
     char what[192];
