@@ -221,10 +221,14 @@ Test(cuda_device, kernels_are_timed_by_device_events_against_device_limits) {
  * must rebind them), on the fake device that runs no kernel but logs each
  * one with its arguments; the log, and the launches made directly and as
  * graphs. */
-static char *run_steps(const char *graphs, long *direct, long *graphed, int *lines) {
+static char *run_steps(const char *graphs, bool blas, long *direct, long *graphed, int *lines) {
     setenv("FAKE_CUDA_KERNELS", "1", 1);
     setenv("FAKE_CUDA_LOG", "1", 1);
     setenv("KILN_CUDA_GRAPHS", graphs, 1);
+    if (blas) { /* the product between two segments of kernels */
+        setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+        setenv("KILN_CUDA_MATMUL", "blas", 1);
+    }
     kiln_ctx *ctx = open_fake(NULL);
     void *h = dlopen(FAKE, RTLD_NOW | RTLD_NOLOAD);
     cr_assert(h, "%s", dlerror());
@@ -241,7 +245,12 @@ static char *run_steps(const char *graphs, long *direct, long *graphed, int *lin
     kiln_tensor *keep[3] = {NULL, NULL, NULL};
     for (int step = 0; step < 5; step++) {
         kiln_tensor *x = kiln_reshape(random_f32(ctx, &r, N * K, vx), 2, (int64_t[]){N, K});
-        kiln_tensor *y = kiln_softmax(kiln_tanh(kiln_add(kiln_matmul(x, w), b)), -1);
+        /* with blas: the softmax of x minus its column means (kernels of their own),
+         * the product, softmax */
+        int ax0 = 0;
+        kiln_tensor *xc = kiln_sub(kiln_tanh(x), kiln_mean(kiln_tanh(x), 1, &ax0, true));
+        kiln_tensor *y = blas ? kiln_softmax(kiln_matmul(kiln_softmax(xc, -1), w), -1)
+                              : kiln_softmax(kiln_tanh(kiln_add(kiln_matmul(x, w), b)), -1);
         kiln_tensor *s = kiln_sum(kiln_mul(y, y), 0, NULL, false);
         cr_assert_eq(kiln_realize(s), KILN_OK, "step %d: %s", step, kiln_error_message(s));
         for (int i = 0; i < 3; i++)
@@ -268,8 +277,8 @@ static char *run_steps(const char *graphs, long *direct, long *graphed, int *lin
 Test(cuda_device, a_replayed_step_is_one_cuda_graph_with_its_buffers_rebound) {
     long d_off, g_off, d_on, g_on;
     int lines_off, lines_on;
-    char *off = run_steps("0", &d_off, &g_off, &lines_off);
-    char *on = run_steps("1", &d_on, &g_on, &lines_on);
+    char *off = run_steps("0", false, &d_off, &g_off, &lines_off);
+    char *on = run_steps("1", false, &d_on, &g_on, &lines_on);
     int per_step = lines_off / 5;
     cr_assert(per_step >= 2 && lines_off == 5 * per_step, "%d kernels ran in 5 steps:\n%s",
               lines_off, off);
@@ -518,4 +527,25 @@ Test(cuda_device, a_products_path_is_measured_once_and_kept_on_disk) {
     char cmd[128];
     snprintf(cmd, sizeof cmd, "rm -rf %s %s", d1, d2);
     cr_assert_eq(system(cmd), 0);
+}
+
+/* A product through cuBLAS cuts a step's launches in two segments (the
+ * softmax of x minus its column means before it; softmax and the sum
+ * after): each becomes a graph of its own. */
+Test(cuda_device, each_segment_between_cublas_products_is_a_graph) {
+    long d_off, g_off, d_on, g_on;
+    int lines_off, lines_on;
+    char *off = run_steps("0", true, &d_off, &g_off, &lines_off);
+    char *on = run_steps("1", true, &d_on, &g_on, &lines_on);
+    int per_step = lines_off / 5;
+    cr_assert(per_step >= 3 && lines_off == 5 * per_step && lines_on == lines_off,
+              "%d and %d kernels ran in 5 steps:\n%s", lines_off, lines_on, off);
+    cr_assert(g_on == 8 && d_on == per_step,
+              "with graphs: %ld direct launches and %ld graph launches over 5 steps of %d "
+              "kernels in two segments (expected the first step direct, then two graphs a "
+              "step):\n%s",
+              d_on, g_on, per_step, off);
+    cr_assert_str_eq(on, off, "the kernels ran with other arguments through graphs");
+    free(off);
+    free(on);
 }

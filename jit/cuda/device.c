@@ -109,7 +109,7 @@ typedef struct cuda_kernel {
 enum { CHOICE_UNKNOWN, CHOICE_BLAS, CHOICE_KERNEL };
 static const char choice_kind[] = "cuda_gemm_choice";
 
-/* A program's launches as one CUDA graph: built from a sequence of launches
+/* A segment's launches as one CUDA graph: built from a sequence of launches
  * seen twice in a row (a graph-cache hit replays the same kernels in the
  * same order), launched whole from then on, each node's arguments rebound
  * where a run's buffers differ from the last one's. */
@@ -123,12 +123,20 @@ typedef struct cuda_graph {
     jit_cuda_graph_node **nodes;
 } cuda_graph;
 
+/* A run of held launches goes to the device whole at the stream's next other
+ * operation: a run's launches are one segment, or several where something
+ * else comes between them (a cuBLAS product, a staged collective). Each
+ * segment, known by its first kernel, has its own graph. */
+typedef struct cuda_segment {
+    cuda_graph *graph; /* NULL until its launches repeat */
+    held_launch *seen; /* the last launches it went as one by one */
+    int nseen;
+} cuda_segment;
+
 struct jit_code {
     cuda_device *d;
     jit_cuda_module *mod;
-    cuda_graph *graph;   /* NULL until a sequence repeats */
-    held_launch *seen;   /* the last sequence launched kernel by kernel */
-    int nseen;
+    cuda_segment *segs;  /* by first kernel, made at the first flush */
     bool no_graph;       /* the driver refused to build one: launched kernel by kernel */
     int nkernels;
     cuda_kernel k[];
@@ -430,12 +438,15 @@ static void cuda_code_free(void *code) {
         flush(c->d, why, sizeof why); /* its launches must go before its module */
     /* The kernel cache closes before the device (jit_backend_free). */
     if (jit_cuda_make_current(c->d->dev, why, sizeof why) == KILN_OK) {
-        graph_free(c->graph);
+        for (int i = 0; c->segs && i < c->nkernels; i++)
+            graph_free(c->segs[i].graph);
         jit_cuda_module_unload(c->mod);
     }
     for (int i = 0; i < c->nkernels; i++)
         free(c->k[i].name);
-    free(c->seen);
+    for (int i = 0; c->segs && i < c->nkernels; i++)
+        free(c->segs[i].seen);
+    free(c->segs);
     free(c);
 }
 
@@ -539,8 +550,9 @@ static kiln_status launch_held(cuda_device *d, const jit_code *c, char *msg, siz
 }
 
 /* The graph of the held launches (a chain, in the stream's order), bound
- * to their arguments; c->graph on success. */
-static kiln_status graph_build(cuda_device *d, jit_code *c, char *msg, size_t cap) {
+ * to their arguments; sg->graph on success. */
+static kiln_status graph_build(cuda_device *d, const jit_code *c, cuda_segment *sg, char *msg,
+                               size_t cap) {
     cuda_graph *gr = calloc(1, sizeof *gr);
     if (gr) {
         gr->seq = malloc(sizeof *gr->seq * (size_t)d->nheld);
@@ -570,7 +582,7 @@ static kiln_status graph_build(cuda_device *d, jit_code *c, char *msg, size_t ca
         graph_free(gr);
         return st;
     }
-    c->graph = gr;
+    sg->graph = gr;
     return KILN_OK;
 }
 
@@ -608,26 +620,30 @@ static kiln_status flush(cuda_device *d, char *msg, size_t cap) {
     char why[512];
     bool done = false;
     kiln_status st = KILN_OK;
-    if (!c->graph && !c->no_graph && d->nheld >= 2 &&
-        same_launches(c->seen, c->nseen, d->held, d->nheld) &&
-        graph_build(d, c, why, sizeof why) != KILN_OK)
+    if (!c->segs)
+        c->segs = calloc((size_t)c->nkernels, sizeof *c->segs); /* none: no graphs */
+    cuda_segment *sg = c->segs ? &c->segs[d->held[0].kernel] : NULL;
+    if (sg && !sg->graph && !c->no_graph && d->nheld >= 2 &&
+        same_launches(sg->seen, sg->nseen, d->held, d->nheld) &&
+        graph_build(d, c, sg, why, sizeof why) != KILN_OK)
         c->no_graph = true;
-    if (c->graph && same_launches(c->graph->seq, c->graph->n, d->held, d->nheld)) {
-        done = graph_replay(d, c->graph, c, why, sizeof why) == KILN_OK;
+    if (sg && sg->graph && same_launches(sg->graph->seq, sg->graph->n, d->held, d->nheld)) {
+        done = graph_replay(d, sg->graph, c, why, sizeof why) == KILN_OK;
         if (!done) {
-            graph_free(c->graph);
-            c->graph = NULL;
+            graph_free(sg->graph);
+            sg->graph = NULL;
             c->no_graph = true;
         }
     }
     if (!done) {
         st = launch_held(d, c, msg, cap);
-        held_launch *seen = realloc(c->seen, sizeof *seen * (size_t)d->nheld);
+        held_launch *seen = sg ? realloc(sg->seen, sizeof *seen * (size_t)d->nheld) : NULL;
         if (seen) {
             memcpy(seen, d->held, sizeof *seen * (size_t)d->nheld);
-            c->seen = seen;
+            sg->seen = seen;
         }
-        c->nseen = seen ? d->nheld : 0;
+        if (sg)
+            sg->nseen = seen ? d->nheld : 0;
     }
     d->nheld = d->nargs = 0;
     d->held_code = NULL;
