@@ -81,9 +81,17 @@ kiln_status kiln_to_dlpack(kiln_tensor *t, DLManagedTensor **out) {
     if (!e)
         return export_fail(t->ctx, KILN_ERR_OOM, "out of memory");
     void *data;
+    DLDevice dev = {kDLCPU, 0};
+    kiln_device kind;
+    int ordinal;
     if (jit_buffer_is_host(n->buf)) {
         e->buf = graph_buffer_ref(n->buf);
         data = n->buf->data;
+    } else if (jit_buffer_device(n->buf, &kind, &ordinal) && kind == KILN_CUDA) {
+        /* GPU memory goes as it is, for a GPU library to read in place */
+        e->buf = graph_buffer_ref(n->buf);
+        data = n->buf->data;
+        dev = (DLDevice){kDLCUDA, ordinal};
     } else {
         /* Rounded up, as aligned_alloc wants a multiple of the alignment. */
         size_t rounded = (nbytes + ALIGN - 1) & ~(size_t)(ALIGN - 1);
@@ -107,7 +115,7 @@ kiln_status kiln_to_dlpack(kiln_tensor *t, DLManagedTensor **out) {
     }
     e->m.dl_tensor = (DLTensor){
         .data = data,
-        .device = {kDLCPU, 0},
+        .device = dev,
         .ndim = n->ndim,
         .dtype = dl_dtype(n->dtype),
         .shape = e->shape,
@@ -221,10 +229,23 @@ kiln_tensor *kiln_from_dlpack(kiln_ctx *ctx, DLManagedTensor *m) {
     if (!m)
         return api_fail(ctx, KILN_ERR_ARG, "kiln_from_dlpack: the DLManagedTensor is NULL");
     const DLTensor *t = &m->dl_tensor;
-    if (t->device.device_type != kDLCPU && t->device.device_type != kDLCUDAHost)
+    int ordinal;
+    bool on_gpu = jit_backend_device(ctx->rt, &ordinal) == KILN_CUDA;
+    bool device_memory = t->device.device_type == kDLCUDA;
+    if (device_memory && !on_gpu)
         return import_fail(ctx, m, KILN_ERR_DEVICE,
-                           "device type %d (%s) is not host memory; kiln imports kDLCPU and "
-                           "kDLCUDAHost tensors",
+                           "device type 2 (kDLCUDA): GPU %d's memory goes only into a "
+                           "KILN_CUDA context, and this context is not on a GPU",
+                           t->device.device_id);
+    if (device_memory && t->device.device_id != ordinal)
+        return import_fail(ctx, m, KILN_ERR_DEVICE,
+                           "device type 2 (kDLCUDA) on GPU %d, and this context is on GPU %d",
+                           t->device.device_id, ordinal);
+    if (!device_memory && t->device.device_type != kDLCPU &&
+        t->device.device_type != kDLCUDAHost)
+        return import_fail(ctx, m, KILN_ERR_DEVICE,
+                           "device type %d (%s) is neither host memory nor a GPU's; kiln imports "
+                           "kDLCPU, kDLCUDAHost and (into a KILN_CUDA context) kDLCUDA tensors",
                            (int)t->device.device_type, device_name(t->device.device_type));
     kiln_dtype dt;
     if (!kiln_dtype_for(t->dtype, &dt))
@@ -264,6 +285,23 @@ kiln_tensor *kiln_from_dlpack(kiln_ctx *ctx, DLManagedTensor *m) {
     const char *first = n > 0 ? (const char *)t->data + t->byte_offset : NULL;
     bool contiguous = n == 0 || row_major(ndim, shape, t->strides);
 
+    /* GPU memory is used in place, whatever its alignment (kernels assume an
+     * element's); read in place, a strided one would need a gather on the
+     * device, which kiln does not do for an import. */
+    if (device_memory) {
+        if (!contiguous)
+            return import_fail(ctx, m, KILN_ERR_ARG,
+                               "a strided kDLCUDA tensor: kiln takes GPU tensors contiguous "
+                               "(row-major strides)");
+        graph_buffer *b = jit_backend_adopt(ctx->rt, (void *)first, nbytes, dl_release, m);
+        if (!b)
+            return import_fail(ctx, m, KILN_ERR_OOM, "out of memory");
+        graph_node *node = graph_buffer_node(ctx->g, dt, ndim, shape, b);
+        graph_buffer_unref(b);
+        if (!node)
+            return api_fail(ctx, KILN_ERR_OOM, "kiln_from_dlpack: out of memory");
+        return api_wrap(ctx, node, "kiln_from_dlpack");
+    }
     /* A bool's bytes may be anything but 0 and 1 (a producer's business);
      * kiln's bools are 0 or 1, so they are copied and normalised. */
     if (n > 0 && contiguous && dt != KILN_BOOL && jit_backend_host_memory(ctx->rt) &&

@@ -685,14 +685,15 @@ KILN_API void kiln_release(kiln_tensor *t);
  * exchange; an incoming bool is always copied, each byte read as != 0). */
 struct DLManagedTensor;
 
-/* Realizes t (a sync point) and hands it over as a DLPack tensor in *out, on
- * kDLCPU, contiguous row-major (strides given), byte_offset 0. On a device
- * whose buffers are host memory (KILN_CPU, KILN_REF) it is zero-copy: *out
+/* Realizes t (a sync point) and hands it over as a DLPack tensor in *out,
+ * contiguous row-major (strides given), byte_offset 0, zero-copy: *out
  * shares t's buffer, holding a reference of its own on it, so writes through
  * either are seen by the other (and by every tensor sharing that buffer), and
  * the memory stays valid after kiln_release(t) and even after
- * kiln_ctx_free, until the DLPack deleter runs. Otherwise (KILN_CUDA) *out
- * holds a host copy. The caller owns *out and frees it by calling its
+ * kiln_ctx_free, until the DLPack deleter runs. On a device whose buffers are
+ * host memory (KILN_CPU, KILN_REF) it is on kDLCPU; on KILN_CUDA it is
+ * kDLCUDA (device_id the GPU's ordinal), the GPU's memory, for a GPU library
+ * to read in place (kiln_to_host copies to the host). The caller owns *out and frees it by calling its
  * deleter once, on the context's thread while the context lives (buffers'
  * reference counts are the context's, not atomic), from one thread at a time
  * after. Returns KILN_OK, t's own error, the sync's failure, KILN_ERR_ARG
@@ -709,12 +710,14 @@ KILN_API kiln_status kiln_to_dlpack(kiln_tensor *t, struct DLManagedTensor **out
  * or those of a row-major array; a size-1 axis's stride is free), and its
  * first element 64-byte aligned, the alignment of kiln's own buffers; any
  * other host tensor is copied, gathered through its strides and byte_offset.
- * Errors give an error handle (NULL only when ctx is NULL): KILN_ERR_ARG for
- * a NULL m, or NULL data or shape where there are elements or axes;
- * KILN_ERR_DEVICE for memory that is not the host's (naming the device
- * type); KILN_ERR_DTYPE for a dtype kiln lacks (naming code, bits and
- * lanes); KILN_ERR_SHAPE for ndim outside [0, KILN_MAX_DIMS], a negative
- * size, or a size too large to address. */
+ * A kDLCUDA tensor is used in place by a KILN_CUDA context of the same GPU,
+ * when it is contiguous row-major. Errors give an error handle (NULL only
+ * when ctx is NULL): KILN_ERR_ARG for a NULL m, NULL data or shape where
+ * there are elements or axes, or a strided kDLCUDA tensor; KILN_ERR_DEVICE
+ * for a kDLCUDA tensor into any other context, or memory that is neither the
+ * host's nor a GPU's (naming the device type); KILN_ERR_DTYPE for a dtype
+ * kiln lacks (naming code, bits and lanes); KILN_ERR_SHAPE for ndim outside
+ * [0, KILN_MAX_DIMS], a negative size, or a size too large to address. */
 KILN_API kiln_tensor *kiln_from_dlpack(kiln_ctx *ctx, struct DLManagedTensor *m);
 
 /* ---- Autograd ------------------------------------------------------------- */

@@ -192,6 +192,28 @@ bool jit_buffer_is_host(const graph_buffer *b) {
 
 bool jit_backend_host_memory(const jit_backend *j) { return j->dev->ops->host_memory; }
 
+bool jit_buffer_device(const graph_buffer *b, kiln_device *kind, int *ordinal) {
+    const jit_device *d = b->owner;
+    if (!d)
+        return false;
+    *kind = d->ops->kind;
+    *ordinal = d->ordinal;
+    return true;
+}
+
+kiln_device jit_backend_device(const jit_backend *j, int *ordinal) {
+    *ordinal = j->dev->ordinal;
+    return j->dev->ops->kind;
+}
+
+graph_buffer *jit_backend_adopt(jit_backend *j, void *data, size_t nbytes,
+                                void (*release)(void *, graph_buffer *), void *arg) {
+    graph_buffer *b = graph_buffer_adopt(data, nbytes, j->dev, release);
+    if (b)
+        b->release_arg = arg;
+    return b;
+}
+
 /* A buffer for a kernel output, from the device (whose pool hands back the
  * memory of released intermediates and outputs of the same size class). */
 static graph_buffer *buffer_new(jit_backend *j, size_t nbytes) {

@@ -110,6 +110,7 @@ struct jit_device {
                             kernel-cache key of this device includes it */
     jit_pool *pool;      /* its caching allocator (jit/pool.h), or NULL */
     bool time_launches;  /* set by the runtime around a profiled run (launch_times) */
+    int ordinal;         /* which device of its kind (a GPU's index), 0 for the host's */
 };
 
 /* The device serving kind (for KILN_CPU, the one KILN_CPU_COMPILER names,

@@ -49,6 +49,16 @@ bool jit_buffer_is_host(const graph_buffer *b);
  * host buffer of no device (graph_buffer_adopt'ed, owner NULL) can be bound
  * to its kernels as it is. */
 bool jit_backend_host_memory(const jit_backend *j);
+/* The device b's memory belongs to and which one of its kind; false for a
+ * buffer of no device (host memory). */
+bool jit_buffer_device(const graph_buffer *b, kiln_device *kind, int *ordinal);
+/* The backend's device and which one of its kind. */
+kiln_device jit_backend_device(const jit_backend *j, int *ordinal);
+/* Memory of the backend's own device that someone else allocated (a DLPack
+ * import), as a buffer its kernels read in place; release(arg, b) gives it
+ * back when the last reference goes. NULL when out of memory. */
+graph_buffer *jit_backend_adopt(jit_backend *j, void *data, size_t nbytes,
+                                void (*release)(void *, graph_buffer *), void *arg);
 
 /* Realizes the n nodes by compiling and running kernels: fused, or with
  * fuse false one kernel per op (eager mode). Nodes already realized stay so

@@ -11,6 +11,8 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <dlpack/dlpack.h>
+
 #include "test_util.h"
 
 #define FAKE "tests/libfake_cuda.so"
@@ -548,4 +550,50 @@ Test(cuda_device, each_segment_between_cublas_products_is_a_graph) {
     cr_assert_str_eq(on, off, "the kernels ran with other arguments through graphs");
     free(off);
     free(on);
+}
+
+/* DLPack on the GPU: an export is kDLCUDA, the device's own memory (the
+ * fake's is host memory, so the test reads it directly), shared with the
+ * tensor; imported into another CUDA context it is used in place, and a
+ * product (the fake cuBLAS's) reads it there. The deleter runs once, when
+ * the importing context lets go; a strided GPU tensor is refused. */
+Test(cuda_device, dlpack_exchanges_gpu_memory_in_place) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+    setenv("KILN_CUDA_MATMUL", "blas", 1);
+    kiln_ctx *ctx = open_fake(NULL);
+    TU_RNG(r);
+    static float va[12 * 10], vb[10 * 8];
+    kiln_tensor *a = kiln_reshape(random_f32(ctx, &r, 12 * 10, va), 2, (int64_t[]){12, 10});
+    kiln_tensor *b = kiln_reshape(random_f32(ctx, &r, 10 * 8, vb), 2, (int64_t[]){10, 8});
+    DLManagedTensor *ma, *mb;
+    cr_assert_eq(kiln_to_dlpack(a, &ma), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    cr_assert_eq(kiln_to_dlpack(b, &mb), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    cr_assert_eq(ma->dl_tensor.device.device_type, kDLCUDA);
+    cr_assert_eq(ma->dl_tensor.device.device_id, 0);
+    cr_assert(memcmp(ma->dl_tensor.data, va, sizeof va) == 0, "the export is not a's memory");
+    kiln_ctx *other = open_fake(NULL);
+    kiln_tensor *ia = kiln_from_dlpack(other, ma), *ib = kiln_from_dlpack(other, mb);
+    TU_ASSERT_OK(ia);
+    TU_ASSERT_OK(ib);
+    expect_roundtrip(ia, va, 12 * 10);
+    float c[12 * 8];
+    kiln_tensor *p = kiln_matmul(ia, ib);
+    cr_assert_eq(kiln_to_host(p, c, sizeof c), KILN_OK, "%s", kiln_error_message(p));
+    for (int i = 0; i < 12; i++)
+        for (int j = 0; j < 8; j++) {
+            double want = 0;
+            for (int q = 0; q < 10; q++)
+                want += (double)va[i * 10 + q] * vb[q * 8 + j];
+            cr_assert(fabs(c[i * 8 + j] - want) <= 1e-4 * fmax(1, fabs(want)),
+                      "C[%d][%d] = %g, expected %g", i, j, c[i * 8 + j], want);
+        }
+    /* a strided export of another library is refused, its deleter run */
+    DLManagedTensor *mc;
+    cr_assert_eq(kiln_to_dlpack(a, &mc), KILN_OK);
+    int64_t strides[2] = {1, 12};
+    mc->dl_tensor.strides = strides;
+    TU_ASSERT_ERROR(kiln_from_dlpack(other, mc), KILN_ERR_ARG, "strided kDLCUDA");
+    kiln_ctx_free(other);
+    kiln_ctx_free(ctx);
 }

@@ -1162,6 +1162,7 @@ static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, cha
     d->cache = cfg->cache;
     pthread_mutex_init(&d->copy_lock, NULL);
     d->base.ops = &jit_cuda_device_ops;
+    d->base.ordinal = ordinal;
     d->base.target = *jit_cuda_target();
     snprintf(d->compiler_id, sizeof d->compiler_id, "%s sm_%d", nvrtc, arch);
     d->base.key = jit_device_key(&d->base.target, d->compiler_id, jit_cuda_nvrtc_flags());
