@@ -1299,11 +1299,18 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
     LLVMValueRef cb = L->LLVMBuildBitCast(B, raw, p->accp, "");
     LLVMValueRef bp = gep(g, p->acc, cb, csz), ap = gep(g, p->acc, cb, add(g, csz, bsz));
     LLVMValueRef have = icmp(g, LLVMIntNE, raw, L->LLVMConstNull(g->i8p));
+    /* Where one step of k covers K, row blocks vary fastest and a task
+     * whose B panel is the one the thread packed last (packedv) does not pack
+     * it again (as the C renderer does) */
+    LLVMValueRef repack = icmp(g, LLVMIntSGT, K, KC);
+    LLVMValueRef packedv = var(g, g->i64, i64c(g, -1));
     loop tl;
     LLVMValueRef t = loop_open(g, &tl, lo, hi);
     LLVMValueRef bt = L->LLVMBuildSDiv(B, t, mul(g, nbm, nbn), "");
-    LLVMValueRef ib = L->LLVMBuildSRem(B, L->LLVMBuildSDiv(B, t, nbn, ""), nbm, "");
-    LLVMValueRef jb = L->LLVMBuildSRem(B, t, nbn, "");
+    LLVMValueRef ib = sel(g, repack, L->LLVMBuildSRem(B, L->LLVMBuildSDiv(B, t, nbn, ""), nbm, ""),
+                          L->LLVMBuildSRem(B, t, nbm, ""));
+    LLVMValueRef jb = sel(g, repack, L->LLVMBuildSRem(B, t, nbn, ""),
+                          L->LLVMBuildSRem(B, L->LLVMBuildSDiv(B, t, nbm, ""), nbn, ""));
     LLVMValueRef i0 = mul(g, ib, MC), j0 = mul(g, jb, NC);
     LLVMValueRef mc = imin(g, L->LLVMBuildSub(B, N, i0, ""), MC);
     LLVMValueRef nc = imin(g, L->LLVMBuildSub(B, M, j0, ""), NC);
@@ -1327,8 +1334,18 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
         L->LLVMBuildCondBr(B, icmp(g, LLVMIntSLT, p0, K), body, done);
         L->LLVMPositionBuilderAtEnd(B, body);
         LLVMValueRef kc = imin(g, L->LLVMBuildSub(B, K, p0, ""), KC);
+        LLVMValueRef panel = add(g, mul(g, bt, nbn), jb);
+        LLVMValueRef need = L->LLVMBuildOr(
+            B, repack, icmp(g, LLVMIntNE, get(g, g->i64, packedv), panel), "");
+        LLVMBasicBlockRef packb = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "packb");
+        LLVMBasicBlockRef havepanel = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "havepanel");
+        L->LLVMBuildCondBr(B, need, packb, havepanel);
+        L->LLVMPositionBuilderAtEnd(B, packb);
         mm_pack(g, p, bp, k->b.buf, add(g, ob, add(g, mul(g, j0, CSB), mul(g, p0, RSB))),
                 nc, kc, p->nr, CSB, RSB);
+        set(g, packedv, panel);
+        L->LLVMBuildBr(B, havepanel);
+        L->LLVMPositionBuilderAtEnd(B, havepanel);
         mm_pack(g, p, gep(g, p->acc, ap, mul(g, full, kc)), k->a.buf,
                 add(g, oa, add(g, mul(g, add(g, i0, full), RSA), mul(g, p0, CSA))),
                 L->LLVMBuildSub(B, mc, full, ""), kc, pl->mr, RSA, CSA);
