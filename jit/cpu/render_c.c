@@ -506,9 +506,20 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "static inline void %s_epi(char **bufs, int64_t g0, const %s *dots, int64_t n) {\n",
         name, e);
     buffer_ptrs(b, k);
+    if (plan->narrow)
+        cstyle_put(b, "  const int32_t g0n = (int32_t)g0, nn = (int32_t)n;\n");
     cstyle_put(b, "  #pragma omp simd\n");
-    cstyle_put(b, "  for (int64_t j = 0; j < n; j++) {\n");
-    cstyle_put(b, "    const int64_t g = g0 + j;\n");
+    if (plan->narrow) {
+        /* An int32 element counted from an int32 start, so that a load at
+         * (int32_t)g stays linear in j, a vector load: narrowed from an
+         * int64 g per element it was a gather (a residual's add took as
+         * long as the product of the tied head's gradient). */
+        cstyle_put(b, "  for (int32_t j = 0; j < nn; j++) {\n");
+        cstyle_put(b, "    const int32_t g = g0n + j;\n");
+    } else {
+        cstyle_put(b, "  for (int64_t j = 0; j < n; j++) {\n");
+        cstyle_put(b, "    const int64_t g = g0 + j;\n");
+    }
     cstyle_put(b, "    const %s dot = dots[j];\n", e);
     b->narrow = plan->narrow;
     for (int i = 0; i < plan->nblocks; i++)
