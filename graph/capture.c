@@ -78,15 +78,8 @@ kiln_status graph_capture_new(int n, graph_node *const *targets, graph_capture *
     c->npending = count;
     for (int64_t i = 0; i < count; i++)
         c->nodes[i]->scratch = (void *)(intptr_t)(i + 1);
-    /* A node's entry is about 60 to 100 bytes: sized once, the signature of a
-     * training step (thousands of nodes) is not copied by a dozen reallocs on
-     * every sync (7% of a replayed step's host time). */
-    sigbuf b = {.cap = 128 * (size_t)count + 1024};
-    b.p = malloc(b.cap);
-    bool ok = b.p != NULL;
-    b.failed = !ok;
-    if (!ok)
-        b.cap = 0;
+    sigbuf b = {0};
+    bool ok = true;
     feed_i64(&b, count);
     for (int64_t i = 0; ok && i < count; i++) {
         graph_node *x = c->nodes[i];
