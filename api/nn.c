@@ -569,6 +569,24 @@ kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight) {
 
 /* ---- attention ---- */
 
+/* Whether attention over q, k and v is one fused kernel: without a mask (a
+ * causal one is the kernel's own), over non-empty sizes, where the device
+ * computes GRAPH_ATTENTION in their dtype; KILN_FUSED_ATTENTION=0 records
+ * the scores, their softmax and the two products instead (the comparison
+ * bench/nn.c makes). */
+static bool fused_attention(kiln_ctx *ctx, const graph_node *Q, const graph_node *K,
+                            const graph_node *V, bool masked) {
+    const char *env = getenv("KILN_FUSED_ATTENTION");
+    if (masked || (env && !strcmp(env, "0")) || Q->dtype != K->dtype || Q->dtype != V->dtype)
+        return false;
+    for (int x = 0; x < 2; x++) {
+        const graph_node *n = x ? K : Q;
+        if (n->shape[n->ndim - 2] == 0 || n->shape[n->ndim - 1] == 0)
+            return false;
+    }
+    return V->shape[V->ndim - 1] > 0 && jit_backend_supports(ctx->rt, GRAPH_ATTENTION, Q->dtype);
+}
+
 /* softmax(q @ k^T * scale + mask) @ v; mask (or NULL) bool (false: -inf)
  * or of q's dtype (added), broadcasting to the scores; k and v with fewer
  * heads (axis -3) than q are repeated to q's (grouped-query attention). */
@@ -637,6 +655,29 @@ static kiln_tensor *attention(const char *op, kiln_tensor *q, kiln_tensor *k, ki
     if (groups > 1) {
         k = kiln_repeat_interleave(k, groups, -3);
         v = kiln_repeat_interleave(v, groups, -3);
+    }
+    if (fused_attention(ctx, Q, K, V, mask != NULL)) {
+        /* One kernel that never stores the scores (GRAPH_ATTENTION): the
+         * sources broadcast to one batch shape, its output's last column
+         * (the rows' log-sum-exp, for the backward) cut off. */
+        int64_t dims[3][KILN_MAX_DIMS];
+        const int64_t rows[3] = {l, s, s}, cols[3] = {d, d, V->shape[V->ndim - 1]};
+        kiln_tensor *in[3] = {q, k, v};
+        graph_node *srcs[3];
+        for (int x = 0; x < 3; x++) {
+            memcpy(dims[x], bshape, sizeof(int64_t) * (size_t)nb);
+            dims[x][nb] = rows[x];
+            dims[x][nb + 1] = cols[x];
+            in[x] = kiln_expand(in[x], nb + 2, dims[x]);
+            srcs[x] = in[x]->node;
+        }
+        kiln_tensor *packed = NULL;
+        for (int x = 0; x < 3 && !packed; x++)
+            if (kiln_error(in[x]) != KILN_OK)
+                packed = in[x];
+        if (!packed)
+            packed = api_wrap(ctx, graph_attention(GRAPH_ATTENTION, 3, srcs, scale, causal), op);
+        return api_finish(ctx, kiln_slice(packed, nb + 1, 0, cols[2], 1));
     }
     kiln_tensor *scores = api_mul_literal(kiln_matmul(q, kiln_transpose(k, -1, -2)), scale);
     kiln_tensor *ninf = kiln_scalar(ctx, kiln_dtype_of(scores), -INFINITY);

@@ -265,6 +265,45 @@ static graph_node *matmul_vjp(graph_node *n, graph_node *g, int j) {
     return r;
 }
 
+/* Columns [lo, lo + len) of x's last axis (a view). */
+static graph_node *columns(graph_node *x, int64_t lo, int64_t len) {
+    int64_t start[KILN_MAX_DIMS] = {0}, step[KILN_MAX_DIMS], n[KILN_MAX_DIMS];
+    for (int d = 0; d < x->ndim; d++) {
+        step[d] = 1;
+        n[d] = x->shape[d];
+    }
+    start[x->ndim - 1] = lo;
+    n[x->ndim - 1] = len;
+    return graph_slice(x, start, step, n);
+}
+
+/* Fused attention (GRAPH_ATTENTION) is differentiated by its two backward
+ * kernels, which recompute P from q, k and the stored log-sum-exp instead of
+ * keeping it: FlashAttention's backward. g covers the output and its lse
+ * column; since d lse_i / d s_ij = P_ij, lse's gradient enters as a term of
+ * delta: dS = P (dP - (rowsum(go o) - g_lse)). Both rules ask for the same
+ * nodes, which hash-consing makes one (dk and dv are columns of one kernel's
+ * output). */
+static graph_node *attention_vjp(graph_node *n, graph_node *g, int j) {
+    int nd = n->ndim;
+    int64_t dv = n->shape[nd - 1] - 1, d = n->src[0]->shape[nd - 1];
+    graph_node *go = columns(g, 0, dv), *o = columns(n, 0, dv);
+    graph_node *lse = columns(n, dv, 1);
+    graph_node *delta = SUB(autograd_take_reduce(MUL(R(go), o), 1u << (nd - 1)), columns(g, dv, 1));
+    graph_node *r = NULL;
+    if (go && lse && delta) {
+        graph_node *srcs[6] = {n->src[0], n->src[1], n->src[2], go, lse, delta};
+        graph_node *b = graph_attention(j == 0 ? GRAPH_ATTENTION_DQ : GRAPH_ATTENTION_DKV, 6, srcs,
+                                        n->p.scale, n->p.causal);
+        r = !b ? NULL : j == 0 ? R(b) : j == 1 ? columns(b, 0, d) : columns(b, d, dv);
+        graph_unref(b);
+    }
+    graph_unref(go);
+    graph_unref(lse);
+    graph_unref(delta);
+    return r;
+}
+
 static graph_node *cat_vjp(graph_node *n, graph_node *g, int j) {
     int ax = n->p.axis;
     int64_t lo = 0;
@@ -443,10 +482,22 @@ kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_n
             out[j] = scatter_vjp(n, g, j);
         else if (graph_op_is_collective(n->op))
             out[j] = autograd_collective_vjp(n, g);
+        else if (n->op == GRAPH_ATTENTION)
+            out[j] = attention_vjp(n, g, j);
         if (!out[j]) {
             for (int i = 0; i < j; i++) {
                 graph_unref(out[i]);
                 out[i] = NULL;
+            }
+            if (graph_op_is_attention(n->op) && n->op != GRAPH_ATTENTION) {
+                char shape[KILN_MAX_DIMS * 21 + 3];
+                graph_format_shape(shape, sizeof shape, n->ndim, n->shape);
+                snprintf(msg, cap,
+                         "autograd: %s %s: the backward of fused attention "
+                         "(kiln_scaled_dot_product_attention) is not differentiated again; "
+                         "kiln_attention with a mask records a form that is",
+                         graph_op_name(n->op), shape);
+                return KILN_ERR_ARG;
             }
             if (bad) {
                 char shape[KILN_MAX_DIMS * 21 + 3];

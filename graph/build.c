@@ -349,3 +349,17 @@ graph_node *graph_matmul(graph_node *a, graph_node *b) {
     graph_node *srcs[2] = {a, b};
     return with_sources(&p, 2, srcs);
 }
+
+graph_node *graph_attention(graph_op op, int nsrc, graph_node *const *srcs, double scale,
+                            bool causal) {
+    const graph_node *q = srcs[0], *k = srcs[1], *v = srcs[2];
+    int nd = q->ndim;
+    graph_node p = graph_proto(op, q->dtype, nd, q->shape);
+    if (op == GRAPH_ATTENTION)
+        p.shape[nd - 1] = v->shape[nd - 1] + 1;
+    else if (op == GRAPH_ATTENTION_DKV)
+        p.shape[nd - 2] = k->shape[nd - 2], p.shape[nd - 1] += v->shape[nd - 1];
+    p.p.scale = scale;
+    p.p.causal = causal;
+    return with_sources(&p, nsrc, (graph_node **)srcs);
+}

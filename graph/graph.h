@@ -106,6 +106,19 @@ typedef enum graph_op {
                       prod, amax, amin; never mean). Without p.include_self, every place an
                       index points at starts from the combination's identity instead of t's
                       value. An index outside [0, t->shape[p.axis]) writes nothing. */
+    /* fused scaled dot-product attention (kiln_scaled_dot_product_attention), one kernel
+       that never stores the scores. Sources of one batch shape [..., ]: src[0] q [..., L, D],
+       src[1] k [..., S, D], src[2] v [..., S, Dv], all of the node's dtype (f32 or f64);
+       p.scale multiplies the scores, p.causal masks key j > query i. Write
+       P[i][j] = exp(scale q_i.k_j - lse_i), 0 where masked, lse_i = log sum_j exp(scale q_i.k_j)
+       over the unmasked keys. */
+    GRAPH_ATTENTION,     /* [..., L, Dv + 1]: columns < Dv sum_j P[i][j] v_j, column Dv lse_i */
+    GRAPH_ATTENTION_DQ,  /* the backward, sources q, k, v, then go [..., L, Dv] (the gradient
+                            of the output), lse [..., L, 1] and delta [..., L, 1] (sum_c
+                            go*o over the row, less lse's own gradient): dS[i][j] =
+                            P[i][j] (go_i.v_j - delta_i); dq [..., L, D] = scale dS k */
+    GRAPH_ATTENTION_DKV, /* the same sources: [..., S, D + Dv], dk = scale dSᵀ q in the first D
+                            columns, dv = Pᵀ go in the rest */
     /* collectives over every rank of the graph_ctx's job (graph_comm), of one
      * source and its dtype */
     GRAPH_ALL_REDUCE,     /* reduction p.reduce over the ranks, elementwise */
@@ -173,6 +186,8 @@ struct graph_node {
         bool include_self;  /* GRAPH_SCATTER */
         int root;           /* GRAPH_BROADCAST */
         graph_view view;    /* GRAPH_VIEW */
+        double scale;       /* GRAPH_ATTENTION* */
+        bool causal;        /* GRAPH_ATTENTION* */
     } p;
     graph_buffer *buf; /* set once realized; the node then reads as a leaf */
     int64_t id;        /* creation order within its graph_ctx */
@@ -264,6 +279,11 @@ graph_node *graph_where(graph_node *c, graph_node *a, graph_node *b);
 graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt);
 graph_node *graph_cat(int n, graph_node *const *srcs, int axis);
 graph_node *graph_matmul(graph_node *a, graph_node *b);
+/* GRAPH_ATTENTION (srcs q, k, v) or one of its backward ops (q, k, v, go, lse,
+ * delta), of shapes and dtypes as GRAPH_ATTENTION says (the caller checks). */
+graph_node *graph_attention(graph_op op, int nsrc, graph_node *const *srcs, double scale,
+                            bool causal);
+bool graph_op_is_attention(graph_op op);
 /* A gather of a along axis by index (i32, i64 or u8; index->ndim == a->ndim),
  * of index's shape and a's dtype: see GRAPH_GATHER. */
 graph_node *graph_gather(graph_node *a, int axis, graph_node *index);

@@ -141,6 +141,12 @@ void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx) {
         feed(ctx, &n->p.reduce, sizeof n->p.reduce);
         feed(ctx, &n->p.include_self, sizeof n->p.include_self);
         break;
+    case GRAPH_ATTENTION:
+    case GRAPH_ATTENTION_DQ:
+    case GRAPH_ATTENTION_DKV:
+        feed(ctx, &n->p.scale, sizeof n->p.scale);
+        feed(ctx, &n->p.causal, sizeof n->p.causal);
+        break;
     case GRAPH_ALL_REDUCE:
     case GRAPH_ALL_GATHER:
     case GRAPH_REDUCE_SCATTER:
@@ -202,6 +208,11 @@ static bool node_equal(const graph_node *a, const graph_node *b) {
     case GRAPH_SCATTER:
         return a->p.axis == b->p.axis && a->p.reduce == b->p.reduce &&
                a->p.include_self == b->p.include_self;
+    case GRAPH_ATTENTION:
+    case GRAPH_ATTENTION_DQ:
+    case GRAPH_ATTENTION_DKV:
+        return memcmp(&a->p.scale, &b->p.scale, sizeof a->p.scale) == 0 &&
+               a->p.causal == b->p.causal;
     case GRAPH_ALL_REDUCE:
     case GRAPH_ALL_GATHER:
     case GRAPH_REDUCE_SCATTER:
@@ -367,6 +378,8 @@ static const char *const op_names[GRAPH_NUM_OPS] = {
     [GRAPH_BITXOR] = "bitxor",   [GRAPH_SHL] = "shl",         [GRAPH_SHR] = "shr",
     [GRAPH_ALL_REDUCE] = "all_reduce", [GRAPH_ALL_GATHER] = "all_gather",
     [GRAPH_REDUCE_SCATTER] = "reduce_scatter", [GRAPH_BROADCAST] = "broadcast",
+    [GRAPH_ATTENTION] = "attention", [GRAPH_ATTENTION_DQ] = "attention_dq",
+    [GRAPH_ATTENTION_DKV] = "attention_dkv",
 };
 
 const char *graph_op_name(graph_op op) {
@@ -379,6 +392,9 @@ bool graph_op_is_compare(graph_op op) { return op >= GRAPH_LT && op <= GRAPH_NE;
 bool graph_op_is_reduce(graph_op op) { return op >= GRAPH_SUM && op <= GRAPH_ARGMIN; }
 bool graph_op_is_collective(graph_op op) {
     return op >= GRAPH_ALL_REDUCE && op <= GRAPH_BROADCAST;
+}
+bool graph_op_is_attention(graph_op op) {
+    return op >= GRAPH_ATTENTION && op <= GRAPH_ATTENTION_DKV;
 }
 bool graph_op_computes(graph_op op) {
     return op != GRAPH_VIEW && op != GRAPH_CONST && op != GRAPH_BUFFER;

@@ -264,6 +264,80 @@ static void eval_matmul(const graph_node *n, const ev_out *o)
     }
 }
 
+/* GRAPH_ATTENTION and its backward ops (graph.h), directly from their
+ * definitions: per query row its scores, their log-sum-exp and P, in double.
+ * false when out of memory (a row of scores). */
+static bool eval_attention(const graph_node *n, const ev_out *o)
+{
+    const graph_node *q = n->src[0], *k = n->src[1], *v = n->src[2];
+    int nd = n->ndim;
+    int64_t L = q->shape[nd - 2], D = q->shape[nd - 1], S = k->shape[nd - 2], DV = v->shape[nd - 1];
+    int64_t batch = 1;
+    for (int d = 0; d < nd - 2; d++)
+        batch *= n->shape[d];
+    double sc = n->p.scale;
+    int64_t width = n->shape[nd - 1];
+    double *p = malloc(sizeof *p * (size_t)(S ? S : 1));
+    double *acc = calloc((size_t)(graph_numel(n) ? graph_numel(n) : 1), sizeof *acc);
+    if (!p || !acc) {
+        free(p);
+        free(acc);
+        return false;
+    }
+    for (int64_t bt = 0; bt < batch; bt++) {
+        const int64_t qb = bt * L * D, kb = bt * S * D, vb = bt * S * DV, rb = bt * L;
+        for (int64_t i = 0; i < L; i++) {
+            int64_t sn = n->p.causal ? (i + 1 < S ? i + 1 : S) : S;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < sn; j++) {
+                double dot = 0;
+                for (int64_t c = 0; c < D; c++)
+                    dot += get(q, qb + i * D + c).f * get(k, kb + j * D + c).f;
+                p[j] = dot * sc;
+                mx = p[j] > mx ? p[j] : mx;
+            }
+            for (int64_t j = 0; j < sn; j++)
+                sum += exp(p[j] - mx);
+            double lse = mx + log(sum);
+            if (n->op != GRAPH_ATTENTION) /* the backward's P uses the forward's lse */
+                lse = get(n->src[4], rb + i).f;
+            for (int64_t j = 0; j < sn; j++)
+                p[j] = exp(p[j] - lse);
+            if (n->op == GRAPH_ATTENTION) {
+                double *out = acc + (bt * L + i) * width;
+                for (int64_t j = 0; j < sn; j++)
+                    for (int64_t c = 0; c < DV; c++)
+                        out[c] += p[j] * get(v, vb + j * DV + c).f;
+                out[DV] = lse;
+                continue;
+            }
+            const graph_node *go = n->src[3];
+            double delta = get(n->src[5], rb + i).f;
+            for (int64_t j = 0; j < sn; j++) {
+                double dp = 0;
+                for (int64_t c = 0; c < DV; c++)
+                    dp += get(go, rb * DV + i * DV + c).f * get(v, vb + j * DV + c).f;
+                double ds = p[j] * (dp - delta) * sc;
+                if (n->op == GRAPH_ATTENTION_DQ) {
+                    for (int64_t c = 0; c < D; c++)
+                        acc[(bt * L + i) * D + c] += ds * get(k, kb + j * D + c).f;
+                } else {
+                    double *row = acc + (bt * S + j) * width;
+                    for (int64_t c = 0; c < D; c++)
+                        row[c] += ds * get(q, qb + i * D + c).f;
+                    for (int64_t c = 0; c < DV; c++)
+                        row[D + c] += p[j] * get(go, rb * DV + i * DV + c).f;
+                }
+            }
+        }
+    }
+    for (int64_t i = 0; i < graph_numel(n); i++)
+        put(o, i, graph_scalar_from_double(acc[i], n->dtype));
+    free(p);
+    free(acc);
+    return true;
+}
+
 /* Whether v replaces best as the extreme so far: the first NaN wins and
  * stays, otherwise the first strictly greater (smaller) element. */
 static bool more_extreme(graph_op op, bool fl, graph_scalar v, graph_scalar best)
@@ -411,6 +485,10 @@ static bool compute(const graph_node *n, const ev_out *o)
         return true;
     case GRAPH_SCATTER:
         return eval_scatter(n, o);
+    case GRAPH_ATTENTION:
+    case GRAPH_ATTENTION_DQ:
+    case GRAPH_ATTENTION_DKV:
+        return eval_attention(n, o);
     default:
         break;
     }

@@ -201,6 +201,10 @@ bool jit_buffer_device(const graph_buffer *b, kiln_device *kind, int *ordinal) {
     return true;
 }
 
+bool jit_backend_supports(const jit_backend *j, graph_op op, kiln_dtype dt) {
+    return j->dev->ops->supports(j->dev, op, dt);
+}
+
 kiln_device jit_backend_device(const jit_backend *j, int *ordinal) {
     *ordinal = j->dev->ordinal;
     return j->dev->ops->kind;

@@ -52,6 +52,9 @@ bool jit_backend_host_memory(const jit_backend *j);
 /* The device b's memory belongs to and which one of its kind; false for a
  * buffer of no device (host memory). */
 bool jit_buffer_device(const graph_buffer *b, kiln_device *kind, int *ordinal);
+/* Whether the backend's device computes graph op `op` with result dtype dt
+ * (api/ records another form of an op that it does not: fused attention). */
+bool jit_backend_supports(const jit_backend *j, graph_op op, kiln_dtype dt);
 /* The backend's device and which one of its kind. */
 kiln_device jit_backend_device(const jit_backend *j, int *ordinal);
 /* Memory of the backend's own device that someone else allocated (a DLPack

@@ -441,6 +441,39 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
     return true;
 }
 
+/* A fused attention kernel (LOWER_ATTENTION): its sources as strides, its
+ * sizes, and the one function its loops need from lower/, e^x, lowered
+ * here by the same rule as every exp. */
+static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
+    k->kind = LOWER_ATTENTION;
+    int nd = x->ndim;
+    lower_attention *a = &k->att;
+    a->op = x->op;
+    a->nsrc = x->nsrc;
+    a->l = x->src[0]->shape[nd - 2];
+    a->d = x->src[0]->shape[nd - 1];
+    a->s = x->src[1]->shape[nd - 2];
+    a->dv = x->src[2]->shape[nd - 1];
+    a->scale = x->p.scale;
+    a->causal = x->p.causal;
+    k->nbatch = nd - 2;
+    memcpy(k->batch, x->shape, sizeof(int64_t) * (size_t)k->nbatch);
+    for (int j = 0; j < x->nsrc; j++) {
+        graph_node *base = sched_operand_base(e->s, x->src[j], &a->src[j]);
+        if (!base) {
+            e->unreadable_operand = x->src[j];
+            return false;
+        }
+        a->src[j].buf = input_slot(e, base);
+    }
+    k->numel = graph_numel(x);
+    note_fused(e, x);
+    int acc = ir_acc(&e->b, x->dtype);
+    k->store = acc;
+    k->result = ir_alu(&e->b, GRAPH_EXP, x->dtype, acc, -1);
+    return true;
+}
+
 /* Sets up the reduced index of a kernel over domain `dom` reducing `axes`:
  * RIDX, its decomposition, and the domain index of output row g; returns
  * whether the reduced axes are the trailing ones (then the domain's flat
@@ -686,6 +719,7 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
               : os->alias ? lower_alias(k, &e)
               : graph_op_is_collective(out->op) ? lower_collective(k, &e)
               : mm        ? lower_matmul(k, &e, mm)
+              : graph_op_is_attention(out->op) ? lower_attention_kernel(k, &e, out)
                           : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
     if (ok && k->nouts == 1)

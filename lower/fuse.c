@@ -79,7 +79,7 @@ static bool boundary_op(const graph_node *x, bool fuse) {
     /* A scatter's places are data, so nothing can read its result at a
      * computed index before every row's pass is done: its own kernel too. */
     return x->op == GRAPH_MATMUL || graph_op_is_collective(x->op) || x->op == GRAPH_SCATTER ||
-           (!fuse && graph_op_computes(x->op));
+           graph_op_is_attention(x->op) || (!fuse && graph_op_computes(x->op));
 }
 
 /* A collective hands its source's memory to dist/ as it is: a contiguous
@@ -108,15 +108,15 @@ static void boundary_gather_sources(sched *s) {
     }
 }
 
-/* A matmul reads its operands as strides over a buffer: an operand that
+/* A matmul (and fused attention) reads its operands as strides over a buffer: an operand that
  * strides cannot describe is computed first. Reverse post-order, so that a
  * materialised operand is decided before a view of it is examined. */
 static void boundary_matmul_operands(sched *s) {
     for (int64_t i = s->count - 1; i >= 0; i--) {
         graph_node *x = s->order[i];
-        if (x->op != GRAPH_MATMUL)
+        if (x->op != GRAPH_MATMUL && !graph_op_is_attention(x->op))
             continue;
-        for (int j = 0; j < 2; j++) {
+        for (int j = 0; j < x->nsrc; j++) {
             lower_operand layout;
             graph_node *o = x->src[j];
             if (sched_operand_base(s, o, &layout))

@@ -187,7 +187,8 @@ typedef enum lower_kind {
     LOWER_MATMUL,
     LOWER_ALIAS,
     LOWER_COLLECTIVE,
-    LOWER_SCATTER
+    LOWER_SCATTER,
+    LOWER_ATTENTION
 } lower_kind;
 
 /* One scatter pass's store (instruction ids; valid -1: always). */
@@ -205,6 +206,23 @@ typedef struct lower_operand {
     int64_t batch_strides[KILN_MAX_DIMS];
     int64_t row_stride, col_stride;
 } lower_operand;
+
+/* LOWER_ATTENTION: GRAPH_ATTENTION or a backward op of it (see graph.h), as one
+ * hand-blocked kernel per target: batch dims as a matmul's (lower_kernel.nbatch,
+ * batch), l queries, s keys, d the width of q and k, dv v's; each source read as
+ * strides (its rows, columns and batch strides: q, k, v, then for the backward
+ * go, lse and delta, whose col_stride is unused). The output is contiguous
+ * (its own buffer, row-major). The kernel's instructions compute e^x of
+ * x = UOP_ACC in the node's dtype (results[0]), as lower's exp rule does
+ * everywhere: a renderer prints them as a function its loops call. */
+typedef struct lower_attention {
+    graph_op op;
+    int64_t l, s, d, dv;
+    double scale;
+    bool causal;
+    int nsrc;
+    lower_operand src[6];
+} lower_attention;
 
 typedef struct lower_kernel {
     char name[96];   /* unique in its program: "matmul_add_relu_8x12x16_k0" */
@@ -237,6 +255,8 @@ typedef struct lower_kernel {
     int64_t batch[KILN_MAX_DIMS];
     int64_t n, k, m;
     lower_operand a, b;
+    /* LOWER_ATTENTION */
+    lower_attention att;
     /* Run-time sizes (lower_sizes_mark): the numbers of this kernel and its plan
      * that its code takes from an array of int64 (S[j]) instead of as literals,
      * and their values here, which the launch passes (a float immediate's as the
@@ -322,6 +342,13 @@ typedef struct lower_mm_plan {
     int tile, ktile;
 } lower_mm_plan;
 
+/* Attention blocking: a program instance owns bq queries (the forward and dq)
+ * or bk keys (dkv) and walks the other side in tiles of bk keys (bq queries).
+ * On a GPU the block's threads are block_threads. */
+typedef struct lower_att_plan {
+    int64_t bq, bk;
+} lower_att_plan;
+
 typedef struct lower_plan {
     int nblocks;
     lower_block *blocks; /* in order; after the last, the stores (unless it is a STORE pass) */
@@ -339,6 +366,7 @@ typedef struct lower_plan {
     int block_threads;  /* GPU: threads per program instance */
     int vector_bytes;   /* the vectors the code should use */
     lower_mm_plan mm;   /* LOWER_MATMUL */
+    lower_att_plan att; /* LOWER_ATTENTION */
 } lower_plan;
 
 /* The plans of every kernel of p for target t (plans[i] for kernel i; an

@@ -491,6 +491,26 @@ static bool plan_stash(lower_plan *p, const lower_kernel *k) {
     return ok;
 }
 
+/* Fused attention's blocks. CPU: a program instance owns ATT_BQ queries
+ * (the forward and dq: a tile of scores ATT_BQ x ATT_BK, with q's rows,
+ * k's and v's tile and the output rows in L1 and L2 at head widths of
+ * 64-128) or ATT_BK keys (dkv), and walks the other side in tiles. Fixed,
+ * not fitted to small sizes, so that graphs differing in a sequence length
+ * share one program (lower/sizes.c); the loops stop at the real sizes. GPU:
+ * 64 x 64 tiles over 128 threads (render_attention.c). */
+#define ATT_BQ 32
+#define ATT_BK 64
+#define GPU_ATT_TILE 64
+#define GPU_ATT_THREADS 128
+
+/* Program instances of an attention kernel whose blocks are bq queries
+ * (bk keys for dkv). */
+static int64_t attention_units(const lower_kernel *k, int64_t bq, int64_t bk) {
+    const lower_attention *a = &k->att;
+    return batch_count(k) *
+           (a->op == GRAPH_ATTENTION_DKV ? ceil_div(a->s, bk) : ceil_div(a->l, bq));
+}
+
 /* The loop nest: grid, threads, splits, and the matmul's blocking. */
 static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     int64_t tile = k->tile > 0 ? k->tile : 1;
@@ -518,6 +538,11 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
             p->grid = gpu_grid(batch_count(k) * ceil_div(k->n, GPU_MM_TILE) *
                                ceil_div(k->m, GPU_MM_TILE));
             p->block_threads = GPU_MM_THREADS;
+            break;
+        case LOWER_ATTENTION:
+            p->att.bq = p->att.bk = GPU_ATT_TILE;
+            p->grid = gpu_grid(attention_units(k, GPU_ATT_TILE, GPU_ATT_TILE));
+            p->block_threads = GPU_ATT_THREADS;
             break;
         case LOWER_ALIAS:
         case LOWER_COLLECTIVE:
@@ -548,6 +573,14 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
     case LOWER_MATMUL:
         plan_cpu_matmul(p, k, t);
         break;
+    case LOWER_ATTENTION: {
+        const lower_attention *a = &k->att;
+        p->att.bq = ATT_BQ;
+        p->att.bk = ATT_BK;
+        p->grid = attention_units(k, ATT_BQ, ATT_BK);
+        p->parallel = p->grid > 1 && batch_count(k) * a->l * a->s * (a->d + a->dv) >= PAR_MIN_MATMUL;
+        break;
+    }
     case LOWER_ALIAS:
     case LOWER_COLLECTIVE:
         break;
@@ -623,6 +656,9 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
                     graph_dtype_name(mm->acc), mm->mr, mm->nv, mm->lanes, (long long)mm->mc,
                     (long long)mm->nc, (long long)mm->kc, mm->a_direct ? "in place" : "packed");
     }
+    if (k->kind == LOWER_ATTENTION)
+        fprintf(f, "  attention: blocks of %lld queries, tiles of %lld keys\n", (long long)p->att.bq,
+                (long long)p->att.bk);
     for (int b = 0; b < p->nblocks; b++) {
         const lower_block *x = &p->blocks[b];
         fprintf(f, "  %s", block_names[x->kind]);

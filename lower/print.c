@@ -115,6 +115,16 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
                 (long long)k->b.row_stride, (long long)k->b.col_stride);
         fprintf(f, "  epilogue:\n");
     }
+    if (k->kind == LOWER_ATTENTION) {
+        const lower_attention *a = &k->att;
+        fprintf(f, "  %s: %lld queries, %lld keys, widths %lld and %lld, %d batch dims, scale %.17g%s;",
+                graph_op_name(a->op), (long long)a->l, (long long)a->s, (long long)a->d,
+                (long long)a->dv, k->nbatch, a->scale, a->causal ? ", causal" : "");
+        for (int j = 0; j < a->nsrc; j++)
+            fprintf(f, " buf%d+%lld (%lld, %lld)", a->src[j].buf, (long long)a->src[j].offset,
+                    (long long)a->src[j].row_stride, (long long)a->src[j].col_stride);
+        fprintf(f, "\n  e^x:\n");
+    }
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
         fprintf(f, "  %s%%%d = %s.%s", x->inner ? "  " : "", i, lower_uop_name(x->op),

@@ -69,6 +69,21 @@ static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
                 visit_int(f, ctx, k, &k->b.batch_strides[d]);
             }
             break;
+        case LOWER_ATTENTION: {
+            lower_attention *a = &k->att;
+            for (int d = 0; d < k->nbatch; d++)
+                visit_int(f, ctx, k, &k->batch[d]);
+            visit_int(f, ctx, k, &a->l);
+            visit_int(f, ctx, k, &a->s);
+            for (int j = 0; j < a->nsrc; j++) {
+                visit_int(f, ctx, k, &a->src[j].offset);
+                visit_stride(f, ctx, k, &a->src[j].row_stride);
+                visit_stride(f, ctx, k, &a->src[j].col_stride);
+                for (int d = 0; d < k->nbatch; d++)
+                    visit_int(f, ctx, k, &a->src[j].batch_strides[d]);
+            }
+            break;
+        }
         default:
             break;
         }

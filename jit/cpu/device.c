@@ -125,9 +125,14 @@ static kiln_status cpu_launch(jit_device *dev, const jit_code *c, int i, const l
     return KILN_OK;
 }
 
-/* Both renderers render every graph op in every dtype. */
+extern const jit_device_ops jit_cc_device;
+
+/* Both renderers render every graph op in every dtype, except that fused
+ * attention is the C renderer's alone, in f32 and f64 (api/ records the
+ * softmax of the scores and the two products for the LLVM path instead). */
 static bool cpu_supports(const jit_device *d, graph_op op, kiln_dtype dt) {
-    (void)d;
+    if (graph_op_is_attention(op))
+        return d->ops == &jit_cc_device && (dt == KILN_F32 || dt == KILN_F64);
     return op >= 0 && op < GRAPH_NUM_OPS && (unsigned)dt < KILN_NUM_DTYPES;
 }
 

@@ -998,6 +998,8 @@ static kiln_status cuda_sync(jit_device *dev, char *msg, size_t cap) {
  * with the op's name. */
 static bool cuda_supports(const jit_device *d, graph_op op, kiln_dtype dt) {
     (void)d;
+    if (graph_op_is_attention(op)) /* its kernels are f32 and f64 (render_attention.c) */
+        return dt == KILN_F32 || dt == KILN_F64;
     return op >= 0 && op < GRAPH_NUM_OPS && (unsigned)dt < KILN_NUM_DTYPES;
 }
 

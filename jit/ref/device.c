@@ -101,6 +101,8 @@ static kiln_status ref_launch(jit_device *d, const jit_code *c, int i, const low
 
 static bool ref_supports(const jit_device *d, graph_op op, kiln_dtype dt) {
     (void)d;
+    if (graph_op_is_attention(op))
+        return dt == KILN_F32 || dt == KILN_F64;
     return op >= 0 && op < GRAPH_NUM_OPS && (unsigned)dt < KILN_NUM_DTYPES;
 }
 
