@@ -455,8 +455,10 @@ static graph_node *scatter_vjp(graph_node *n, graph_node *g, int j) {
 kiln_status autograd_vjp(graph_node *n, graph_node *g, const bool *need, graph_node **out,
                          char *msg, size_t cap) {
     bool bad = false;
-    for (int j = 0; j < n->nsrc; j++) {
+    /* every slot NULL first: a failure at j leaves none after it stale */
+    for (int j = 0; j < n->nsrc; j++)
         out[j] = NULL;
+    for (int j = 0; j < n->nsrc; j++) {
         if (!need[j])
             continue;
         if (graph_op_is_unary(n->op))

@@ -130,12 +130,27 @@ static jit_kernel_cost kernel_cost(const lower_kernel *k) {
             batch *= (double)k->batch[d];
         c.flops += 2.0 * (double)k->n * (double)k->k * (double)k->m * batch;
     }
+    if (k->kind == LOWER_ATTENTION) {
+        /* the products a kernel computes, each 2 l s width flops per
+         * batch matrix (half under a causal mask): the forward's q k^T and
+         * p v, dq's two score products and ds k, dkv's two, p^T go and
+         * ds^T q */
+        const lower_attention *a = &k->att;
+        double batch = 1;
+        for (int d = 0; d < k->nbatch; d++)
+            batch *= (double)k->batch[d];
+        double widths = a->op == GRAPH_ATTENTION      ? (double)(a->d + a->dv)
+                        : a->op == GRAPH_ATTENTION_DQ ? (double)(2 * a->d + a->dv)
+                                                      : (double)(2 * a->d + 2 * a->dv);
+        c.flops = 2.0 * batch * (double)a->l * (double)a->s * widths * (a->causal ? 0.5 : 1);
+    }
     for (int o = 0; o < k->nouts; o++)
         c.bytes += node_bytes(k->outs[o]);
     for (int in = 0; in < k->ninputs; in++) {
         int slot = k->nouts + in;
         double whole = (double)graph_numel(k->inputs[in]), touched = 0;
-        if (k->kind == LOWER_MATMUL && (k->a.buf == slot || k->b.buf == slot))
+        if ((k->kind == LOWER_MATMUL && (k->a.buf == slot || k->b.buf == slot)) ||
+            k->kind == LOWER_ATTENTION)
             touched = whole;
         for (int i = 0; i < k->nins; i++) {
             const lower_ins *x = &k->ins[i];
@@ -165,6 +180,9 @@ static void kernel_grid(const lower_kernel *k, char *dst, size_t cap) {
                            (long long)k->m);
         if (batch != 1 && len > 0 && (size_t)len < cap)
             snprintf(dst + len, cap - (size_t)len, " batch %.0f", batch);
+    } else if (k->kind == LOWER_ATTENTION) {
+        snprintf(dst, cap, "%lldx%lld d%lld", (long long)k->att.l, (long long)k->att.s,
+                 (long long)k->att.d);
     } else if (k->kind == LOWER_REDUCE) {
         snprintf(dst, cap, "%lld rows x %lld", (long long)k->numel, (long long)k->rnumel);
     } else if (k->kind == LOWER_SCATTER) {

@@ -498,7 +498,7 @@ static bool plan_stash(lower_plan *p, const lower_kernel *k) {
  * not fitted to small sizes, so that graphs differing in a sequence length
  * share one program (lower/sizes.c); the loops stop at the real sizes. GPU:
  * 64 x 64 tiles over 128 threads (render_attention.c). */
-#define ATT_BQ 32
+#define ATT_BQ 64
 #define ATT_BK 64
 #define GPU_ATT_TILE 64
 #define GPU_ATT_THREADS 128

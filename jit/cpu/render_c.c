@@ -604,22 +604,66 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
  * Three kernels over one batch of matrices q [L, D], k [NK, D], v [NK, DV]
  * (graph.h's GRAPH_ATTENTION*), each a loop over program instances that own
  * a block of rows and walk the other side in tiles, so that no score leaves
- * the instance's scratch (one allocation per thread, its arrays 64-byte
- * aligned, in L1/L2 at head widths of 64-128):
- *   forward  (BQ queries): s = q'k^T over a tile of BK keys (q' = scale q),
+ * the instance's scratch (one allocation per thread, in L2 at head widths of
+ * 64-128):
+ *   forward  (BQ queries): s = q' k^T over a tile of BK keys (q' = scale q),
  *            online softmax (running max m, sum l, the accumulator rescaled
  *            by e^(m_old - m_new)), o += p v; out [L, DV + 1] = o / l, then
  *            lse = m + log l.
- *   dq       (BQ queries): p = e^(q'k^T - lse), dp = go v^T, ds = p (dp -
+ *   dq       (BQ queries): p = e^(q' k^T - lse), dp = go v^T, ds = p (dp -
  *            delta); dq += ds k; out [L, D] = scale dq.
- *   dkv      (BK keys): the same p and ds transposed, per key against a tile
- *            of BQ queries; dv += p^T go, dk += ds^T q; out [NK, D + DV].
- * Causal: key j > query i is masked (tiles wholly above the diagonal are
- * skipped). Every dot product runs along a contiguous scratch row (the
- * operands are packed transposed where needed), its loop `omp simd`; e^x is
- * lower's rule as the kernel's instructions (NAME_exp), vectorised with it.
- * The naive reference is graph/ref_eval.c's eval_attention, which the tests
- * hold every executor to. */
+ *   dkv      (BK keys): p^T and ds^T against a tile of BQ queries; dv +=
+ *            p^T go, dk += ds^T q; out [NK, D + DV].
+ * Causal: key j > query i is masked; tiles wholly above the diagonal are
+ * skipped. Every product is NAME_gemm over scratch that the sources are
+ * packed into (transposed where the product needs it), its widths padded to
+ * whole vectors; the softmax steps are `omp simd` loops and e^x is lower's
+ * rule, the kernel's instructions (NAME_exp), vectorised with them. The
+ * naive reference is graph/ref_eval.c's eval_attention, which the tests hold
+ * every executor to. */
+
+/* C[m x nv vectors] (+)= A[m x kk] B[kk x nv vectors], m a multiple of 4:
+ * register tiles of 4 rows by NV vectors (one vector at the right edge),
+ * B's and C's rows aligned whole vectors. */
+static void att_gemm(sbuf *b, const char *name, const char *T, int nv) {
+    cstyle_put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
+    cstyle_put(b,
+        "static void %s_gemm(int64_t m, int64_t nv, int64_t kk, const %s *restrict A, int64_t lda, "
+        "const %s *restrict B, int64_t ldb, %s *restrict C, int64_t ldc, int add) {\n",
+        name, T, T, T);
+    cstyle_put(b, "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n");
+    cstyle_put(b, "  for (int64_t i = 0; i < m; i += 4) {\n");
+    cstyle_put(b, "    const %s *restrict a0 = A + i * lda, *restrict a1 = a0 + lda, "
+               "*restrict a2 = a1 + lda, *restrict a3 = a2 + lda;\n", T);
+    cstyle_put(b, "    int64_t j = 0;\n");
+    for (int w = nv; w >= 1; w = w == 1 ? 0 : 1) {
+        cstyle_put(b, "    for (; j + %d <= nv; j += %d) {\n", w, w);
+        for (int r = 0; r < 4; r++)
+            for (int x = 0; x < w; x++)
+                cstyle_put(b, "      %s_v c%d%d = {0};\n", name, r, x);
+        cstyle_put(b, "      const %s *restrict bp = B + j * %s_L;\n", T, name);
+        cstyle_put(b, "      for (int64_t p = 0; p < kk; p++, bp += ldb) {\n");
+        for (int x = 0; x < w; x++)
+            cstyle_put(b, "        const %s_v b%d = *(const %s_v *)(bp + %d * %s_L);\n", name, x, name,
+                       x, name);
+        for (int r = 0; r < 4; r++) {
+            cstyle_put(b, "        { const %s x = a%d[p];", T, r);
+            for (int x = 0; x < w; x++)
+                cstyle_put(b, " c%d%d = x * b%d + c%d%d;", r, x, x, r, x);
+            cstyle_put(b, " }\n");
+        }
+        cstyle_put(b, "      }\n");
+        cstyle_put(b, "      %s *restrict cp = C + i * ldc + j * %s_L;\n", T, name);
+        for (int r = 0; r < 4; r++)
+            for (int x = 0; x < w; x++)
+                cstyle_put(b,
+                    "      if (add) *(%s_v *)(cp + %d * ldc + %d * %s_L) += c%d%d; "
+                    "else *(%s_v *)(cp + %d * ldc + %d * %s_L) = c%d%d;\n",
+                    name, r, x, name, r, x, name, r, x, name, r, x);
+        cstyle_put(b, "    }\n");
+    }
+    cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n");
+}
 
 /* "const int64_t RS<x> = ..., CS<x> = ...;" and the offset o<x> of source x
  * in batch bt. */
@@ -634,8 +678,8 @@ static void att_operand(sbuf *b, const lower_kernel *k, int x, const char *name,
     cstyle_put(b, "%s(void)RS%s; (void)CS%s;\n", indent, name, name);
 }
 
-/* dst[r * ld + c] = (scale) src element (row0 + r, c) for r < rows, c < cols;
- * transposed: dst[c * ld + r]. */
+/* dst[r * ld + c] = (scale) source x's element (row0 + r, c), for r < rows
+ * and c < cols; transposed: dst[c * ld + r]. */
 static void att_pack(sbuf *b, const lower_kernel *k, int x, const char *name, const char *dst,
                      const char *row0, const char *rows, const char *cols, const char *ld,
                      bool transposed, const char *scale) {
@@ -650,12 +694,31 @@ static void att_pack(sbuf *b, const lower_kernel *k, int x, const char *name, co
     cstyle_put(b, ";\n");
 }
 
+/* The scratch arrays of each kernel: names and sizes in elements. */
+static const char *const att_fwd_arrays[][2] = {
+    {"Q", "BQ * DP"}, {"KT", "D * BK"}, {"VR", "BK * DVP"}, {"P", "BQ * BK"},
+    {"O", "BQ * DVP"}, {"M", "BQ"}, {"LS", "BQ"}};
+static const char *const att_dq_arrays[][2] = {
+    {"Q", "BQ * DP"}, {"GO", "BQ * DVP"}, {"LSE", "BQ"}, {"DEL", "BQ"}, {"DQ", "BQ * DP"},
+    {"KT", "D * BK"}, {"KR", "BK * DP"}, {"VT", "DV * BK"}, {"P", "BQ * BK"}, {"DPS", "BQ * BK"}};
+static const char *const att_dkv_arrays[][2] = {
+    {"KR", "BK * DP"}, {"VR", "BK * DVP"}, {"DK", "BK * DP"}, {"DVA", "BK * DVP"},
+    {"QT", "D * BQ"}, {"QR", "BQ * DP"}, {"GOT", "DV * BQ"}, {"GOR", "BQ * DVP"},
+    {"LSE", "BQ"}, {"DEL", "BQ"}, {"PT", "BK * BQ"}, {"DPT", "BK * BQ"}};
+
 static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     const lower_attention *a = &k->att;
     const char *name = lower_kernel_symbol(k);
     kiln_dtype dt = k->out->dtype;
     const char *T = ctype(dt);
+    int esz = dt == KILN_F64 ? 8 : 4, vb = plan->vector_bytes >= 64 ? 64 : 32;
+    /* 4 x 4 vectors of accumulators in AVX-512's 32 registers, 4 x 2 in
+     * AVX2's 16 */
+    int nv = vb == 64 ? 4 : 2;
     cstyle_put(b, "#include <stdlib.h>\n");
+    cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", T, name, vb);
+    cstyle_put(b, "enum { %s_L = %d };\n", name, vb / esz);
+    att_gemm(b, name, T, nv);
     /* e^x, from the kernel's instructions */
     cstyle_put(b, "static inline %s %s_exp(%s dot) {\n", T, name, T);
     for (int i = 0; i < plan->nblocks; i++)
@@ -666,25 +729,17 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "  const int64_t NB = %s, L = %s, NK = %s, D = %lldLL, DV = %lldLL;\n",
                cstyle_size_product(b, k, k->nbatch, k->batch), cstyle_size(b, k, &a->l),
                cstyle_size(b, k, &a->s), (long long)a->d, (long long)a->dv);
-    cstyle_put(b, "  const int64_t BQ = %lldLL, BK = %lldLL;\n", (long long)plan->att.bq,
-               (long long)plan->att.bk);
+    cstyle_put(b, "  const int64_t BQ = %lldLL, BK = %lldLL, VL = %s_L;\n", (long long)plan->att.bq,
+               (long long)plan->att.bk, name);
+    cstyle_put(b, "  const int64_t DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16;\n");
+    cstyle_put(b, "  const int64_t NVD = (D + VL - 1) / VL, NVV = (DV + VL - 1) / VL;\n");
+    cstyle_put(b, "  (void)NVD; (void)NVV;\n");
     cstyle_put(b, "  const T scale = (T)%.17g;\n  const int causal = %d;\n  (void)causal;\n",
                a->scale, a->causal);
     bool dkv = a->op == GRAPH_ATTENTION_DKV, fwd = a->op == GRAPH_ATTENTION;
     cstyle_put(b, "  const int64_t NU = %s, TASKS = NB * NU;\n",
                dkv ? "(NK + BK - 1) / BK" : "(L + BQ - 1) / BQ");
-    /* scratch arrays, in elements, each rounded up to 16 (64 bytes) */
-    static const char *const fwd_arrays[][2] = {
-        {"Q", "BQ * D"}, {"KT", "D * BK"}, {"VR", "BK * DV"}, {"P", "BQ * BK"},
-        {"O", "BQ * DV"}, {"M", "BQ"}, {"LS", "BQ"}};
-    static const char *const dq_arrays[][2] = {
-        {"Q", "BQ * D"}, {"GO", "BQ * DV"}, {"LSE", "BQ"}, {"DEL", "BQ"}, {"DQ", "BQ * D"},
-        {"KT", "D * BK"}, {"KR", "BK * D"}, {"VT", "DV * BK"}, {"P", "BK"}, {"DP", "BK"}};
-    static const char *const dkv_arrays[][2] = {
-        {"KR", "BK * D"}, {"VR", "BK * DV"}, {"DK", "BK * D"}, {"DVA", "BK * DV"},
-        {"QT", "D * BQ"}, {"QR", "BQ * D"}, {"GOT", "DV * BQ"}, {"GOR", "BQ * DV"},
-        {"LSE", "BQ"}, {"DEL", "BQ"}, {"P", "BQ"}, {"DP", "BQ"}};
-    const char *const(*arrays)[2] = fwd ? fwd_arrays : dkv ? dkv_arrays : dq_arrays;
+    const char *const(*arrays)[2] = fwd ? att_fwd_arrays : dkv ? att_dkv_arrays : att_dq_arrays;
     int narrays = fwd ? 7 : dkv ? 12 : 10;
     cstyle_put(b, "  size_t total = 0;\n");
     for (int i = 0; i < narrays; i++)
@@ -692,7 +747,10 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
                    arrays[i][0], arrays[i][1]);
     cstyle_put(b, "  #pragma omp parallel num_threads(nthreads < TASKS ? nthreads : (int)(TASKS > 0 ? TASKS : 1)) if(%s)\n  {\n",
                cstyle_size(b, k, &plan->parallel));
+    /* zeroed once, so that the rows and columns past a tile's edge, which
+     * the products compute and nothing stores, start as numbers */
     cstyle_put(b, "  T *const mem = aligned_alloc(64, total * sizeof(T));\n");
+    cstyle_put(b, "  if (mem) memset(mem, 0, total * sizeof(T));\n");
     for (int i = 0; i < narrays; i++)
         cstyle_put(b, "  T *const %s = mem ? mem + at_%s : NULL;\n", arrays[i][0], arrays[i][0]);
     cstyle_put(b, "  #pragma omp for schedule(dynamic, 1)\n");
@@ -713,34 +771,28 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "      const int64_t rows = %s, n0 = bt * %s + u0;\n",
                dkv ? "NK - u0 < BK ? NK - u0 : BK" : "L - u0 < BQ ? L - u0 : BQ", dkv ? "NK" : "L");
     cstyle_put(b, "      for (int64_t r = 0; r < rows * %s; r++)\n", width);
-    char nan[64];
-    snprintf(nan, sizeof nan, "(T)NAN");
     cstyle_put(b, "        out0[n0 * %s + r] = ", width);
-    store_expr(b, dt, nan);
+    store_expr(b, dt, "(T)NAN");
     cstyle_put(b, ";\n      continue;\n    }\n");
     if (fwd) {
-        cstyle_put(b, "    {\n      const int64_t i0 = u0, mq = L - i0 < BQ ? L - i0 : BQ;\n");
-        att_pack(b, k, 0, "q", "Q", "i0", "mq", "D", "D", false, "scale * ");
-        cstyle_put(b, "      for (int64_t i = 0; i < mq; i++) {\n");
+        cstyle_put(b, "    {\n      const int64_t i0 = u0, mq = L - i0 < BQ ? L - i0 : BQ, m4 = (mq + 3) / 4 * 4;\n");
+        att_pack(b, k, 0, "q", "Q", "i0", "mq", "D", "DP", false, "scale * ");
+        cstyle_put(b, "      for (int64_t i = 0; i < BQ; i++) {\n");
         cstyle_put(b, "        M[i] = -INFINITY; LS[i] = 0;\n");
-        cstyle_put(b, "        for (int64_t c = 0; c < DV; c++) O[i * DV + c] = 0;\n      }\n");
+        cstyle_put(b, "        for (int64_t c = 0; c < DVP; c++) O[i * DVP + c] = 0;\n      }\n");
         cstyle_put(b, "      const int64_t kend = causal && i0 + mq < NK ? i0 + mq : NK;\n");
         cstyle_put(b, "      for (int64_t j0 = 0; j0 < kend; j0 += BK) {\n");
         cstyle_put(b, "      const int64_t mk = kend - j0 < BK ? kend - j0 : BK;\n");
         att_pack(b, k, 1, "k", "KT", "j0", "mk", "D", "BK", true, "");
-        att_pack(b, k, 2, "v", "VR", "j0", "mk", "DV", "DV", false, "");
+        att_pack(b, k, 2, "v", "VR", "j0", "mk", "DV", "DVP", false, "");
+        cstyle_put(b, "      %s_gemm(m4, BK / VL, D, Q, DP, KT, BK, P, BK, 0);\n", name);
         cstyle_put(b,
             "      for (int64_t i = 0; i < mq; i++) {\n"
             "        const int64_t lim = causal && i0 + i - j0 + 1 < mk ? i0 + i - j0 + 1 : mk;\n"
-            "        if (lim <= 0) continue;\n"
             "        T *restrict p = P + i * BK;\n"
-            "        #pragma omp simd\n"
-            "        for (int64_t jj = 0; jj < BK; jj++) p[jj] = 0;\n"
-            "        for (int64_t c = 0; c < D; c++) {\n"
-            "          const T x = Q[i * D + c];\n"
-            "          const T *restrict kt = KT + c * BK;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t jj = 0; jj < BK; jj++) p[jj] += x * kt[jj];\n"
+            "        if (lim <= 0) {\n"
+            "          for (int64_t jj = 0; jj < mk; jj++) p[jj] = 0;\n"
+            "          continue;\n"
             "        }\n"
             "        T mx = M[i];\n"
             "        #pragma omp simd reduction(max:mx)\n"
@@ -749,128 +801,87 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
             "        T sum = 0;\n"
             "        #pragma omp simd reduction(+:sum)\n"
             "        for (int64_t jj = 0; jj < lim; jj++) { p[jj] = %s_exp(p[jj] - mx); sum += p[jj]; }\n"
+            "        for (int64_t jj = lim; jj < mk; jj++) p[jj] = 0;\n"
             "        LS[i] = LS[i] * corr + sum;\n"
             "        M[i] = mx;\n"
-            "        T *restrict o = O + i * DV;\n"
+            "        T *restrict o = O + i * DVP;\n"
             "        #pragma omp simd\n"
-            "        for (int64_t c = 0; c < DV; c++) o[c] *= corr;\n"
-            "        for (int64_t jj = 0; jj < lim; jj++) {\n"
-            "          const T pj = p[jj];\n"
-            "          const T *restrict vr = VR + jj * DV;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t c = 0; c < DV; c++) o[c] += pj * vr[c];\n"
-            "        }\n"
-            "      }\n      }\n", name, name);
+            "        for (int64_t c = 0; c < DVP; c++) o[c] *= corr;\n"
+            "      }\n", name, name);
+        cstyle_put(b, "      %s_gemm(m4, NVV, mk, P, BK, VR, DVP, O, DVP, 1);\n      }\n", name);
         cstyle_put(b, "      for (int64_t i = 0; i < mq; i++) {\n");
         cstyle_put(b, "        const int64_t row = (bt * L + i0 + i) * (DV + 1);\n");
         cstyle_put(b, "        const T inv = 1 / LS[i];\n");
         cstyle_put(b, "        for (int64_t c = 0; c < DV; c++) out0[row + c] = ");
-        store_expr(b, dt, "O[i * DV + c] * inv");
+        store_expr(b, dt, "O[i * DVP + c] * inv");
         cstyle_put(b, ";\n        out0[row + DV] = ");
         store_expr(b, dt, "(T)(M[i] + log((double)LS[i]))");
         cstyle_put(b, ";\n      }\n    }\n");
     } else if (!dkv) {
-        cstyle_put(b, "    {\n      const int64_t i0 = u0, mq = L - i0 < BQ ? L - i0 : BQ;\n");
-        att_pack(b, k, 0, "q", "Q", "i0", "mq", "D", "D", false, "scale * ");
-        att_pack(b, k, 3, "g", "GO", "i0", "mq", "DV", "DV", false, "");
+        cstyle_put(b, "    {\n      const int64_t i0 = u0, mq = L - i0 < BQ ? L - i0 : BQ, m4 = (mq + 3) / 4 * 4;\n");
+        att_pack(b, k, 0, "q", "Q", "i0", "mq", "D", "DP", false, "scale * ");
+        att_pack(b, k, 3, "g", "GO", "i0", "mq", "DV", "DVP", false, "");
         att_pack(b, k, 4, "l", "LSE", "i0", "mq", "1", "1", false, "");
         att_pack(b, k, 5, "d", "DEL", "i0", "mq", "1", "1", false, "");
-        cstyle_put(b, "      for (int64_t r = 0; r < mq * D; r++) DQ[r] = 0;\n");
+        cstyle_put(b, "      for (int64_t r = 0; r < BQ * DP; r++) DQ[r] = 0;\n");
         cstyle_put(b, "      const int64_t kend = causal && i0 + mq < NK ? i0 + mq : NK;\n");
         cstyle_put(b, "      for (int64_t j0 = 0; j0 < kend; j0 += BK) {\n");
         cstyle_put(b, "      const int64_t mk = kend - j0 < BK ? kend - j0 : BK;\n");
         att_pack(b, k, 1, "k", "KT", "j0", "mk", "D", "BK", true, "");
-        att_pack(b, k, 1, "k", "KR", "j0", "mk", "D", "D", false, "");
+        att_pack(b, k, 1, "k", "KR", "j0", "mk", "D", "DP", false, "");
         att_pack(b, k, 2, "v", "VT", "j0", "mk", "DV", "BK", true, "");
+        cstyle_put(b, "      %s_gemm(m4, BK / VL, D, Q, DP, KT, BK, P, BK, 0);\n", name);
+        cstyle_put(b, "      %s_gemm(m4, BK / VL, DV, GO, DVP, VT, BK, DPS, BK, 0);\n", name);
         cstyle_put(b,
             "      for (int64_t i = 0; i < mq; i++) {\n"
             "        const int64_t lim = causal && i0 + i - j0 + 1 < mk ? i0 + i - j0 + 1 : mk;\n"
-            "        if (lim <= 0) continue;\n"
-            "        #pragma omp simd\n"
-            "        for (int64_t jj = 0; jj < BK; jj++) { P[jj] = 0; DP[jj] = 0; }\n"
-            "        for (int64_t c = 0; c < D; c++) {\n"
-            "          const T x = Q[i * D + c];\n"
-            "          const T *restrict kt = KT + c * BK;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t jj = 0; jj < BK; jj++) P[jj] += x * kt[jj];\n"
-            "        }\n"
-            "        for (int64_t c = 0; c < DV; c++) {\n"
-            "          const T x = GO[i * DV + c];\n"
-            "          const T *restrict vt = VT + c * BK;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t jj = 0; jj < BK; jj++) DP[jj] += x * vt[jj];\n"
-            "        }\n"
+            "        T *restrict p = P + i * BK;\n"
+            "        const T *restrict dp = DPS + i * BK;\n"
             "        const T lse = LSE[i], del = DEL[i];\n"
             "        #pragma omp simd\n"
-            "        for (int64_t jj = 0; jj < lim; jj++) P[jj] = %s_exp(P[jj] - lse) * (DP[jj] - del);\n"
-            "        T *restrict dq = DQ + i * D;\n"
-            "        for (int64_t jj = 0; jj < lim; jj++) {\n"
-            "          const T ds = P[jj];\n"
-            "          const T *restrict kr = KR + jj * D;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t c = 0; c < D; c++) dq[c] += ds * kr[c];\n"
-            "        }\n"
-            "      }\n      }\n", name);
+            "        for (int64_t jj = 0; jj < BK; jj++) p[jj] = jj < lim ? %s_exp(p[jj] - lse) * (dp[jj] - del) : (T)0;\n"
+            "      }\n", name);
+        cstyle_put(b, "      %s_gemm(m4, NVD, mk, P, BK, KR, DP, DQ, DP, 1);\n      }\n", name);
         cstyle_put(b, "      for (int64_t i = 0; i < mq; i++)\n");
         cstyle_put(b, "        for (int64_t c = 0; c < D; c++) out0[(bt * L + i0 + i) * D + c] = ");
-        store_expr(b, dt, "DQ[i * D + c] * scale");
+        store_expr(b, dt, "DQ[i * DP + c] * scale");
         cstyle_put(b, ";\n    }\n");
     } else {
-        cstyle_put(b, "    {\n      const int64_t j0 = u0, mk = NK - j0 < BK ? NK - j0 : BK;\n");
-        att_pack(b, k, 1, "k", "KR", "j0", "mk", "D", "D", false, "");
-        att_pack(b, k, 2, "v", "VR", "j0", "mk", "DV", "DV", false, "");
-        cstyle_put(b, "      for (int64_t r = 0; r < mk * D; r++) DK[r] = 0;\n");
-        cstyle_put(b, "      for (int64_t r = 0; r < mk * DV; r++) DVA[r] = 0;\n");
+        cstyle_put(b, "    {\n      const int64_t j0 = u0, mk = NK - j0 < BK ? NK - j0 : BK, m4 = (mk + 3) / 4 * 4;\n");
+        att_pack(b, k, 1, "k", "KR", "j0", "mk", "D", "DP", false, "");
+        att_pack(b, k, 2, "v", "VR", "j0", "mk", "DV", "DVP", false, "");
+        cstyle_put(b, "      for (int64_t r = 0; r < BK * DP; r++) DK[r] = 0;\n");
+        cstyle_put(b, "      for (int64_t r = 0; r < BK * DVP; r++) DVA[r] = 0;\n");
         /* causal: queries before j0 see none of these keys */
         cstyle_put(b, "      for (int64_t i0 = causal ? j0 / BQ * BQ : 0; i0 < L; i0 += BQ) {\n");
         cstyle_put(b, "      const int64_t mq = L - i0 < BQ ? L - i0 : BQ;\n");
         att_pack(b, k, 0, "q", "QT", "i0", "mq", "D", "BQ", true, "scale * ");
-        att_pack(b, k, 0, "q", "QR", "i0", "mq", "D", "D", false, "");
+        att_pack(b, k, 0, "q", "QR", "i0", "mq", "D", "DP", false, "");
         att_pack(b, k, 3, "g", "GOT", "i0", "mq", "DV", "BQ", true, "");
-        att_pack(b, k, 3, "g", "GOR", "i0", "mq", "DV", "DV", false, "");
+        att_pack(b, k, 3, "g", "GOR", "i0", "mq", "DV", "DVP", false, "");
         att_pack(b, k, 4, "l", "LSE", "i0", "mq", "1", "1", false, "");
         att_pack(b, k, 5, "d", "DEL", "i0", "mq", "1", "1", false, "");
+        cstyle_put(b, "      %s_gemm(m4, BQ / VL, D, KR, DP, QT, BQ, PT, BQ, 0);\n", name);
+        cstyle_put(b, "      %s_gemm(m4, BQ / VL, DV, VR, DVP, GOT, BQ, DPT, BQ, 0);\n", name);
         cstyle_put(b,
             "      for (int64_t jj = 0; jj < mk; jj++) {\n"
             "        const int64_t lo = causal && j0 + jj - i0 > 0 ? j0 + jj - i0 : 0;\n"
-            "        if (lo >= mq) continue;\n"
+            "        T *restrict p = PT + jj * BQ, *restrict dp = DPT + jj * BQ;\n"
             "        #pragma omp simd\n"
-            "        for (int64_t ii = 0; ii < BQ; ii++) { P[ii] = 0; DP[ii] = 0; }\n"
-            "        const T *restrict kr = KR + jj * D, *restrict vr = VR + jj * DV;\n"
-            "        for (int64_t c = 0; c < D; c++) {\n"
-            "          const T x = kr[c];\n"
-            "          const T *restrict qt = QT + c * BQ;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t ii = 0; ii < BQ; ii++) P[ii] += x * qt[ii];\n"
+            "        for (int64_t ii = 0; ii < BQ; ii++) {\n"
+            "          const T e = ii >= lo && ii < mq ? %s_exp(p[ii] - LSE[ii]) : (T)0;\n"
+            "          p[ii] = e;\n"
+            "          dp[ii] = e * (dp[ii] - DEL[ii]);\n"
             "        }\n"
-            "        for (int64_t c = 0; c < DV; c++) {\n"
-            "          const T x = vr[c];\n"
-            "          const T *restrict gt = GOT + c * BQ;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t ii = 0; ii < BQ; ii++) DP[ii] += x * gt[ii];\n"
-            "        }\n"
-            "        #pragma omp simd\n"
-            "        for (int64_t ii = 0; ii < mq; ii++) {\n"
-            "          const T p = ii < lo ? (T)0 : %s_exp(P[ii] - LSE[ii]);\n"
-            "          P[ii] = p;\n"
-            "          DP[ii] = p * (DP[ii] - DEL[ii]);\n"
-            "        }\n"
-            "        T *restrict dk = DK + jj * D, *restrict dva = DVA + jj * DV;\n"
-            "        for (int64_t ii = lo; ii < mq; ii++) {\n"
-            "          const T p = P[ii], ds = DP[ii];\n"
-            "          const T *restrict gr = GOR + ii * DV, *restrict qr = QR + ii * D;\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t c = 0; c < DV; c++) dva[c] += p * gr[c];\n"
-            "          #pragma omp simd\n"
-            "          for (int64_t c = 0; c < D; c++) dk[c] += ds * qr[c];\n"
-            "        }\n"
-            "      }\n      }\n", name);
+            "      }\n", name);
+        cstyle_put(b, "      %s_gemm(m4, NVV, mq, PT, BQ, GOR, DVP, DVA, DVP, 1);\n", name);
+        cstyle_put(b, "      %s_gemm(m4, NVD, mq, DPT, BQ, QR, DP, DK, DP, 1);\n      }\n", name);
         cstyle_put(b, "      for (int64_t jj = 0; jj < mk; jj++) {\n");
         cstyle_put(b, "        const int64_t row = (bt * NK + j0 + jj) * (D + DV);\n");
         cstyle_put(b, "        for (int64_t c = 0; c < D; c++) out0[row + c] = ");
-        store_expr(b, dt, "DK[jj * D + c] * scale");
+        store_expr(b, dt, "DK[jj * DP + c] * scale");
         cstyle_put(b, ";\n        for (int64_t c = 0; c < DV; c++) out0[row + D + c] = ");
-        store_expr(b, dt, "DVA[jj * DV + c]");
+        store_expr(b, dt, "DVA[jj * DVP + c]");
         cstyle_put(b, ";\n      }\n    }\n");
     }
     cstyle_put(b, "  }\n  free(mem);\n  }\n}\n\n");

@@ -1,0 +1,302 @@
+/* attention_test.c — fused attention (GRAPH_ATTENTION and its backward
+ * kernels, which kiln_scaled_dot_product_attention records where a device
+ * computes them) on every executor: outputs and gradients against float64
+ * loops written here from the definition (scores, softmax, products), over
+ * sizes that cross the kernels' tiles (64 queries by 64 keys on the CPU),
+ * causal masks with fewer or more queries than keys, odd widths, sources
+ * that are strided views of one projection, broadcast batches and grouped
+ * heads; the same graph recorded decomposed (KILN_FUSED_ATTENTION=0) agrees;
+ * one kernel forward, three with the backward; NaN stays in its row;
+ * differentiating the backward again is an error that names it. */
+#include <math.h>
+
+#include "test_util.h"
+
+/* out[b, i, :] = softmax_j(scale q_i.k_j, masked j > i when causal) v_j, and
+ * the gradients of sum(out * w), all in f64 from the definition. q [nb, l,
+ * d], k [nb, s, d], v [nb, s, dv], w [nb, l, dv]; any of the gradients may be
+ * NULL. */
+static void ref_attention(const double *q, const double *k, const double *v, const double *w,
+                          int64_t nb, int64_t l, int64_t s, int64_t d, int64_t dv, bool causal,
+                          double scale, double *out, double *dq, double *dk, double *dv_) {
+    double *p = malloc(sizeof *p * (size_t)s), *dp = malloc(sizeof *dp * (size_t)s);
+    if (dq)
+        memset(dq, 0, sizeof *dq * (size_t)(nb * l * d));
+    if (dk)
+        memset(dk, 0, sizeof *dk * (size_t)(nb * s * d));
+    if (dv_)
+        memset(dv_, 0, sizeof *dv_ * (size_t)(nb * s * dv));
+    for (int64_t b = 0; b < nb; b++)
+        for (int64_t i = 0; i < l; i++) {
+            const double *qi = q + (b * l + i) * d, *wi = w ? w + (b * l + i) * dv : NULL;
+            double mx = -INFINITY, sum = 0;
+            for (int64_t j = 0; j < s; j++) {
+                double dot = 0;
+                for (int64_t c = 0; c < d; c++)
+                    dot += qi[c] * k[(b * s + j) * d + c];
+                p[j] = causal && j > i ? -INFINITY : dot * scale;
+                mx = fmax(mx, p[j]);
+            }
+            for (int64_t j = 0; j < s; j++)
+                sum += p[j] == -INFINITY ? 0 : exp(p[j] - mx);
+            for (int64_t j = 0; j < s; j++)
+                p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx) / sum;
+            double *oi = out + (b * l + i) * dv;
+            for (int64_t c = 0; c < dv; c++) {
+                oi[c] = 0;
+                for (int64_t j = 0; j < s; j++)
+                    oi[c] += p[j] * v[(b * s + j) * dv + c];
+            }
+            if (!wi)
+                continue;
+            /* dP = w v^T; dS = P (dP - sum_j P dP) */
+            double pdp = 0;
+            for (int64_t j = 0; j < s; j++) {
+                dp[j] = 0;
+                for (int64_t c = 0; c < dv; c++)
+                    dp[j] += wi[c] * v[(b * s + j) * dv + c];
+                pdp += p[j] * dp[j];
+            }
+            for (int64_t j = 0; j < s; j++) {
+                double ds = p[j] * (dp[j] - pdp) * scale;
+                for (int64_t c = 0; c < d; c++) {
+                    if (dq)
+                        dq[(b * l + i) * d + c] += ds * k[(b * s + j) * d + c];
+                    if (dk)
+                        dk[(b * s + j) * d + c] += ds * qi[c];
+                }
+                for (int64_t c = 0; dv_ && c < dv; c++)
+                    dv_[(b * s + j) * dv + c] += p[j] * wi[c];
+            }
+        }
+    free(p);
+    free(dp);
+}
+
+typedef struct att_case {
+    int64_t nb, l, s, d, dv;
+    bool causal;
+    double scale; /* 0: 1 / sqrt(d) */
+} att_case;
+
+/* Forward and all three gradients of one case against ref_attention, to
+ * NMSE tol (0: the dtype's). */
+static void check_case_tol(kiln_ctx *ctx, tu_rng *r, kiln_dtype dt, att_case c, double tol) {
+    kiln_scope_begin(ctx);
+    int64_t nq = c.nb * c.l * c.d, nk = c.nb * c.s * c.d, nv = c.nb * c.s * c.dv,
+            no = c.nb * c.l * c.dv;
+    double *q = malloc(sizeof(double) * (size_t)nq), *k = malloc(sizeof(double) * (size_t)nk),
+           *v = malloc(sizeof(double) * (size_t)nv), *w = malloc(sizeof(double) * (size_t)no);
+    double *out = malloc(sizeof(double) * (size_t)no), *dq = malloc(sizeof(double) * (size_t)nq),
+           *dk = malloc(sizeof(double) * (size_t)nk), *dv = malloc(sizeof(double) * (size_t)nv);
+    kiln_tensor *tq = tu_rand_tensor(ctx, r, dt, TU_S(c.nb, c.l, c.d), -1.5, 1.5, q);
+    kiln_tensor *tk = tu_rand_tensor(ctx, r, dt, TU_S(c.nb, c.s, c.d), -1.5, 1.5, k);
+    kiln_tensor *tv = tu_rand_tensor(ctx, r, dt, TU_S(c.nb, c.s, c.dv), -1, 1, v);
+    kiln_tensor *tw = tu_rand_tensor(ctx, r, dt, TU_S(c.nb, c.l, c.dv), -1, 1, w);
+    double scale = c.scale ? c.scale : 1 / sqrt((double)c.d);
+    ref_attention(q, k, v, w, c.nb, c.l, c.s, c.d, c.dv, c.causal, scale, out, dq, dk, dv);
+    kiln_tensor *o = kiln_scaled_dot_product_attention(tq, tk, tv, c.causal, c.scale);
+    TU_ASSERT_SHAPE(o, c.nb, c.l, c.dv);
+    if (!tol)
+        tol = tu_tol(dt);
+    TU_EXPECT_TOL(o, dt, out, no, tol);
+    kiln_tensor *xs[3] = {tq, tk, tv}, *g[3];
+    kiln_tensor *loss = kiln_sum(kiln_mul(o, tw), 0, NULL, false);
+    cr_assert_eq(kiln_gradients(loss, NULL, 3, xs, g), KILN_OK, "[%s] %s", tu_exec_name(),
+                 kiln_ctx_last_error(ctx));
+    TU_EXPECT_TOL(g[0], dt, dq, nq, tol);
+    TU_EXPECT_TOL(g[1], dt, dk, nk, tol);
+    TU_EXPECT_TOL(g[2], dt, dv, nv, tol);
+    free(q), free(k), free(v), free(w), free(out), free(dq), free(dk), free(dv);
+    kiln_scope_end(ctx);
+}
+
+static void check_case(kiln_ctx *ctx, tu_rng *r, kiln_dtype dt, att_case c) {
+    check_case_tol(ctx, r, dt, c, 0);
+}
+
+static const att_case cases[] = {
+    {1, 1, 2, 1, 1, false, 0},     {2, 5, 7, 4, 3, false, 0},  {2, 6, 6, 4, 3, true, 0.7},
+    {1, 70, 130, 9, 17, false, 0}, {1, 130, 70, 5, 3, true, 0}, {3, 65, 65, 16, 16, true, 0},
+    {1, 3, 200, 2, 33, false, 2.5}, {2, 64, 128, 64, 64, true, 0},
+};
+
+TU_TEST(attention, forward_and_gradients_f32) {
+    TU_RNG(r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        check_case(ctx, &r, KILN_F32, cases[i]);
+}
+
+TU_TEST(attention, forward_and_gradients_f64) {
+    TU_RNG(r);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i += 2)
+        check_case(ctx, &r, KILN_F64, cases[i]);
+}
+
+/* Wide heads: the widths are padded to whole vectors in scratch that holds
+ * rows of 200. */
+TU_TEST(attention, wide_heads) {
+    TU_RNG(r);
+    check_case(ctx, &r, KILN_F32, (att_case){1, 40, 90, 200, 130, true, 0});
+}
+
+/* Large scores: the softmax subtracts the running max, so scale 40 with
+ * scores of several hundred stays finite (a naive exp overflows). Nearly
+ * one-hot rows make the gradients cancel (ds = p (dp - delta) with p ~ 1),
+ * so f32 gets a wider bound. */
+TU_TEST(attention, large_scores_stay_finite) {
+    TU_RNG(r);
+    check_case(ctx, &r, KILN_F64, (att_case){1, 20, 80, 8, 4, false, 40});
+    check_case_tol(ctx, &r, KILN_F32, (att_case){2, 9, 70, 8, 4, true, 12}, 1e-10);
+}
+
+/* q, k and v as the heads of one projection [B, T, 3 * H * E], sliced and
+ * permuted to [B, H, T, E] (strided views, no copies), against the loops
+ * over the same values laid out contiguously; and against the decomposed
+ * form of the same graph. */
+TU_TEST(attention, strided_heads_of_one_projection) {
+    TU_RNG(r);
+    enum { B = 2, T = 70, H = 3, E = 8, W = 3 * H * E };
+    static double x[B * T * W], q[B * H * T * E], k[B * H * T * E], v[B * H * T * E],
+        w[B * H * T * E], out[B * H * T * E], dq[B * H * T * E];
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, T, W), -1, 1, x);
+    kiln_tensor *tw = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, H, T, E), -1, 1, w);
+    cr_assert_eq(kiln_requires_grad(tx, true), KILN_OK);
+    double *dst[3] = {q, k, v};
+    for (int part = 0; part < 3; part++)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++)
+                    for (int e = 0; e < E; e++)
+                        dst[part][((b * H + h) * T + t) * E + e] =
+                            x[(b * T + t) * W + part * H * E + h * E + e];
+    ref_attention(q, k, v, w, B * H, T, T, E, E, true, 0.3, out, dq, NULL, NULL);
+    kiln_tensor *heads[3];
+    const int perm[] = {0, 2, 1, 3};
+    for (int part = 0; part < 3; part++)
+        heads[part] = kiln_permute(
+            kiln_reshape(kiln_slice(tx, 2, part * H * E, (part + 1) * H * E, 1), 4,
+                         TU_DIMS(B, T, H, E)),
+            perm);
+    kiln_tensor *o = kiln_scaled_dot_product_attention(heads[0], heads[1], heads[2], true, 0.3);
+    TU_EXPECT(o, KILN_F32, out, B * H * T * E);
+    /* the gradient of the projection, through the three views: q's part
+     * against the loops */
+    kiln_tensor *g;
+    cr_assert_eq(kiln_gradients(kiln_sum(kiln_mul(o, tw), 0, NULL, false), NULL, 1, &tx, &g),
+                 KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    static double gx[B * T * W], gq[B * H * T * E];
+    TU_READ(g, gx, B * T * W);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++)
+                for (int e = 0; e < E; e++)
+                    gq[((b * H + h) * T + t) * E + e] = gx[(b * T + t) * W + h * E + e];
+    tu_compare_tol_at(gq, dq, B * H * T * E, KILN_F32, false, tu_tol(KILN_F32), __FILE__, __LINE__);
+    /* the decomposed form agrees */
+    setenv("KILN_FUSED_ATTENTION", "0", 1);
+    kiln_tensor *od = kiln_scaled_dot_product_attention(heads[0], heads[1], heads[2], true, 0.3);
+    unsetenv("KILN_FUSED_ATTENTION");
+    TU_EXPECT(od, KILN_F32, out, B * H * T * E);
+}
+
+/* Batch axes that broadcast (one key set for two query sets) and grouped
+ * heads (4 query heads over 2 key/value heads). */
+TU_TEST(attention, broadcast_and_grouped_heads) {
+    TU_RNG(r);
+    static double q[2 * 4 * 9 * 5], k[2 * 9 * 5], v[2 * 9 * 3], y[2 * 4 * 9 * 3];
+    kiln_tensor *tq = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(2, 4, 9, 5), -1, 1, q);
+    kiln_tensor *tk = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(1, 2, 9, 5), -1, 1, k);
+    kiln_tensor *tv = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(1, 2, 9, 3), -1, 1, v);
+    for (int b = 0; b < 2; b++)
+        for (int h = 0; h < 4; h++)
+            ref_attention(q + (b * 4 + h) * 45, k + h / 2 * 45, v + h / 2 * 27, NULL, 1, 9, 9, 5, 3,
+                          true, 1 / sqrt(5.0), y + (b * 4 + h) * 27, NULL, NULL, NULL);
+    kiln_tensor *o = kiln_scaled_dot_product_attention(tq, tk, tv, true, 0);
+    TU_ASSERT_SHAPE(o, 2, 4, 9, 3);
+    TU_EXPECT(o, KILN_F32, y, 2 * 4 * 9 * 3);
+}
+
+/* A NaN in one query row makes that row NaN and no other. */
+TU_TEST(attention, nan_stays_in_its_row) {
+    TU_RNG(r);
+    static double q[1 * 70 * 4], k[1 * 80 * 4], v[1 * 80 * 2], out[70 * 2], got[70 * 2];
+    tu_fill(&r, KILN_F32, q, 70 * 4, -1, 1);
+    q[33 * 4 + 1] = NAN;
+    kiln_tensor *tq = tu_tensor(ctx, KILN_F32, 3, TU_DIMS(1, 70, 4), q);
+    kiln_tensor *tk = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(1, 80, 4), -1, 1, k);
+    kiln_tensor *tv = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(1, 80, 2), -1, 1, v);
+    ref_attention(q, k, v, NULL, 1, 70, 80, 4, 2, false, 0.5, out, NULL, NULL, NULL);
+    TU_READ(kiln_scaled_dot_product_attention(tq, tk, tv, false, 0.5), got, 70 * 2);
+    for (int i = 0; i < 70; i++)
+        for (int c = 0; c < 2; c++) {
+            if (i == 33)
+                cr_assert(isnan(got[i * 2 + c]), "[%s] row 33 col %d: %g, want NaN",
+                          tu_exec_name(), c, got[i * 2 + c]);
+            else
+                cr_assert(fabs(got[i * 2 + c] - out[i * 2 + c]) < 1e-5,
+                          "[%s] row %d col %d: %g, want %g", tu_exec_name(), i, c,
+                          got[i * 2 + c], out[i * 2 + c]);
+        }
+}
+
+static int64_t kernels_for(kiln_ctx *ctx, kiln_tensor *t) {
+    int64_t before = kiln_ctx_stats(ctx).kernels;
+    cr_assert_eq(kiln_realize(t), KILN_OK, "%s", kiln_error_message(t));
+    return kiln_ctx_stats(ctx).kernels - before;
+}
+
+/* On the C path the forward is one kernel, and one more to store the output
+ * requested, a view of the kernel's (the decomposed form takes several);
+ * with the backward, dq and dkv (and delta's row sums) beside the
+ * forward. */
+Test(attention, kernel_counts) {
+    const char *cc = getenv("KILN_CPU_COMPILER");
+    if (cc && strcmp(cc, "cc"))
+        return; /* the LLVM path records the decomposed form */
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    cr_assert_not_null(ctx);
+    kiln_tensor *q = kiln_randn(ctx, KILN_F32, TU_S(2, 3, 100, 16), 1);
+    kiln_tensor *k = kiln_randn(ctx, KILN_F32, TU_S(2, 3, 90, 16), 2);
+    kiln_tensor *v = kiln_randn(ctx, KILN_F32, TU_S(2, 3, 90, 8), 3);
+    cr_assert_eq(kiln_realize(q), KILN_OK);
+    cr_assert_eq(kiln_realize(k), KILN_OK);
+    cr_assert_eq(kiln_realize(v), KILN_OK);
+    cr_assert_eq(kernels_for(ctx, kiln_scaled_dot_product_attention(q, k, v, true, 0)), 2);
+    setenv("KILN_FUSED_ATTENTION", "0", 1);
+    cr_assert_geq(kernels_for(ctx, kiln_scaled_dot_product_attention(q, k, v, true, 0)), 3);
+    unsetenv("KILN_FUSED_ATTENTION");
+    kiln_tensor *xs[3] = {q, k, v}, *g[3], *flat[3];
+    kiln_tensor *o = kiln_scaled_dot_product_attention(q, k, v, false, 0);
+    cr_assert_eq(kiln_gradients(kiln_sum(kiln_mul(o, o), 0, NULL, false), NULL, 3, xs, g), KILN_OK);
+    for (int i = 0; i < 3; i++) {
+        int64_t n = kiln_numel(g[i]);
+        flat[i] = kiln_reshape(g[i], 1, &n);
+    }
+    int64_t n = kernels_for(ctx, kiln_cat(3, flat, 0));
+    /* attention, go = o + o, delta's row sums, dq, dkv, the cat */
+    cr_assert_leq(n, 6, "%lld kernels", (long long)n);
+    kiln_ctx_free(ctx);
+}
+
+/* The backward kernels are not differentiated again: a second derivative
+ * through them is an error naming the op (the reference evaluator always
+ * records the fused form). */
+TU_TEST(attention, second_derivative_is_an_error) {
+    kiln_tensor *q = kiln_randn(ctx, KILN_F64, TU_S(1, 4, 3), 1);
+    kiln_tensor *k = kiln_randn(ctx, KILN_F64, TU_S(1, 5, 3), 2);
+    kiln_tensor *v = kiln_randn(ctx, KILN_F64, TU_S(1, 5, 2), 3);
+    kiln_tensor *g;
+    kiln_tensor *o = kiln_scaled_dot_product_attention(q, k, v, false, 0);
+    cr_assert_eq(kiln_gradients(kiln_sum(kiln_mul(o, o), 0, NULL, false), NULL, 1, &q, &g), KILN_OK);
+    kiln_tensor *gg;
+    kiln_status st = kiln_gradients(kiln_sum(kiln_mul(g, g), 0, NULL, false), NULL, 1, &q, &gg);
+    if (tu_cur_exec()->dev == KILN_REF)
+        cr_assert_neq(st, KILN_OK);
+    if (st != KILN_OK) {
+        cr_assert_eq(st, KILN_ERR_ARG);
+        cr_assert(strstr(kiln_ctx_last_error(ctx), "attention_dq") &&
+                      strstr(kiln_ctx_last_error(ctx), "kiln_scaled_dot_product_attention"),
+                  "%s", kiln_ctx_last_error(ctx));
+    }
+}
