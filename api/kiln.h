@@ -1129,7 +1129,15 @@ KILN_API kiln_tensor *kiln_embedding(kiln_tensor *indices, kiln_tensor *weight);
  * PyTorch's is_causal), with -inf before the softmax. Grouped-query heads:
  * when k and v have Hkv > 1 heads on axis -3 and q has a multiple Hq of them,
  * each kv head serves Hq / Hkv consecutive query heads (PyTorch's
- * enable_gqa); they are repeated, not copied per element. */
+ * enable_gqa); they are repeated, not copied per element.
+ * In f32 and f64 on KILN_CPU (through cc), KILN_CUDA and KILN_REF this is one
+ * fused kernel that never stores the [L, S] scores (online softmax), and its
+ * gradient two more that recompute them from q, k and each row's stored
+ * log-sum-exp (FlashAttention's scheme); elsewhere, and with
+ * KILN_FUSED_ATTENTION=0, it is recorded as the scores, their softmax and
+ * two products. The fused backward is not differentiated again: a second
+ * derivative through it is KILN_ERR_ARG naming it (kiln_attention with a
+ * mask records the decomposed form, which is). */
 KILN_API kiln_tensor *kiln_scaled_dot_product_attention(kiln_tensor *q, kiln_tensor *k,
                                                         kiln_tensor *v, bool causal,
                                                         double scale);

@@ -2,7 +2,7 @@
  * (as bench/ops.c): a 3x3 convolution, an MLP training step (forward,
  * backward and an SGD update of every parameter), and a pre-norm transformer
  * block (d=512, 8 heads, sequence 256, batch 8) forward, and forward with
- * backward. A workload that trains returns its updated parameters (or its
+ * backward, and the block's attention alone (forward, and with its backward). A workload that trains returns its updated parameters (or its
  * gradients) joined into one tensor, which is what lazy and eager compare.
  *
  * Usage: nn [--quick | --full] [--steps N] [--device cpu|cuda]; JSON lines on stdout as ops.c's,
@@ -58,6 +58,27 @@ static kiln_tensor *transformer_block_grad(kiln_tensor *const *in, const void *a
         g[i] = kiln_reshape(g[i], 1, &n);
     }
     return kiln_cat(13, g, 0);
+}
+
+/* softmax(q k^T / 8) v over [B, H, S, E] heads: kiln_scaled_dot_product_attention,
+ * one fused kernel where the device has it (KILN_FUSED_ATTENTION=0: the
+ * scores, their softmax and the two products). */
+static kiln_tensor *attention_fwd(kiln_tensor *const *in, const void *arg) {
+    (void)arg;
+    return kiln_scaled_dot_product_attention(in[0], in[1], in[2], false, 0);
+}
+
+/* The gradients of sum(attention(q, k, v) * w) with respect to q, k and v,
+ * flattened and joined. */
+static kiln_tensor *attention_fwd_bwd(kiln_tensor *const *in, const void *arg) {
+    kiln_tensor *loss = kiln_sum(kiln_mul(attention_fwd(in, arg), in[3]), 0, NULL, false), *g[3];
+    if (kiln_gradients(loss, NULL, 3, in, g) != KILN_OK)
+        return loss;
+    for (int i = 0; i < 3; i++) {
+        const int64_t n = kiln_numel(g[i]);
+        g[i] = kiln_reshape(g[i], 1, &n);
+    }
+    return kiln_cat(3, g, 0);
 }
 
 enum { MLP_B = 128, MLP_IN = 784, MLP_H1 = 256, MLP_H2 = 128, MLP_OUT = 10 };
@@ -158,6 +179,29 @@ int main(int argc, char **argv) {
     block_grad.build = transformer_block_grad;
     block_grad.flops = 3 * block.flops; /* the backward pass is twice the forward */
     rc |= failed || bench_lazy_eager(ctx, &block_grad, &o, &m, 1e-3);
+    kiln_scope_end(ctx);
+
+    failed = 0;
+    kiln_scope_begin(ctx);
+    const int64_t hd[] = {BATCH, HEADS, SEQ, HDIM};
+    kiln_tensor *att_in[] = {input(ctx, 4, hd, 40, 1.0, &failed), input(ctx, 4, hd, 41, 1.0, &failed),
+                             input(ctx, 4, hd, 42, 1.0, &failed), input(ctx, 4, hd, 43, 1.0, &failed)};
+    bench_workload att = {
+        .name = "attention_fwd",
+        .shape = "b8,s256,d512,h8",
+        .suite = "nn",
+        .ninputs = 3,
+        .inputs = att_in,
+        .build = attention_fwd,
+        .flops = 2.0 * 2.0 * BATCH * HEADS * SEQ * SEQ * HDIM,
+    };
+    rc |= failed || bench_lazy_eager(ctx, &att, &o, &m, 1e-4);
+    bench_workload att_grad = att;
+    att_grad.name = "attention_fwd_bwd";
+    att_grad.ninputs = 4;
+    att_grad.build = attention_fwd_bwd;
+    att_grad.flops = 3 * att.flops; /* the backward's four products at twice the forward */
+    rc |= failed || bench_lazy_eager(ctx, &att_grad, &o, &m, 1e-4);
     kiln_scope_end(ctx);
 
     failed = 0;

@@ -61,6 +61,10 @@ NN = [
       ((D, D), 1 / 22.6), ((D,), 0.1), ((D,), 0.1), ((D,), 0.1), ((FF, D), 1 / 22.6),
       ((FF,), 0.1), ((D, FF), 1 / 45.3), ((D,), 0.1)],
      3 * (2.0 * B * S * D * (3 * D + D + 2 * FF) + 4.0 * B * H * S * S * (D // H)), 1e-3),
+    ("attention_fwd", "b8,s256,d512,h8", [((B, H, S, D // H), 1.0)] * 3,
+     4.0 * B * H * S * S * (D // H), 1e-4),
+    ("attention_fwd_bwd", "b8,s256,d512,h8", [((B, H, S, D // H), 1.0)] * 4,
+     3 * 4.0 * B * H * S * S * (D // H), 1e-4),
     ("mlp_train_step", "b128,784-256-128-10",
      [((128, 784), 1.0), ((256, 784), 1 / 28), ((256,), 0.01), ((128, 256), 1 / 16),
       ((128,), 0.01), ((10, 128), 1 / 11.3), ((10,), 0.01)],
@@ -116,6 +120,7 @@ def _softmax4(x):
 REFERENCE = {
     "conv2d_3x3": _conv3x3,
     "transformer_block_fwd": _block,
+    "attention_fwd": lambda q, k, v: _softmax4(q @ k.transpose(0, 1, 3, 2) / np.sqrt(D // H)) @ v,
     "gelu_chain": lambda a, b, c: _gelu(a * b + c),
     "softmax_rows": _softmax,
     "layer_norm_rows": _layer_norm,

@@ -60,6 +60,14 @@ def block_grad(*args):
     return torch.cat([t.reshape(-1) for t in g])
 
 
+def attention_grad(q, k, v, w):
+    """The gradients of sum(sdpa(q, k, v) * w) for q, k and v, flattened and joined."""
+    with torch.enable_grad():
+        ps = [a.detach().requires_grad_(True) for a in (q, k, v)]
+        g = torch.autograd.grad((F.scaled_dot_product_attention(*ps) * w).sum(), ps)
+    return torch.cat([t.reshape(-1) for t in g])
+
+
 def mlp_train_step(x, *params):
     """One SGD step of the 784-256-128-10 MLP; the updated parameters, joined."""
     with torch.enable_grad():
@@ -75,13 +83,15 @@ NN = {
     "conv2d_3x3": lambda x, w, b: F.conv2d(x, w, b, padding=1),
     "transformer_block_fwd": block,
     "transformer_block_fwd_bwd": block_grad,
+    "attention_fwd": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    "attention_fwd_bwd": attention_grad,
     "mlp_train_step": mlp_train_step,
 }
 
 # float64 references for the training workloads, which NumPy has none of
 TRAIN_REFERENCE = {
     name: (lambda fn: lambda *a: fn(*[torch.from_numpy(x) for x in a]).detach().numpy())(fn)
-    for name, fn in (("transformer_block_fwd_bwd", block_grad),
+    for name, fn in (("transformer_block_fwd_bwd", block_grad), ("attention_fwd_bwd", attention_grad),
                      ("mlp_train_step", mlp_train_step))
 }
 
