@@ -50,7 +50,8 @@ log "suites on ref and $DEV"
 SUITES=(ops_binary_test ops_cast_test ops_conv_test ops_create_test ops_einsum_test
     ops_index_test ops_loss_test ops_math_test ops_matmul_test ops_reduce_test ops_scan_test
     ops_select_test ops_softmax_rows_test ops_sort_test ops_sum_accuracy_test ops_unary_test
-    ops_view_test grad_test optim_test rand_test nn_test transformer_test assign_test)
+    ops_view_test grad_test optim_test rand_test nn_test transformer_test assign_test
+    attention_test)
 ((QUICK)) && SUITES=(ops_unary_test grad_test)
 passed=0 failed=0 failing=()
 for t in "${SUITES[@]}"; do
