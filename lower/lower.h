@@ -305,6 +305,10 @@ typedef struct lower_target {
     bool gpu;           /* program instances are thread blocks, not loop iterations */
     int vector_bytes;   /* CPU: the widest vector register (64 with AVX-512, 32 AVX2) */
     int block_threads;  /* GPU: threads of an elementwise block */
+    bool mma;           /* GPU: tensor cores that take mma.sync m16n8k16 in f16 and bf16
+                           and m16n8k8 in TF32, with f32 accumulators (sm_80 on) */
+    bool tf32;          /* GPU: f32 products may round their operands to TF32
+                           (KILN_ALLOW_TF32=1) */
 } lower_target;
 
 /* A block of a kernel's body: instructions computed once per program
@@ -340,6 +344,9 @@ typedef struct lower_mm_plan {
     int64_t mc, nc, kc;
     bool a_direct;
     int tile, ktile;
+    bool mma;           /* GPU: f16 or bf16 operands (or f32 ones rounded to TF32) through
+                           the tensor cores (4 warps, each a 32 x 32 quarter of the tile in
+                           m16n8k16 steps, m16n8k8 for TF32) */
 } lower_mm_plan;
 
 /* Attention blocking: a program instance owns bq queries (the forward and dq)

@@ -24,6 +24,7 @@
 #define GPU_MM_TILE 64
 #define GPU_MM_K 16
 #define GPU_MM_THREADS 256
+#define GPU_MMA_THREADS 128 /* tensor cores: 4 warps of 32 x 32 outputs */
 #define GPU_GRID_CAP ((int64_t)1 << 21)
 /* CPU matmul cache blocks: MC rows of A share each packing of B; the KC x NC
  * slice of packed B stays in L2 while the micro-kernel walks it with one
@@ -538,6 +539,14 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
             p->grid = gpu_grid(batch_count(k) * ceil_div(k->n, GPU_MM_TILE) *
                                ceil_div(k->m, GPU_MM_TILE));
             p->block_threads = GPU_MM_THREADS;
+            {
+                kiln_dtype at = k->inputs[k->a.buf - k->nouts]->dtype,
+                           bt = k->inputs[k->b.buf - k->nouts]->dtype;
+                p->mm.mma = t->mma && p->mm.acc == KILN_F32 && at == bt &&
+                            (at == KILN_F16 || at == KILN_BF16 || (at == KILN_F32 && t->tf32));
+                if (p->mm.mma)
+                    p->block_threads = GPU_MMA_THREADS;
+            }
             break;
         case LOWER_ATTENTION:
             p->att.bq = p->att.bk = GPU_ATT_TILE;
@@ -647,8 +656,9 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
     if (k->kind == LOWER_MATMUL) {
         const lower_mm_plan *mm = &p->mm;
         if (mm->tile)
-            fprintf(f, "  matmul: %s accumulators, %d x %d output tile per block, k steps of %d\n",
-                    graph_dtype_name(mm->acc), mm->tile, mm->tile, mm->ktile);
+            fprintf(f, "  matmul: %s accumulators, %d x %d output tile per block, k steps of %d%s\n",
+                    graph_dtype_name(mm->acc), mm->tile, mm->tile, mm->ktile,
+                    mm->mma ? ", tensor cores" : "");
         else
             fprintf(f,
                     "  matmul: %s accumulators, register tile %d x %d vectors of %d, blocks "

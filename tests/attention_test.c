@@ -8,6 +8,7 @@
  * heads; the same graph recorded decomposed (KILN_FUSED_ATTENTION=0) agrees;
  * one kernel forward, three with the backward; NaN stays in its row;
  * differentiating the backward again is an error that names it. */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 
 #include "test_util.h"

@@ -300,3 +300,155 @@ Test(cuda_program, warnings_are_errors) {
     cr_assert(strstr(msg, "warning"), "no warning in: %s", msg);
     cr_assert(!bin.ptx && !bin.cubin && !bin.log);
 }
+
+/* ---- fused attention ------------------------------------------------------- */
+
+static graph_node *permute(graph_node *a, const int *perm) {
+    graph_node *r = graph_permute(a, perm);
+    graph_unref(a);
+    return r;
+}
+
+/* graph_attention over srcs (their references taken). */
+static graph_node *attention(graph_op op, int nsrc, graph_node **srcs, double scale,
+                             bool causal) {
+    graph_node *r = graph_attention(op, nsrc, srcs, scale, causal);
+    for (int i = 0; i < nsrc; i++)
+        graph_unref(srcs[i]);
+    return r;
+}
+
+/* A program holding a LOWER_ATTENTION kernel of op: its source names the
+ * kernel and the e^x function its loops call, and the whole compiles. */
+static void assert_attention_compiles(lower_program *p, graph_op op, const char *what) {
+    const lower_kernel *att = NULL;
+    for (int i = 0; i < p->nkernels; i++)
+        if (p->kernels[i].kind == LOWER_ATTENTION)
+            att = &p->kernels[i];
+    cr_assert(att, "%s: no attention kernel", what);
+    cr_assert_eq(att->att.op, op, "%s", what);
+    char msg[16384];
+    lower_plan *plans = lower_plan_program(p, jit_cuda_target());
+    cr_assert(plans);
+    char *src = NULL;
+    cr_assert_eq(jit_cuda_render(p, plans, &src, msg, sizeof msg), KILN_OK, "%s: %s", what, msg);
+    char want[160];
+    snprintf(want, sizeof want, ") %s(", att->name);
+    cr_assert(strstr(src, want), "%s: kernel %s not rendered", what, att->name);
+    snprintf(want, sizeof want, "%s_exp(", lower_kernel_symbol(att));
+    cr_assert(strstr(src, want), "%s: no %s in the source", what, want);
+    free(src);
+    lower_plans_free(plans, p->nkernels);
+    assert_compiles(p, what);
+}
+
+/* q [.., L, D], k [.., S, D], v [.., S, DV] of dt (leaves), and for the
+ * backward go, lse and delta: op's node, scheduled. */
+static void attention_case(graph_op op, kiln_dtype dt, int nd, const int64_t *batch, int64_t l,
+                           int64_t s, int64_t d, int64_t dv, bool causal, const char *what) {
+    int64_t sq[6], sk[6], sv[6], sg[6], sr[6];
+    for (int i = 0; i < nd - 2; i++)
+        sq[i] = sk[i] = sv[i] = sg[i] = sr[i] = batch[i];
+    sq[nd - 2] = sg[nd - 2] = sr[nd - 2] = l;
+    sk[nd - 2] = sv[nd - 2] = s;
+    sq[nd - 1] = sk[nd - 1] = d;
+    sv[nd - 1] = sg[nd - 1] = dv;
+    sr[nd - 1] = 1;
+    graph_node *srcs[6] = {leaf(dt, nd, sq), leaf(dt, nd, sk), leaf(dt, nd, sv),
+                           leaf(dt, nd, sg), leaf(dt, nd, sr), leaf(dt, nd, sr)};
+    int n = op == GRAPH_ATTENTION ? 3 : 6;
+    for (int i = n; i < 6; i++)
+        graph_unref(srcs[i]);
+    assert_attention_compiles(schedule(attention(op, n, srcs, 1 / sqrt((double)d), causal)), op,
+                              what);
+}
+
+static const graph_op att_ops[3] = {GRAPH_ATTENTION, GRAPH_ATTENTION_DQ, GRAPH_ATTENTION_DKV};
+
+Test(cuda_program, attention_compiles) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    const int64_t batch[2] = {2, 3};
+    kiln_dtype dts[2] = {KILN_F32, KILN_F64};
+    for (int t = 0; t < 2; t++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int o = 0; o < 3; o++) {
+                /* sizes off every tile: 17 queries, 33 keys, widths 5 and 7 */
+                attention_case(att_ops[o], dts[t], 4, batch, 17, 33, 5, 7, causal, "attention");
+                /* more queries than keys, several blocks of each, head width 64 */
+                attention_case(att_ops[o], dts[t], 3, batch, 200, 70, 64, 64, causal,
+                               "attention 200x70x64");
+            }
+    /* wide heads: the accumulator in several groups, D and DV apart */
+    for (int o = 0; o < 3; o++) {
+        attention_case(att_ops[o], KILN_F32, 3, batch, 40, 50, 1024, 1024, true, "D = DV = 1024");
+        attention_case(att_ops[o], KILN_F64, 3, batch, 40, 50, 512, 1024, false,
+                       "D 512, DV 1024 f64");
+        attention_case(att_ops[o], KILN_F32, 2, batch, 1, 1, 1, 2000, false, "one query, DV 2000");
+    }
+}
+
+/* Sources as views: k and v broadcast over a batch dim (stride 0), q a
+ * permutation of [B, L, H, D] and v's rows strided (its transpose read). */
+Test(cuda_program, attention_views_compile) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    for (int o = 0; o < 3; o++)
+        for (int t = 0; t < 2; t++) {
+            kiln_dtype dt = t ? KILN_F64 : KILN_F32;
+            int64_t sqb[4] = {2, 17, 3, 5}, skb[4] = {2, 1, 33, 5}, svb[4] = {2, 1, 7, 33};
+            int64_t sk[4] = {2, 3, 33, 5}, sv[4] = {2, 3, 33, 7};
+            int64_t sg[4] = {2, 3, 17, 7}, sr[4] = {2, 3, 17, 1};
+            const int perm[4] = {0, 2, 1, 3}, tr[4] = {0, 1, 3, 2};
+            graph_node *srcs[6] = {permute(leaf(dt, 4, sqb), perm), expand(leaf(dt, 4, skb), sk),
+                                   expand(permute(leaf(dt, 4, svb), tr), sv), leaf(dt, 4, sg),
+                                   leaf(dt, 4, sr), leaf(dt, 4, sr)};
+            int n = att_ops[o] == GRAPH_ATTENTION ? 3 : 6;
+            for (int i = n; i < 6; i++)
+                graph_unref(srcs[i]);
+            assert_attention_compiles(schedule(attention(att_ops[o], n, srcs, 0.125, o == 1)),
+                                      att_ops[o], "attention over views");
+        }
+}
+
+/* Products of f16 and bf16 operands go through the tensor cores (mma.sync
+ * m16n8k16) on a target that has them, f32 ones through TF32 (m16n8k8) only
+ * where the user allowed it, and the FMA kernel otherwise; each with an
+ * epilogue, odd sizes (tails in every direction) and a transposed operand,
+ * compiled for sm_90. */
+static void assert_product_uses(kiln_dtype dt, const lower_target *t, const char *want,
+                                const char *not_want) {
+    int64_t sa[3] = {2, 37, 70}, sbt[3] = {2, 45, 70}, so[3] = {2, 37, 45}, bias[3] = {1, 1, 45};
+    graph_node *a = leaf(dt, 3, sa), *bt = leaf(dt, 3, sbt);
+    const int perm[3] = {0, 2, 1};
+    graph_node *b = graph_permute(bt, perm);
+    graph_unref(bt);
+    graph_node *mm = graph_matmul(a, b);
+    graph_unref(a);
+    graph_unref(b);
+    lower_program *p =
+        schedule(unary(GRAPH_RELU, binary(GRAPH_ADD, mm, expand(leaf(dt, 3, bias), so))));
+    lower_plan *plans = lower_plan_program(p, t);
+    cr_assert(plans);
+    char msg[4096], *src = NULL;
+    cr_assert_eq(jit_cuda_render(p, plans, &src, msg, sizeof msg), KILN_OK, "%s", msg);
+    cr_assert(strstr(src, want), "%s product: no %s in\n%s", kiln_dtype_name(dt), want, src);
+    cr_assert(!not_want || !strstr(src, not_want), "%s product: %s", kiln_dtype_name(dt), not_want);
+    cr_assert_eq(jit_cuda_compile(src, 90, true, NULL, msg, sizeof msg), KILN_OK, "%s", msg);
+    free(src);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+}
+
+Test(cuda_program, tensor_core_products_compile) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    lower_target t = *jit_cuda_target(), old = t, tf32 = t;
+    old.mma = false;
+    tf32.tf32 = true;
+    assert_product_uses(KILN_F16, &t, "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", NULL);
+    assert_product_uses(KILN_BF16, &t, "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", NULL);
+    assert_product_uses(KILN_F32, &t, "kh_fma(", "mma.sync");
+    assert_product_uses(KILN_F32, &tf32, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", NULL);
+    assert_product_uses(KILN_F16, &old, "kh_fma(", "mma.sync");
+}

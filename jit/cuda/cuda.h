@@ -36,6 +36,19 @@ const lower_target *jit_cuda_target(void);
 kiln_status jit_cuda_render(const lower_program *p, const lower_plan *plans, char **out,
                             char *msg, size_t cap);
 
+/* Inside the renderer: jit/cstyle's spellings for CUDA (render_cuda.c), and
+ * a LOWER_ATTENTION kernel (render_attention.c), printed in two parts: its
+ * e^x as a __device__ function <symbol>_exp before the kernel's signature,
+ * then the kernel's body after it. A kernel they cannot print fails b with
+ * the reason. */
+struct cstyle_buf;
+struct cstyle_target;
+const struct cstyle_target *jit_cuda_cstyle_target(void);
+void jit_cuda_render_attention_exp(struct cstyle_buf *b, const lower_kernel *k,
+                                   const lower_plan *plan);
+void jit_cuda_render_attention(struct cstyle_buf *b, const lower_kernel *k,
+                               const lower_plan *plan);
+
 /* How to launch a kernel of a rendered program, from its plan. */
 typedef struct jit_cuda_dims {
     unsigned grid, block;

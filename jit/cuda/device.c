@@ -1166,6 +1166,8 @@ static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, cha
     d->base.ops = &jit_cuda_device_ops;
     d->base.ordinal = ordinal;
     d->base.target = *jit_cuda_target();
+    d->base.target.mma = arch >= 80; /* mma.sync m16n8k16 in f16 and bf16, m16n8k8 in TF32 */
+    d->base.target.tf32 = d->tf32;
     snprintf(d->compiler_id, sizeof d->compiler_id, "%s sm_%d", nvrtc, arch);
     d->base.key = jit_device_key(&d->base.target, d->compiler_id, jit_cuda_nvrtc_flags());
     kiln_status st = jit_cuda_stream_new(&d->stream, msg, cap);

@@ -94,6 +94,8 @@ static const cstyle_target cuda_target = {
     .name = "CUDA",
 };
 
+const cstyle_target *jit_cuda_cstyle_target(void) { return &cuda_target; }
+
 static const char *ctype(kiln_dtype dt) { return cuda_target.type[dt]; }
 static const char *stype(kiln_dtype dt) { return cstyle_storage_type(&cuda_target, dt); }
 static const char *rnd(kiln_dtype dt) { return cstyle_round_half(dt); }
@@ -133,7 +135,9 @@ static void store_stmts(sbuf *b, const lower_kernel *k, const char *indent) {
 }
 
 const lower_target *jit_cuda_target(void) {
-    static const lower_target t = {.name = "cuda", .gpu = true, .block_threads = EW_BLOCK};
+    /* sm_90's, which CI compiles for; a device sets mma by its own */
+    static const lower_target t = {
+        .name = "cuda", .gpu = true, .block_threads = EW_BLOCK, .mma = true};
     return &t;
 }
 
@@ -297,7 +301,13 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
  * each holding 4 x 4 outputs (rows ty + 16 i, columns tx + 16 j, so that a
  * warp reads consecutive shared words). Each step along k stages ktile
  * columns of A and rows of B in shared memory, zero outside the matrices. */
+static void render_matmul_mma(sbuf *b, const lower_kernel *k, const lower_plan *plan);
+
 static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    if (plan->mm.mma) {
+        render_matmul_mma(b, k, plan);
+        return;
+    }
     kiln_dtype dt = plan->mm.acc;
     kiln_dtype at = buf_node(k, k->a.buf)->dtype, bt = buf_node(k, k->b.buf)->dtype;
     const char *acc = dt == KILN_F64 ? "double" : dt == KILN_F32 ? "float" : "kh_u64";
@@ -351,15 +361,120 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "      }\n  }\n}\n\n");
 }
 
+/* A product through the tensor cores (plan->mm.mma): f16 or bf16 operands,
+ * or f32 ones rounded to TF32 (cvt.rna). The block's 64 x 64 tile is four
+ * warps' 32 x 32 quarters, each 2 x 4 mma.sync tiles of 16 x 8 with f32
+ * accumulators, over k steps of 16 staged in shared memory (zero outside
+ * the matrices; halves as their own 16-bit patterns), A by rows and B by
+ * columns. The fragments (PTX ISA, "matrix fragments for mma.m16n8k16" and
+ * "mma.m16n8k8"; g = lane / 4, t = lane % 4), rows of A and C and columns of
+ * B at g and g + 8:
+ *   m16n8k16 (f16, bf16: two halves a register): a0 (g, 2t..2t+1), a1
+ *     (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..); b0 (2t..2t+1, g), b1
+ *     (2t+8.., g);
+ *   m16n8k8 (TF32, one a register): a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3
+ *     (g+8, t+4); b0 (t, g), b1 (t+4, g);
+ *   both: c0, c1 (g, 2t..2t+1), c2, c3 (g+8, 2t..2t+1).
+ * The epilogue then runs per element as the FMA kernel's does. */
+static void render_matmul_mma(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    kiln_dtype at = buf_node(k, k->a.buf)->dtype;
+    bool tf32 = at == KILN_F32;
+    const char *ty = at == KILN_BF16 ? "bf16" : "f16";
+    int64_t nb = 1;
+    for (int d = 0; d < k->nbatch; d++)
+        nb *= k->batch[d];
+    cstyle_put(b, "  enum { TM = %d, TK = %d };\n", plan->mm.tile, plan->mm.ktile);
+    /* rows padded by 8 elements, so that the eight rows a fragment read
+     * touches fall in different banks */
+    cstyle_put(b, "  __shared__ __align__(16) %s sa[TM][TK + 8], sb[TM][TK + 8];\n",
+               tf32 ? "float" : "kh_u16");
+    cstyle_put(b, "  const kh_i64 NB = %lldLL, N = %lldLL, K = %lldLL, M = %lldLL;\n", (long long)nb,
+        (long long)k->n, (long long)k->k, (long long)k->m);
+    cstyle_put(b, "  const kh_i64 TN = (N + TM - 1) / TM, TMM = (M + TM - 1) / TM;\n");
+    cstyle_put(b, "  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;\n");
+    cstyle_put(b, "  const int gr = lane >> 2, t4 = lane & 3, wm = (warp >> 1) * 32, wn = (warp & 1) * 32;\n");
+    cstyle_put(b, "  for (kh_i64 tile = blockIdx.x; tile < NB * TN * TMM; tile += gridDim.x) {\n");
+    cstyle_put(b, "    const kh_i64 bt = tile / (TN * TMM), i0 = (tile / TMM) %% TN * TM, "
+           "j0 = tile %% TMM * TM;\n");
+    cstyle_operand_offset(b, &cuda_target, "    ", "oa", k, &k->a);
+    cstyle_operand_offset(b, &cuda_target, "    ", "ob", k, &k->b);
+    cstyle_put(b, "    float acc[2][4][4];\n");
+    cstyle_put(b, "    for (int i = 0; i < 2; i++)\n      for (int j = 0; j < 4; j++)\n"
+                  "        for (int q = 0; q < 4; q++) acc[i][j][q] = 0.0f;\n");
+    cstyle_put(b, "    for (kh_i64 k0 = 0; k0 < K; k0 += TK) {\n");
+    cstyle_put(b, "      for (int e = threadIdx.x; e < TM * TK; e += %d) {\n", plan->block_threads);
+    cstyle_put(b, "        const int r = e / TK, c = e %% TK;\n");
+    cstyle_put(b, "        const kh_i64 ri = i0 + r, cj = j0 + r, kc = k0 + c;\n");
+    const char *zero = tf32 ? "0.0f" : "(kh_u16)0";
+    cstyle_put(b, "        sa[r][c] = ri < N && kc < K ? b%d[oa + ri * %lldLL + kc * %lldLL] : %s;\n",
+               k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride, zero);
+    cstyle_put(b, "        sb[r][c] = cj < M && kc < K ? b%d[ob + kc * %lldLL + cj * %lldLL] : %s;\n",
+               k->b.buf, (long long)k->b.row_stride, (long long)k->b.col_stride, zero);
+    cstyle_put(b, "      }\n      __syncthreads();\n");
+    if (tf32) {
+        cstyle_put(b, "      for (int ks = 0; ks < TK; ks += 8) {\n");
+        cstyle_put(b, "      kh_u32 af[2][4], bf[4][2];\n");
+        cstyle_put(b, "      for (int i = 0; i < 2; i++) {\n");
+        cstyle_put(b, "        const int r = wm + 16 * i + gr;\n");
+        cstyle_put(b, "        const float x[4] = {sa[r][ks + t4], sa[r + 8][ks + t4], sa[r][ks + t4 + 4], "
+                      "sa[r + 8][ks + t4 + 4]};\n");
+        cstyle_put(b, "        for (int q = 0; q < 4; q++) asm(\"cvt.rna.tf32.f32 %%0, %%1;\" : \"=r\"(af[i][q]) "
+                      ": \"f\"(x[q]));\n      }\n");
+        cstyle_put(b, "      for (int j = 0; j < 4; j++) {\n");
+        cstyle_put(b, "        const int c = wn + 8 * j + gr;\n");
+        cstyle_put(b, "        asm(\"cvt.rna.tf32.f32 %%0, %%1;\" : \"=r\"(bf[j][0]) : \"f\"(sb[c][ks + t4]));\n");
+        cstyle_put(b, "        asm(\"cvt.rna.tf32.f32 %%0, %%1;\" : \"=r\"(bf[j][1]) : \"f\"(sb[c][ks + t4 + 4]));\n");
+        cstyle_put(b, "      }\n");
+    } else {
+        cstyle_put(b, "      {\n      kh_u32 af[2][4], bf[4][2];\n");
+        cstyle_put(b, "      for (int i = 0; i < 2; i++) {\n");
+        cstyle_put(b, "        const int r = wm + 16 * i + gr;\n");
+        cstyle_put(b, "        af[i][0] = *(const kh_u32 *)&sa[r][2 * t4];\n");
+        cstyle_put(b, "        af[i][1] = *(const kh_u32 *)&sa[r + 8][2 * t4];\n");
+        cstyle_put(b, "        af[i][2] = *(const kh_u32 *)&sa[r][2 * t4 + 8];\n");
+        cstyle_put(b, "        af[i][3] = *(const kh_u32 *)&sa[r + 8][2 * t4 + 8];\n      }\n");
+        cstyle_put(b, "      for (int j = 0; j < 4; j++) {\n");
+        cstyle_put(b, "        const int c = wn + 8 * j + gr;\n");
+        cstyle_put(b, "        bf[j][0] = *(const kh_u32 *)&sb[c][2 * t4];\n");
+        cstyle_put(b, "        bf[j][1] = *(const kh_u32 *)&sb[c][2 * t4 + 8];\n      }\n");
+    }
+    cstyle_put(b, "      for (int i = 0; i < 2; i++)\n        for (int j = 0; j < 4; j++)\n");
+    if (tf32)
+        cstyle_put(b, "          asm volatile(\"mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 ");
+    else
+        cstyle_put(b, "          asm volatile(\"mma.sync.aligned.m16n8k16.row.col.f32.%s.%s.f32 ", ty, ty);
+    cstyle_put(b, "{%%0, %%1, %%2, %%3}, {%%4, %%5, %%6, %%7}, {%%8, %%9}, {%%0, %%1, %%2, %%3};\"\n");
+    cstyle_put(b, "                       : \"+f\"(acc[i][j][0]), \"+f\"(acc[i][j][1]), "
+                  "\"+f\"(acc[i][j][2]), \"+f\"(acc[i][j][3])\n");
+    cstyle_put(b, "                       : \"r\"(af[i][0]), \"r\"(af[i][1]), \"r\"(af[i][2]), "
+                  "\"r\"(af[i][3]), \"r\"(bf[j][0]), \"r\"(bf[j][1]));\n");
+    cstyle_put(b, "      }\n      __syncthreads();\n    }\n");
+    cstyle_put(b, "    for (int i = 0; i < 2; i++)\n      for (int j = 0; j < 4; j++)\n"
+                  "        for (int q = 0; q < 4; q++) {\n");
+    cstyle_put(b, "        const kh_i64 row = i0 + wm + 16 * i + gr + (q >> 1) * 8, "
+                  "col = j0 + wn + 8 * j + 2 * t4 + (q & 1);\n");
+    cstyle_put(b, "        if (row >= N || col >= M) continue;\n");
+    cstyle_put(b, "        const kh_i64 g = bt * N * M + row * M + col;\n");
+    cstyle_put(b, "        const float dot = acc[i][j][q];\n");
+    for (int i = 0; i < plan->nblocks; i++)
+        block_stmts(b, k, &plan->blocks[i], "        ");
+    store_stmts(b, k, "        ");
+    cstyle_put(b, "      }\n  }\n}\n\n");
+}
+
 static void render_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    params(b, k, plan);
     b->narrow = plan->narrow;
+    if (k->kind == LOWER_ATTENTION && k->numel > 0)
+        jit_cuda_render_attention_exp(b, k, plan); /* the function its body calls */
+    params(b, k, plan);
     /* Nothing to compute (the kernel is never launched); a body would only
      * divide by the empty sizes. */
     if (k->numel <= 0)
         cstyle_put(b, "}\n\n");
     else if (k->kind == LOWER_MATMUL)
         render_matmul(b, k, plan);
+    else if (k->kind == LOWER_ATTENTION)
+        jit_cuda_render_attention(b, k, plan);
     else if (k->kind == LOWER_ELEMENTWISE)
         render_elementwise(b, k, plan);
     else
