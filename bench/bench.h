@@ -56,6 +56,11 @@ void bench_emit_error(const char *suite, const char *workload, const char *shape
 /* Prints the machine's measurement as a JSON line ("suite":"machine"). */
 void bench_emit_machine(const kiln_machine *m);
 
+/* The gradients of y (seeded by ones) with respect to the n xs, each
+ * flattened, joined into one tensor: what a workload with a backward pass
+ * returns for lazy and eager to compare. y itself when they fail. */
+kiln_tensor *bench_gradients_joined(kiln_tensor *y, int n, kiln_tensor *const *xs);
+
 /* Builds a workload's output from its inputs; called once per step. */
 typedef kiln_tensor *(*bench_build_fn)(kiln_tensor *const *in, const void *arg);
 

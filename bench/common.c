@@ -250,3 +250,14 @@ int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o
     kiln_ctx_set_mode(ctx, KILN_LAZY);
     return rc;
 }
+
+kiln_tensor *bench_gradients_joined(kiln_tensor *y, int n, kiln_tensor *const *xs) {
+    kiln_tensor *g[16];
+    if (n > 16 || kiln_gradients(y, NULL, n, xs, g) != KILN_OK)
+        return y;
+    for (int i = 0; i < n; i++) {
+        const int64_t len = kiln_numel(g[i]);
+        g[i] = kiln_reshape(g[i], 1, &len);
+    }
+    return kiln_cat(n, g, 0);
+}

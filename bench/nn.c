@@ -50,14 +50,7 @@ static kiln_tensor *transformer_block(kiln_tensor *const *in, const void *arg) {
 /* The gradients of the block's output (summed) with respect to x and every
  * parameter, flattened and joined. */
 static kiln_tensor *transformer_block_grad(kiln_tensor *const *in, const void *arg) {
-    kiln_tensor *y = transformer_block(in, arg), *g[13];
-    if (kiln_gradients(y, NULL, 13, in, g) != KILN_OK)
-        return y;
-    for (int i = 0; i < 13; i++) {
-        const int64_t n = kiln_numel(g[i]);
-        g[i] = kiln_reshape(g[i], 1, &n);
-    }
-    return kiln_cat(13, g, 0);
+    return bench_gradients_joined(transformer_block(in, arg), 13, in);
 }
 
 /* softmax(q k^T / 8) v over [B, H, S, E] heads: kiln_scaled_dot_product_attention,
@@ -71,14 +64,8 @@ static kiln_tensor *attention_fwd(kiln_tensor *const *in, const void *arg) {
 /* The gradients of sum(attention(q, k, v) * w) with respect to q, k and v,
  * flattened and joined. */
 static kiln_tensor *attention_fwd_bwd(kiln_tensor *const *in, const void *arg) {
-    kiln_tensor *loss = kiln_sum(kiln_mul(attention_fwd(in, arg), in[3]), 0, NULL, false), *g[3];
-    if (kiln_gradients(loss, NULL, 3, in, g) != KILN_OK)
-        return loss;
-    for (int i = 0; i < 3; i++) {
-        const int64_t n = kiln_numel(g[i]);
-        g[i] = kiln_reshape(g[i], 1, &n);
-    }
-    return kiln_cat(3, g, 0);
+    return bench_gradients_joined(
+        kiln_sum(kiln_mul(attention_fwd(in, arg), in[3]), 0, NULL, false), 3, in);
 }
 
 enum { MLP_B = 128, MLP_IN = 784, MLP_H1 = 256, MLP_H2 = 128, MLP_OUT = 10 };
