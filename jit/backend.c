@@ -357,7 +357,7 @@ static bool bind(compiled *c, const graph_capture *cap) {
         last[cap->targets[r]] = -1;
     for (int i = 0; ok && i < p->nkernels; i++) {
         lower_kernel *k = &p->kernels[i];
-        for (int o = 0; o < k->nouts; o++) {
+        for (int o = 0; o < k->nouts && !k->region; o++) { /* a cat's regions: once */
             int64_t x = c->bound[i].outs[o];
             if (last[x] >= 0) {
                 bound_kernel *at = &c->bound[last[x]];
@@ -468,7 +468,11 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     if (targets) {
         for (int r = 0; r < cap->ntargets; r++)
             targets[r] = cap->nodes[cap->targets[r]];
-        *st = lower_schedule_program(cap->ntargets, targets, fuse, &c->prog, msg, mcap);
+        /* KILN_CHECK_CUDA compiles this program for CUDA too, whose renderer
+         * takes the two attention gradients as two kernels */
+        bool joint = j->dev->ops->joint_attention_grads && !j->check_cuda;
+        unsigned flags = (fuse ? LOWER_FUSE : 0u) | (joint ? LOWER_JOINT_ATTENTION_GRADS : 0u);
+        *st = lower_schedule_program(cap->ntargets, targets, flags, &c->prog, msg, mcap);
     } else {
         snprintf(msg, mcap, "kiln_realize: out of memory while scheduling");
     }
@@ -719,10 +723,11 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             held.outs[held.n++] = nodes[bk->outs[0]];
             continue; /* as below */
         } else {
+            /* a cat's later regions store into the buffer its first allocated */
             for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
                 graph_node *x = kn[o] = nodes[bk->outs[o]];
                 size_t bytes = (size_t)graph_numel(x) * graph_dtype_size(x->dtype);
-                if (!(x->buf = buffer_new(j, bytes)))
+                if (!k->region && !(x->buf = buffer_new(j, bytes)))
                     st = oom(msg, mcap, x, bytes);
             }
             if (st != KILN_OK)

@@ -40,6 +40,8 @@ typedef struct jit_device_ops {
     bool run_time_sizes; /* its renderer prints the sizes lower_sizes_mark marked as
                             reads of S and its launch passes each kernel's values:
                             graphs that differ only in sizes can share its programs */
+    bool joint_attention_grads; /* its renderer takes an attention backward as one kernel
+                                   (lower.h's LOWER_JOINT_ATTENTION_GRADS) */
 
     /* Opens the device; KILN_ERR_DEVICE (or OOM) with a message when it cannot. */
     kiln_status (*open)(const jit_device_config *cfg, jit_device **out, char *msg, size_t cap);

@@ -134,18 +134,21 @@ static jit_kernel_cost kernel_cost(const lower_kernel *k) {
         /* the products a kernel computes, each 2 l s width flops per
          * batch matrix (half under a causal mask): the forward's q k^T and
          * p v, dq's two score products and ds k, dkv's two, p^T go and
-         * ds^T q */
+         * ds^T q (and with dq joined to it, ds k as well) */
         const lower_attention *a = &k->att;
         double batch = 1;
         for (int d = 0; d < k->nbatch; d++)
             batch *= (double)k->batch[d];
         double widths = a->op == GRAPH_ATTENTION      ? (double)(a->d + a->dv)
                         : a->op == GRAPH_ATTENTION_DQ ? (double)(2 * a->d + a->dv)
+                        : k->nouts == 2               ? (double)(3 * a->d + 2 * a->dv)
                                                       : (double)(2 * a->d + 2 * a->dv);
         c.flops = 2.0 * batch * (double)a->l * (double)a->s * widths * (a->causal ? 0.5 : 1);
     }
-    for (int o = 0; o < k->nouts; o++)
-        c.bytes += node_bytes(k->outs[o]);
+    for (int o = 0; o < k->nouts; o++) /* a cat's region kernel writes its region alone */
+        c.bytes += k->kind == LOWER_ELEMENTWISE
+                       ? (double)k->numel * (double)graph_dtype_size(k->outs[o]->dtype)
+                       : node_bytes(k->outs[o]);
     for (int in = 0; in < k->ninputs; in++) {
         int slot = k->nouts + in;
         double whole = (double)graph_numel(k->inputs[in]), touched = 0;

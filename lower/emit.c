@@ -44,6 +44,7 @@ typedef struct emitter {
     graph_node **fused; /* the nodes computed in the kernel, each once */
     int *repeats;       /* per fused node, how often it was lowered */
     int nfused, fused_cap;
+    int region; /* a cat's region kernel: the source it stores (lower_kernel.region); -1 */
     bool failed;
 } emitter;
 
@@ -467,7 +468,8 @@ static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
         a->src[j].buf = input_slot(e, base);
     }
     k->numel = graph_numel(x);
-    note_fused(e, x);
+    for (int o = 0; o < k->nouts; o++) /* a joint backward: "attention_dkv attention_dq" */
+        note_fused(e, k->outs[o]);
     int acc = ir_acc(&e->b, x->dtype);
     k->store = acc;
     k->result = ir_alu(&e->b, GRAPH_EXP, x->dtype, acc, -1);
@@ -657,6 +659,28 @@ static bool lower_kernel_ir(lower_kernel *k, emitter *e) {
         reduced_index(e, out, oi->row_axes, gidx, &rowat, &at);
         k->result = emit(e, out, &at, -1);
         k->store = flatten(e, &at, out->ndim, out->shape);
+    } else if (e->region >= 0) {
+        /* One source's region of a cat: the source's elements in order, each
+         * loaded (or computed) once, stored at its place in the cat. Its
+         * index there is the source's own with the axis moved by the sizes
+         * before it: linear in the element along a leading axis, a plain
+         * vector store. */
+        graph_node *src = out->src[e->region];
+        int ax = out->p.axis;
+        int64_t lo = 0;
+        for (int j = 0; j < e->region; j++)
+            lo += out->src[j]->shape[ax];
+        note_fused(e, out);
+        k->kind = LOWER_ELEMENTWISE;
+        k->region = e->region;
+        k->numel = graph_numel(src);
+        k->tile = ELEMENTWISE_TILE;
+        int gidx = ir_tiled_gidx(b, k->numel, k->tile);
+        ix sat = unflatten(e, gidx, src->ndim, src->shape), oat = sat;
+        k->result = emit(e, src, &sat, -1);
+        oat.flat = -1;
+        oat.d[ax] = ir_iadd(b, sat.d[ax], ir_index(b, lo));
+        k->store = flatten(e, &oat, out->ndim, out->shape);
     } else {
         /* siblings too: every output is elementwise over the same shape */
         k->kind = LOWER_ELEMENTWISE;
@@ -692,13 +716,14 @@ static bool lower_collective(lower_kernel *k, emitter *e) {
 /* Lowers the kernel whose outputs are outs[0..n): one root, or siblings.
  * KILN_OK with *retry NULL: k's IR is complete (see the end). */
 static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs, int n,
-                             graph_node **retry, char *msg, size_t cap) {
+                             int region, graph_node **retry, char *msg, size_t cap) {
     emitter e;
     memset(&e, 0, sizeof e);
     ir_init(&e.b);
     e.k = k;
     e.s = s;
     e.ridx = -1;
+    e.region = region;
     graph_node *out = outs[0];
     k->outs = malloc(sizeof *k->outs * (size_t)n);
     k->results = calloc((size_t)n, sizeof *k->results);
@@ -722,8 +747,9 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
               : graph_op_is_attention(out->op) ? lower_attention_kernel(k, &e, out)
                           : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
-    if (ok && k->nouts == 1)
-        k->results[0] = k->result;
+    if (ok && (k->nouts == 1 || k->kind == LOWER_ATTENTION))
+        for (int o = 0; o < k->nouts; o++)
+            k->results[o] = k->result;
     k->ins = e.b.ins;
     k->nins = e.b.n;
     e.b.ins = NULL;
@@ -788,6 +814,51 @@ void lower_program_free(lower_program *p) {
     free(p);
 }
 
+/* How many kernels materialised node x is lowered as: a cat of several
+ * sources computed plainly (no reduction fused in, no sibling outputs, no
+ * matmul it finishes) is one per source (lower_kernel.region); the rest one.
+ * The select chain (emit_cat) stays for cats fused into their consumers, and
+ * for small cats, whose sources average under a tile each: there a launch
+ * per source (and a function per source to compile) costs more than the
+ * chain's masked loads of a few thousand elements save. */
+static int cat_regions(const sched *s, const graph_node *x) {
+    const sched_node *xs = sched_of(s, x);
+    if (x->op != GRAPH_CAT || x->nsrc < 2 || xs->alias || xs->form != SCHED_PLAIN ||
+        xs->sibling_group >= 0 || xs->epilogue_of ||
+        graph_numel(x) < (int64_t)x->nsrc * ELEMENTWISE_TILE)
+        return 1;
+    return x->nsrc;
+}
+
+/* The partner of attention backward node i for one joint kernel
+ * (LOWER_JOINT_ATTENTION_GRADS): the materialised dq of a dkv, or dkv of a
+ * dq, of the same sources and parameters; -1 when there is none. */
+static int64_t attention_partner(const sched *s, int64_t i) {
+    const graph_node *x = s->order[i];
+    if (!s->joint_attention || (x->op != GRAPH_ATTENTION_DKV && x->op != GRAPH_ATTENTION_DQ))
+        return -1;
+    int64_t nb = 1;
+    for (int d = 0; d < x->ndim - 2; d++)
+        nb *= x->shape[d];
+    if (nb < LOWER_JOINT_ATTENTION_BATCH)
+        return -1;
+    graph_op other = x->op == GRAPH_ATTENTION_DKV ? GRAPH_ATTENTION_DQ : GRAPH_ATTENTION_DKV;
+    for (int64_t j = 0; j < s->count; j++) {
+        const graph_node *y = s->order[j];
+        const sched_node *ys = &s->nodes[j];
+        if (y->op != other || !ys->materialized || ys->alias || ys->sibling_group >= 0 ||
+            y->nsrc != x->nsrc || y->p.scale != x->p.scale || y->p.causal != x->p.causal ||
+            y->dtype != x->dtype)
+            continue;
+        bool same = true;
+        for (int k = 0; k < x->nsrc && same; k++)
+            same = y->src[k] == x->src[k];
+        if (same)
+            return j;
+    }
+    return -1;
+}
+
 kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node **retry,
                                char *msg, size_t cap) {
     *out = NULL;
@@ -795,32 +866,54 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
     lower_program *p = calloc(1, sizeof *p);
     int nk = 0;
     for (int64_t i = 0; i < s->count; i++)
-        nk += s->nodes[i].materialized;
+        nk += s->nodes[i].materialized ? cat_regions(s, s->order[i]) : 0;
     kiln_status st = KILN_OK;
     if (!p || !(p->kernels = calloc((size_t)(nk ? nk : 1), sizeof *p->kernels))) {
         snprintf(msg, cap, "kiln: out of memory while scheduling %d kernels", nk);
         st = KILN_ERR_OOM;
     }
+    /* the later of a joint attention backward's two nodes, lowered with the first */
+    int64_t *joined = NULL, njoined = 0;
     for (int64_t i = 0; st == KILN_OK && !*retry && i < s->count; i++) {
         const sched_node *xs = &s->nodes[i];
         if (!xs->materialized || (xs->sibling_group >= 0 && !xs->lowers_group))
             continue;
+        bool skip = false;
+        for (int64_t j = 0; j < njoined && !skip; j++)
+            skip = joined[j] == i;
+        if (skip)
+            continue;
         graph_node *outs[8] = {s->order[i]};
         int n = 1;
+        int64_t partner = xs->sibling_group >= 0 ? -1 : attention_partner(s, i);
         if (xs->sibling_group >= 0) {
             n = 0;
             for (int64_t j = 0; j <= i; j++)
                 if (s->nodes[j].sibling_group == xs->sibling_group && !s->nodes[j].unstored)
                     outs[n++] = s->order[j];
+        } else if (partner >= 0) {
+            int64_t *jn = realloc(joined, sizeof *jn * (size_t)(njoined + 1));
+            if (jn) { /* out of memory, the two stay two kernels */
+                joined = jn;
+                joined[njoined++] = partner;
+                bool dkv_first = s->order[i]->op == GRAPH_ATTENTION_DKV;
+                outs[0] = dkv_first ? s->order[i] : s->order[partner];
+                outs[1] = dkv_first ? s->order[partner] : s->order[i];
+                n = 2;
+            }
         }
-        lower_kernel *k = &p->kernels[p->nkernels];
-        st = lower_one(s, k, outs, n, retry, msg, cap);
-        /* Names are unique within a program: they are its symbols. */
-        size_t len = strlen(k->name);
-        if (len > sizeof k->name - 16)
-            k->name[len = sizeof k->name - 16] = 0;
-        snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
+        int regions = n == 1 ? cat_regions(s, outs[0]) : 1;
+        for (int r = 0; st == KILN_OK && !*retry && r < regions; r++) {
+            lower_kernel *k = &p->kernels[p->nkernels];
+            st = lower_one(s, k, outs, n, regions > 1 ? r : -1, retry, msg, cap);
+            /* Names are unique within a program: they are its symbols. */
+            size_t len = strlen(k->name);
+            if (len > sizeof k->name - 16)
+                k->name[len = sizeof k->name - 16] = 0;
+            snprintf(k->name + len, sizeof k->name - len, "_k%d", p->nkernels++);
+        }
     }
+    free(joined);
     if (st != KILN_OK || *retry) {
         lower_program_free(p);
         return st;

@@ -216,7 +216,8 @@ typedef struct lower_operand {
  * x = UOP_ACC in the node's dtype (results[0]), as lower's exp rule does
  * everywhere: a renderer prints them as a function its loops call. */
 typedef struct lower_attention {
-    graph_op op;
+    graph_op op;     /* with two outputs: GRAPH_ATTENTION_DKV, then the dq of the same
+                        sources (LOWER_JOINT_ATTENTION_GRADS), [..., L, D] contiguous */
     int64_t l, s, d, dv;
     double scale;
     bool causal;
@@ -246,6 +247,12 @@ typedef struct lower_kernel {
     int64_t numel;   /* program instances' output rows: elements, or in a row kernel rows */
     int64_t rnumel;  /* reduced elements per output element (1 if none) */
     int64_t tile;    /* output elements per program instance */
+    /* A materialised cat of several sources is one elementwise kernel per
+     * source, each storing its source's region of outs[0] (no select chain:
+     * every element read once, from one source, at an index linear in the
+     * element). They run in order, and the first (region 0) is the one that
+     * allocates outs[0]; region j > 0 writes into that buffer. 0 otherwise. */
+    int region;
     /* LOWER_SCATTER: source elements per row, and the passes over them */
     int64_t snumel;
     int nscatter;
@@ -271,15 +278,30 @@ typedef struct lower_program {
     lower_kernel *kernels; /* in execution order */
 } lower_program;
 
-/* Cuts the graph below the n target nodes into kernels, into *out. With fuse
- * false every op is its own kernel (eager mode's baseline). On failure *out
- * is NULL and msg names what failed: KILN_ERR_OOM, or KILN_ERR_COMPILE for a
- * graph the scheduler cannot cut. The program holds references to every node
- * it names. */
-kiln_status lower_schedule_program(int n, graph_node *const *targets, bool fuse,
+/* lower_schedule_program's flags. */
+enum {
+    /* Fuse; without it every op is its own kernel (eager mode's baseline). */
+    LOWER_FUSE = 1u,
+    /* The target renders an attention backward as one kernel: GRAPH_ATTENTION_DKV
+     * and a GRAPH_ATTENTION_DQ of the same sources and parameters, in one run,
+     * become one LOWER_ATTENTION kernel with outs {dkv, dq}, which computes each
+     * tile's probabilities once for both (five products where the two kernels
+     * take seven). Only with LOWER_FUSE, and only where the batch has at least
+     * LOWER_JOINT_ATTENTION_BATCH matrices: the joint kernel is one program
+     * instance per matrix (dq sums over every key block), so fewer would leave
+     * threads idle that the two kernels' blocks keep busy. */
+    LOWER_JOINT_ATTENTION_GRADS = 2u,
+    LOWER_JOINT_ATTENTION_BATCH = 16
+};
+
+/* Cuts the graph below the n target nodes into kernels, into *out, as flags
+ * say (true: LOWER_FUSE). On failure *out is NULL and msg names what failed:
+ * KILN_ERR_OOM, or KILN_ERR_COMPILE for a graph the scheduler cannot cut. The
+ * program holds references to every node it names. */
+kiln_status lower_schedule_program(int n, graph_node *const *targets, unsigned flags,
                                    lower_program **out, char *msg, size_t cap);
 /* As lower_schedule_program, NULL on any failure. */
-lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse);
+lower_program *lower_schedule(int n, graph_node *const *targets, unsigned flags);
 void lower_program_free(lower_program *p);
 
 /* The readable text form of a kernel (KILN_DEBUG=3). */

@@ -53,6 +53,7 @@ typedef struct sched {
     sched_node *nodes;   /* nodes[i] describes order[i] */
     int64_t *index;      /* open addressing from a node to its position; -1: empty */
     size_t index_cap;    /* a power of two, or 0 when nothing is pending */
+    bool joint_attention; /* LOWER_JOINT_ATTENTION_GRADS */
 } sched;
 
 /* n's position in the run's post-order; -1 when n is not pending below the

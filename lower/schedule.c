@@ -118,7 +118,8 @@ static bool delay_collective_readers(lower_program *p) {
             for (int i = 0; i < n && pick < 0; i++) {
                 if (placed[i] || (pass == 0 && reads[i]))
                     continue;
-                bool ready = true;
+                /* a cat's regions stay in order, its first allocating its output */
+                bool ready = !p->kernels[i].region || placed[i - 1];
                 for (int in = 0; in < p->kernels[i].ninputs && ready; in++) {
                     intptr_t by = (intptr_t)p->kernels[i].inputs[in]->scratch - 1;
                     ready = by < 0 || by >= n || placed[by];
@@ -148,7 +149,7 @@ static bool delay_collective_readers(lower_program *p) {
     return ok;
 }
 
-kiln_status lower_schedule_program(int n, graph_node *const *targets, bool fuse,
+kiln_status lower_schedule_program(int n, graph_node *const *targets, unsigned flags,
                                    lower_program **out, char *msg, size_t cap) {
     *out = NULL;
     sched s;
@@ -158,6 +159,8 @@ kiln_status lower_schedule_program(int n, graph_node *const *targets, bool fuse,
         sched_free(&s);
         return KILN_ERR_OOM;
     }
+    bool fuse = flags & LOWER_FUSE;
+    s.joint_attention = fuse && (flags & LOWER_JOINT_ATTENTION_GRADS);
     sched_fuse(&s, n, targets, fuse);
     kiln_status st;
     graph_node *retry;
@@ -179,8 +182,8 @@ kiln_status lower_schedule_program(int n, graph_node *const *targets, bool fuse,
     return st;
 }
 
-lower_program *lower_schedule(int n, graph_node *const *targets, bool fuse) {
+lower_program *lower_schedule(int n, graph_node *const *targets, unsigned flags) {
     lower_program *p;
     char msg[256];
-    return lower_schedule_program(n, targets, fuse, &p, msg, sizeof msg) == KILN_OK ? p : NULL;
+    return lower_schedule_program(n, targets, flags, &p, msg, sizeof msg) == KILN_OK ? p : NULL;
 }

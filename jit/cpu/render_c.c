@@ -614,6 +614,11 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
  *            delta); dq += ds k; out [L, D] = scale dq.
  *   dkv      (BK keys): p^T and ds^T against a tile of BQ queries; dv +=
  *            p^T go, dk += ds^T q; out [NK, D + DV].
+ *   dkv + dq (the joint backward, lower.h's LOWER_JOINT_ATTENTION_GRADS: one
+ *            instance per matrix, walking its key blocks): dkv's steps, and
+ *            with each tile's ds, dq += ds k into the matrix's whole dq in
+ *            scratch; out1 [L, D] = scale dq. Five products where dq and
+ *            dkv apart take seven.
  * Causal: key j > query i is masked; tiles wholly above the diagonal are
  * skipped. Every product is NAME_gemm over scratch that the sources are
  * packed into (transposed where the product needs it), its widths padded to
@@ -704,7 +709,9 @@ static const char *const att_dq_arrays[][2] = {
 static const char *const att_dkv_arrays[][2] = {
     {"KR", "BK * DP"}, {"VR", "BK * DVP"}, {"DK", "BK * DP"}, {"DVA", "BK * DVP"},
     {"QT", "D * BQ"}, {"QR", "BQ * DP"}, {"GOT", "DV * BQ"}, {"GOR", "BQ * DVP"},
-    {"LSE", "BQ"}, {"DEL", "BQ"}, {"PT", "BK * BQ"}, {"DPT", "BK * BQ"}};
+    {"LSE", "BQ"}, {"DEL", "BQ"}, {"PT", "BK * BQ"}, {"DPT", "BK * BQ"},
+    /* joined by dq: ds untransposed, and the matrix's whole dq */
+    {"DS", "BQ * BK"}, {"DQA", "(L + BQ - 1) / BQ * BQ * DP"}};
 
 static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     const lower_attention *a = &k->att;
@@ -737,10 +744,11 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "  const T scale = (T)%.17g;\n  const int causal = %d;\n  (void)causal;\n",
                a->scale, a->causal);
     bool dkv = a->op == GRAPH_ATTENTION_DKV, fwd = a->op == GRAPH_ATTENTION;
+    bool joint = dkv && k->nouts == 2; /* dkv, and dq as out1: one task per matrix */
     cstyle_put(b, "  const int64_t NU = %s, TASKS = NB * NU;\n",
-               dkv ? "(NK + BK - 1) / BK" : "(L + BQ - 1) / BQ");
+               joint ? "1" : dkv ? "(NK + BK - 1) / BK" : "(L + BQ - 1) / BQ");
     const char *const(*arrays)[2] = fwd ? att_fwd_arrays : dkv ? att_dkv_arrays : att_dq_arrays;
-    int narrays = fwd ? 7 : dkv ? 12 : 10;
+    int narrays = fwd ? 7 : joint ? 14 : dkv ? 12 : 10;
     cstyle_put(b, "  size_t total = 0;\n");
     for (int i = 0; i < narrays; i++)
         cstyle_put(b, "  const size_t at_%s = total; total += ((size_t)(%s) + 15) / 16 * 16;\n",
@@ -769,11 +777,18 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     const char *width = fwd ? "(DV + 1)" : dkv ? "(D + DV)" : "D";
     cstyle_put(b, "    if (!mem) {\n");
     cstyle_put(b, "      const int64_t rows = %s, n0 = bt * %s + u0;\n",
-               dkv ? "NK - u0 < BK ? NK - u0 : BK" : "L - u0 < BQ ? L - u0 : BQ", dkv ? "NK" : "L");
+               joint ? "NK" : dkv ? "NK - u0 < BK ? NK - u0 : BK" : "L - u0 < BQ ? L - u0 : BQ",
+               dkv ? "NK" : "L");
     cstyle_put(b, "      for (int64_t r = 0; r < rows * %s; r++)\n", width);
     cstyle_put(b, "        out0[n0 * %s + r] = ", width);
     store_expr(b, dt, "(T)NAN");
-    cstyle_put(b, ";\n      continue;\n    }\n");
+    cstyle_put(b, ";\n");
+    if (joint) {
+        cstyle_put(b, "      for (int64_t r = 0; r < L * D; r++)\n        out1[bt * L * D + r] = ");
+        store_expr(b, dt, "(T)NAN");
+        cstyle_put(b, ";\n");
+    }
+    cstyle_put(b, "      continue;\n    }\n");
     if (fwd) {
         cstyle_put(b, "    {\n      const int64_t i0 = u0, mq = L - i0 < BQ ? L - i0 : BQ, m4 = (mq + 3) / 4 * 4;\n");
         att_pack(b, k, 0, "q", "Q", "i0", "mq", "D", "DP", false, "scale * ");
@@ -847,7 +862,11 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         store_expr(b, dt, "DQ[i * DP + c] * scale");
         cstyle_put(b, ";\n    }\n");
     } else {
-        cstyle_put(b, "    {\n      const int64_t j0 = u0, mk = NK - j0 < BK ? NK - j0 : BK, m4 = (mk + 3) / 4 * 4;\n");
+        cstyle_put(b, "    {\n");
+        if (joint)
+            cstyle_put(b, "      for (int64_t r = 0; r < (L + BQ - 1) / BQ * BQ * DP; r++) DQA[r] = 0;\n");
+        cstyle_put(b, "      for (int64_t j0 = u0; j0 < %s; j0 += BK) {\n", joint ? "NK" : "u0 + 1");
+        cstyle_put(b, "      const int64_t mk = NK - j0 < BK ? NK - j0 : BK, m4 = (mk + 3) / 4 * 4;\n");
         att_pack(b, k, 1, "k", "KR", "j0", "mk", "D", "DP", false, "");
         att_pack(b, k, 2, "v", "VR", "j0", "mk", "DV", "DVP", false, "");
         cstyle_put(b, "      for (int64_t r = 0; r < BK * DP; r++) DK[r] = 0;\n");
@@ -875,14 +894,28 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
             "        }\n"
             "      }\n", name);
         cstyle_put(b, "      %s_gemm(m4, NVV, mq, PT, BQ, GOR, DVP, DVA, DVP, 1);\n", name);
-        cstyle_put(b, "      %s_gemm(m4, NVD, mq, DPT, BQ, QR, DP, DK, DP, 1);\n      }\n", name);
+        cstyle_put(b, "      %s_gemm(m4, NVD, mq, DPT, BQ, QR, DP, DK, DP, 1);\n", name);
+        if (joint) { /* dq of these queries += ds k over this block's keys */
+            cstyle_put(b, "      const int64_t m4q = (mq + 3) / 4 * 4;\n");
+            cstyle_put(b, "      for (int64_t jj = 0; jj < mk; jj++)\n");
+            cstyle_put(b, "        for (int64_t ii = 0; ii < m4q; ii++) DS[ii * BK + jj] = DPT[jj * BQ + ii];\n");
+            cstyle_put(b, "      %s_gemm(m4q, NVD, mk, DS, BK, KR, DP, DQA + i0 * DP, DP, 1);\n", name);
+        }
+        cstyle_put(b, "      }\n");
         cstyle_put(b, "      for (int64_t jj = 0; jj < mk; jj++) {\n");
         cstyle_put(b, "        const int64_t row = (bt * NK + j0 + jj) * (D + DV);\n");
         cstyle_put(b, "        for (int64_t c = 0; c < D; c++) out0[row + c] = ");
         store_expr(b, dt, "DK[jj * DP + c] * scale");
         cstyle_put(b, ";\n        for (int64_t c = 0; c < DV; c++) out0[row + D + c] = ");
         store_expr(b, dt, "DVA[jj * DVP + c]");
-        cstyle_put(b, ";\n      }\n    }\n");
+        cstyle_put(b, ";\n      }\n      }\n");
+        if (joint) {
+            cstyle_put(b, "      for (int64_t i = 0; i < L; i++)\n");
+            cstyle_put(b, "        for (int64_t c = 0; c < D; c++) out1[(bt * L + i) * D + c] = ");
+            store_expr(b, dt, "DQA[i * DP + c] * scale");
+            cstyle_put(b, ";\n");
+        }
+        cstyle_put(b, "    }\n");
     }
     cstyle_put(b, "  }\n  free(mem);\n  }\n}\n\n");
 }
