@@ -317,6 +317,22 @@ Test(fusion, a_cat_is_one_kernel_per_source) {
         kiln_tensor *small = cat_of_chains(ctx, 1, ax);
         cr_assert_eq(kernels_for(ctx, small), 1, "axis %d", ax);
         expect_like_ref(small, cat_of_chains(ref, 1, ax));
+        /* a source of size 0 first: its region runs nothing, and the
+         * buffer is still the first region's to allocate */
+        kiln_tensor *parts[2][3];
+        kiln_ctx *both[2] = {ctx, ref};
+        for (int c = 0; c < 2; c++) {
+            kiln_tensor *full = cat_of_chains(both[c], 8, ax);
+            int64_t ed[3] = {kiln_shape(full)[0], kiln_shape(full)[1], kiln_shape(full)[2]};
+            ed[ax] = 0;
+            int64_t half = kiln_shape(full)[ax] / 2;
+            parts[c][0] = kiln_zeros(both[c], KILN_F32, 3, ed);
+            parts[c][1] = kiln_exp(kiln_slice(full, ax, 0, half, 1));
+            parts[c][2] = kiln_neg(kiln_slice(full, ax, half, kiln_shape(full)[ax], 1));
+        }
+        kiln_tensor *with_empty = kiln_cat(3, parts[0], ax);
+        cr_assert_leq(kernels_for(ctx, with_empty), 6, "axis %d", ax);
+        expect_like_ref(with_empty, kiln_cat(3, parts[1], ax));
         kiln_ctx_free(ctx);
         kiln_ctx_free(eager);
         kiln_ctx_free(ref);
