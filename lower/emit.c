@@ -872,6 +872,30 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
         snprintf(msg, cap, "kiln: out of memory while scheduling %d kernels", nk);
         st = KILN_ERR_OOM;
     }
+    /* Each sibling group's stored members, chained back from the last: the
+     * group is lowered at its last member, which walks the chain (one pass
+     * here, not a scan of every earlier node per group: a graph of many small
+     * groups took seconds). */
+    int64_t ngid = 0;
+    for (int64_t i = 0; i < s->count; i++)
+        if (s->nodes[i].sibling_group >= ngid)
+            ngid = s->nodes[i].sibling_group + 1;
+    int64_t *prev_member = ngid ? malloc(sizeof *prev_member * (size_t)s->count) : NULL;
+    int64_t *last_member = ngid ? malloc(sizeof *last_member * (size_t)ngid) : NULL;
+    if (ngid && (!prev_member || !last_member) && st == KILN_OK) {
+        snprintf(msg, cap, "kiln: out of memory while scheduling %d kernels", nk);
+        st = KILN_ERR_OOM;
+    }
+    for (int64_t g = 0; st == KILN_OK && g < ngid; g++)
+        last_member[g] = -1;
+    for (int64_t i = 0; st == KILN_OK && ngid && i < s->count; i++) {
+        int g = s->nodes[i].sibling_group;
+        prev_member[i] = -1;
+        if (g >= 0 && !s->nodes[i].unstored) {
+            prev_member[i] = last_member[g];
+            last_member[g] = i;
+        }
+    }
     /* the later of a joint attention backward's two nodes, lowered with the first */
     int64_t *joined = NULL, njoined = 0;
     for (int64_t i = 0; st == KILN_OK && !*retry && i < s->count; i++) {
@@ -887,10 +911,15 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
         int n = 1;
         int64_t partner = xs->sibling_group >= 0 ? -1 : attention_partner(s, i);
         if (xs->sibling_group >= 0) {
+            /* its members in post-order: the chain back from the last, reversed */
             n = 0;
-            for (int64_t j = 0; j <= i; j++)
-                if (s->nodes[j].sibling_group == xs->sibling_group && !s->nodes[j].unstored)
-                    outs[n++] = s->order[j];
+            for (int64_t j = last_member[xs->sibling_group]; j >= 0 && n < 8; j = prev_member[j])
+                outs[n++] = s->order[j];
+            for (int a = 0, z = n - 1; a < z; a++, z--) {
+                graph_node *t = outs[a];
+                outs[a] = outs[z];
+                outs[z] = t;
+            }
         } else if (partner >= 0) {
             int64_t *jn = realloc(joined, sizeof *jn * (size_t)(njoined + 1));
             if (jn) { /* out of memory, the two stay two kernels */
@@ -914,6 +943,8 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
         }
     }
     free(joined);
+    free(prev_member);
+    free(last_member);
     if (st != KILN_OK || *retry) {
         lower_program_free(p);
         return st;

@@ -132,3 +132,23 @@ TU_TEST(sort, networks_through_a_row_kernel) {
     kiln_tensor *none = kiln_sum(ranks, 0, (int[]){0}, true); /* no axes: the identity */
     TU_EXPECT_EXACT(kiln_argsort(kiln_argsort(none, 0, false), 0, false), KILN_I64, rank, 8);
 }
+
+/* An empty tensor with a long axis (2^43 beside a 0): nothing to order, so
+ * no network — which would be ~950 stages for the scheduler to cut, seconds
+ * per sort (found by the api_sequence fuzzer, timing out on five chained
+ * sorts: tests/fuzz/crashers/api_sequence/). The results keep the shape;
+ * the indices are i64; a chain of them realizes at once. */
+TU_TEST(sort, empty_tensor_with_a_long_axis) {
+    const int64_t big = (int64_t)1 << 43;
+    kiln_tensor *z = kiln_zeros(ctx, KILN_F32, 3, TU_DIMS(big, 1, 0));
+    kiln_tensor *s = z, *ind = NULL;
+    for (int i = 0; i < 5; i++)
+        s = kiln_sort(s, 0, i & 1);
+    TU_ASSERT_SHAPE(s, big, 1, 0);
+    TU_ASSERT_SHAPE(kiln_argsort(z, 0, false), big, 1, 0);
+    cr_assert_eq(kiln_dtype_of(kiln_argsort(z, 0, false)), KILN_I64);
+    TU_ASSERT_SHAPE(kiln_topk(z, 3, 0, true, &ind), 3, 1, 0);
+    TU_ASSERT_SHAPE(ind, 3, 1, 0);
+    cr_assert_eq(kiln_realize(s), KILN_OK, "[%s] %s", tu_exec_name(), kiln_error_message(s));
+    cr_assert_eq(kiln_realize(ind), KILN_OK, "[%s] %s", tu_exec_name(), kiln_error_message(ind));
+}
