@@ -141,7 +141,7 @@ static jit_kernel_cost kernel_cost(const lower_kernel *k) {
             batch *= (double)k->batch[d];
         double widths = a->op == GRAPH_ATTENTION      ? (double)(a->d + a->dv)
                         : a->op == GRAPH_ATTENTION_DQ ? (double)(2 * a->d + a->dv)
-                        : k->nouts == 2               ? (double)(3 * a->d + 2 * a->dv)
+                        : lower_joint_attention(k)    ? (double)(3 * a->d + 2 * a->dv)
                                                       : (double)(2 * a->d + 2 * a->dv);
         c.flops = 2.0 * batch * (double)a->l * (double)a->s * widths * (a->causal ? 0.5 : 1);
     }

@@ -896,16 +896,13 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
             last_member[g] = i;
         }
     }
-    /* the later of a joint attention backward's two nodes, lowered with the first */
-    int64_t *joined = NULL, njoined = 0;
+    /* the later of a joint attention backward's two nodes, lowered with the
+     * first (allocated at the first pair; out of memory, pairs stay apart) */
+    bool *joined = NULL;
     for (int64_t i = 0; st == KILN_OK && !*retry && i < s->count; i++) {
         const sched_node *xs = &s->nodes[i];
-        if (!xs->materialized || (xs->sibling_group >= 0 && !xs->lowers_group))
-            continue;
-        bool skip = false;
-        for (int64_t j = 0; j < njoined && !skip; j++)
-            skip = joined[j] == i;
-        if (skip)
+        if (!xs->materialized || (xs->sibling_group >= 0 && !xs->lowers_group) ||
+            (joined && joined[i]))
             continue;
         graph_node *outs[8] = {s->order[i]};
         int n = 1;
@@ -921,10 +918,10 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
                 outs[z] = t;
             }
         } else if (partner >= 0) {
-            int64_t *jn = realloc(joined, sizeof *jn * (size_t)(njoined + 1));
-            if (jn) { /* out of memory, the two stay two kernels */
-                joined = jn;
-                joined[njoined++] = partner;
+            if (!joined)
+                joined = calloc((size_t)s->count, sizeof *joined);
+            if (joined) {
+                joined[partner] = true;
                 bool dkv_first = s->order[i]->op == GRAPH_ATTENTION_DKV;
                 outs[0] = dkv_first ? s->order[i] : s->order[partner];
                 outs[1] = dkv_first ? s->order[partner] : s->order[i];

@@ -273,6 +273,12 @@ typedef struct lower_kernel {
     int64_t *size_value;
 } lower_kernel;
 
+/* Whether k is the joint attention backward (LOWER_JOINT_ATTENTION_GRADS):
+ * dkv as outs[0], dq as outs[1]. */
+static inline bool lower_joint_attention(const lower_kernel *k) {
+    return k->kind == LOWER_ATTENTION && k->att.op == GRAPH_ATTENTION_DKV && k->nouts == 2;
+}
+
 typedef struct lower_program {
     int nkernels;
     lower_kernel *kernels; /* in execution order */
@@ -290,9 +296,9 @@ enum {
      * LOWER_JOINT_ATTENTION_BATCH matrices: the joint kernel is one program
      * instance per matrix (dq sums over every key block), so fewer would leave
      * threads idle that the two kernels' blocks keep busy. */
-    LOWER_JOINT_ATTENTION_GRADS = 2u,
-    LOWER_JOINT_ATTENTION_BATCH = 16
+    LOWER_JOINT_ATTENTION_GRADS = 2u
 };
+enum { LOWER_JOINT_ATTENTION_BATCH = 16 };
 
 /* Cuts the graph below the n target nodes into kernels, into *out, as flags
  * say (true: LOWER_FUSE). On failure *out is NULL and msg names what failed:

@@ -512,7 +512,7 @@ static bool plan_stash(lower_plan *p, const lower_kernel *k) {
  * (bk keys for dkv). */
 static int64_t attention_units(const lower_kernel *k, int64_t bq, int64_t bk) {
     const lower_attention *a = &k->att;
-    if (k->nouts == 2) /* the joint backward: one per matrix, dq summed over its key blocks */
+    if (lower_joint_attention(k)) /* the joint backward: one per matrix, dq summed over its key blocks */
         return batch_count(k);
     return batch_count(k) *
            (a->op == GRAPH_ATTENTION_DKV ? ceil_div(a->s, bk) : ceil_div(a->l, bq));

@@ -744,7 +744,7 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "  const T scale = (T)%.17g;\n  const int causal = %d;\n  (void)causal;\n",
                a->scale, a->causal);
     bool dkv = a->op == GRAPH_ATTENTION_DKV, fwd = a->op == GRAPH_ATTENTION;
-    bool joint = dkv && k->nouts == 2; /* dkv, and dq as out1: one task per matrix */
+    bool joint = lower_joint_attention(k); /* dkv, and dq as out1: one task per matrix */
     cstyle_put(b, "  const int64_t NU = %s, TASKS = NB * NU;\n",
                joint ? "1" : dkv ? "(NK + BK - 1) / BK" : "(L + BQ - 1) / BQ");
     const char *const(*arrays)[2] = fwd ? att_fwd_arrays : dkv ? att_dkv_arrays : att_dq_arrays;
