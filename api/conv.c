@@ -752,6 +752,32 @@ static kiln_tensor *adaptive_max_idx(const char *op, int nsp, kiln_tensor *x,
         in[2 - nsp + d] = X->shape[first + d];
         out[2 - nsp + d] = sizes[d];
     }
+    int64_t full[KILN_MAX_DIMS];
+    memcpy(full, X->shape, sizeof(int64_t) * (size_t)first);
+    memcpy(full + first, sizes, sizeof(int64_t) * (size_t)nsp);
+    /* An empty input (a 0 among the leading axes) has an empty result: no
+     * table of taps, which for a long axis beside the 0 was as large as the
+     * axis (2^28 of them, a 16 GB allocation, found by the fuzzer). */
+    bool empty = false;
+    for (int d = 0; d < first; d++)
+        empty |= X->shape[d] == 0;
+    if (empty) {
+        kiln_scope_begin(ctx);
+        kiln_tensor *y = kiln_zeros(ctx, X->dtype, X->ndim, full);
+        if (indices && kiln_error(y) == KILN_OK) {
+            kiln_tensor *idx = kiln_zeros(ctx, KILN_I64, X->ndim, full);
+            if (kiln_error(idx) == KILN_OK) {
+                kiln_keep(idx);
+                *indices = idx;
+            }
+        }
+        return api_finish(ctx, y);
+    }
+    /* The table holds at least one tap per output: past this many outputs
+     * it could not be allocated, and the loop below would not end soon. */
+    if (out[0] * out[1] > ((int64_t)1 << 32))
+        return api_fail(ctx, KILN_ERR_ARG, "%s: input %s, output size %s: too many windows",
+                        op, api_shape_str(X), tuple_str(nsp, sizes));
     for (int d = 0; d < 2; d++)
         for (int64_t i = 0; i < out[d]; i++) {
             int64_t w = win_end(i, in[d], out[d]) - win_start(i, in[d], out[d]);
@@ -791,9 +817,6 @@ static kiln_tensor *adaptive_max_idx(const char *op, int nsp, kiln_tensor *x,
     lead[first] = nout;
     kiln_tensor *flat = kiln_reshape(kiln_gather(table, first + 1, am), first + 1, lead);
     kiln_tensor *y = kiln_gather(xf, first, flat);
-    int64_t full[KILN_MAX_DIMS];
-    memcpy(full, X->shape, sizeof(int64_t) * (size_t)first);
-    memcpy(full + first, sizes, sizeof(int64_t) * (size_t)nsp);
     y = kiln_reshape(y, X->ndim, full);
     if (indices) {
         kiln_tensor *idx = kiln_reshape(flat, X->ndim, full);

@@ -80,6 +80,11 @@ int ir_add(ir_builder *b, lower_ins p) {
     for (int i = 0; i < 3 && p.op != UOP_REDUCE; i++)
         if (ops[i] >= 0 && b->ins[ops[i]].inner)
             p.inner = true;
+    /* Derived once here: walking the operands instead took time
+     * exponential in the depth of shared index arithmetic (a fuzzer's
+     * chain of pools and pads ran past its 10 s per input). */
+    p.lane = p.op == UOP_LANE || (p.op >= UOP_IADD && p.op <= UOP_IMOD &&
+                                  ((p.a >= 0 && b->ins[p.a].lane) || (p.b >= 0 && b->ins[p.b].lane)));
     if (!grow(b)) {
         b->failed = true;
         return 0;
@@ -274,14 +279,7 @@ static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
 /* Whether index value x depends on an elementwise kernel's lane. Only
  * there is the pair put back together: elsewhere the folds stay what they
  * were, which programs shared between sizes depend on. */
-static bool has_lane(const ir_builder *b, int x) {
-    const lower_ins *xi = &b->ins[x];
-    if (xi->op == UOP_LANE)
-        return true;
-    if (xi->op < UOP_IADD || xi->op > UOP_IMOD)
-        return false;
-    return has_lane(b, xi->a) || has_lane(b, xi->b);
-}
+static bool has_lane(const ir_builder *b, int x) { return b->ins[x].lane; }
 
 /* (v / c) c f + (v % c) f = v f (true of C's truncating division for
  * every v): a coordinate split by unflatten and put back together by a

@@ -161,6 +161,7 @@ typedef struct lower_ins {
     graph_scalar imm;
     int buf;
     bool inner;
+    bool lane; /* index values: whether it depends on UOP_LANE (derived, as inner) */
     int64_t min, max; /* index values: bounds (inclusive) over every lane, masked
                          ones included; a target may pick a narrower type */
     int sized;        /* UOP_IMM: 0, or 1 + the run-time size (lower/sizes.c) that the

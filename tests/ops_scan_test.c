@@ -225,3 +225,23 @@ TU_TEST(scan, prod) {
         TU_EXPECT_VALS(kiln_grad(z), KILN_F64, 0, -30, 0, 0);
     }
 }
+
+/* Scans chained inside a reduction: each pass of a scan reads the one
+ * before at two indices, and the reduction's kernel computes the whole
+ * chain, so its index arithmetic is a deep shared DAG. Asking whether an
+ * index depended on the lane walked that DAG as a tree: five cumprods
+ * under a mean took 45 s on the reference executor (the fuzzer's 10 s per
+ * input ran out at four), and these six would not finish. */
+TU_TEST(scan, chained_inside_a_reduction) {
+    TU_RNG(r);
+    double x[64], cur[64], want[4] = {0};
+    kiln_tensor *t = tu_rand_tensor(ctx, &r, KILN_F64, TU_S(4, 4, 4), 0.5, 1.5, x);
+    memcpy(cur, x, sizeof x);
+    for (int s = 0; s < 6; s++) {
+        scan_ref(1, cur, 16, 4, cur);
+        t = kiln_cumprod(t, -1);
+    }
+    for (int i = 0; i < 64; i++)
+        want[i / 16] += cur[i];
+    TU_EXPECT(kiln_sum(t, TU_AXES(1, 2), false), KILN_F64, want, 4);
+}
