@@ -10,9 +10,27 @@
 # cuda alone); NVRTC and the driver are found there at run time, as
 # everywhere.
 #
-# Usage: bench/gpu_bundle.sh   (then run bench/gpu_check.sh there with .gpu)
+# bench/gpu_check.sh runs it itself where Bazel is installed and the bundle
+# is missing or was built from another tree: .gpu/built holds the hash of
+# the build inputs it was built from (what `--hash` prints for the tree now)
+# and, on its second line, when and from which commit.
+#
+# Usage: bench/gpu_bundle.sh [--hash]   (then run bench/gpu_check.sh there with .gpu)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+# The build inputs' contents, hashed in a fixed order.
+tree_hash() {
+    find . \( -path ./.git -o -path './bazel-*' -o -path ./.gpu -o -path ./bench/peers \) -prune \
+        -o -type f \( -name '*.[ch]' -o -name BUILD -o -name '*.bzl' -o -name WORKSPACE \
+        -o -name .bazelrc \) -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum |
+        cut -c1-32
+}
+if [[ ${1:-} == --hash ]]; then
+    tree_hash
+    exit 0
+fi
+hash=$(tree_hash)
 
 TESTS=(ops_binary_test ops_cast_test ops_conv_test ops_create_test ops_einsum_test
     ops_index_test ops_loss_test ops_math_test ops_matmul_test ops_reduce_test ops_scan_test
@@ -46,4 +64,9 @@ done | sort -u | while read -r lib; do
     esac
 done
 cp /usr/share/datasets/fashion-mnist/*-ubyte.gz .gpu/data/
+{
+    echo "$hash"
+    echo "built $(date -u '+%Y-%m-%d %H:%M UTC')$(git rev-parse --short HEAD 2>/dev/null |
+        sed 's/^/ from /')$(git status --porcelain 2>/dev/null | grep -q . && echo ' (with changes)')"
+} >.gpu/built
 du -sh .gpu | sed 's/^/bench\/gpu_bundle.sh: .gpu holds /'

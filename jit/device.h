@@ -42,6 +42,8 @@ typedef struct jit_device_ops {
                             graphs that differ only in sizes can share its programs */
     bool joint_attention_grads; /* its renderer takes an attention backward as one kernel
                                    (lower.h's LOWER_JOINT_ATTENTION_GRADS) */
+    bool split_operands; /* its renderer packs split matmul operands (lower.h's
+                            LOWER_SPLIT_OPERANDS) */
 
     /* Opens the device; KILN_ERR_DEVICE (or OOM) with a message when it cannot. */
     kiln_status (*open)(const jit_device_config *cfg, jit_device **out, char *msg, size_t cap);
@@ -102,6 +104,13 @@ typedef struct jit_device_ops {
      * key of the stored figure); with measure, gbps, gflops and
      * vector_bits are measured too. */
     kiln_status (*limits)(jit_device *d, bool measure, kiln_machine *m, char *msg, size_t cap);
+    /* Optional, with limits: the dense peak in GFLOP/s of the units that compute
+     * a product of two dt operands accumulating in f32 (a generated kernel's
+     * or a library's), where those are not the f32 FMA lanes of limits'
+     * gflops: a GPU's tensor cores for f16 and bf16, and for f32 where TF32 is
+     * allowed. 0 where the FMA lanes do it. The profiler rates such a product
+     * against it. */
+    double (*product_peak)(jit_device *d, kiln_dtype dt);
 } jit_device_ops;
 
 /* Every device starts with this (implementations embed it first). */

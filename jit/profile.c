@@ -5,9 +5,12 @@
  * KILN_DUMP's files.
  *
  * A kernel's share of the machine is the larger of its achieved bandwidth
- * over the triad's and its achieved GFLOP/s over the FMA peak: its time at
- * the roofline is max(bytes/bandwidth, flops/peak), and that over its
- * measured time is the same number. The limit with the larger term binds. */
+ * over the triad's and its achieved GFLOP/s over its compute peak: its time
+ * at the roofline is max(bytes/bandwidth, flops/peak), and that over its
+ * measured time is the same number. The limit with the larger term binds.
+ * The peak is the FMA lanes', except for a product the device runs on
+ * other units (a GPU's tensor cores: jit_device_ops.product_peak), which is
+ * rated against theirs. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +18,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "jit/device.h"
 #include "jit/profile.h"
 
 /* Launches kept for the trace; later ones are still aggregated. */
@@ -26,6 +30,7 @@ typedef struct prof_kernel {
     char name[96], fused[160], grid[64];
     const char *origin;
     double flops, bytes, compile_ms;
+    double peak; /* GFLOP/s of the units its products run on; 0: the machine's gflops */
     int64_t launches, graph_hits;
     double total_ms, min_ms, max_ms;
 } prof_kernel;
@@ -109,10 +114,27 @@ static double node_bytes(const graph_node *n) {
     return (double)graph_numel(n) * (double)graph_dtype_size(n->dtype);
 }
 
+/* The dtype of a matmul's operands where both have it and they accumulate
+ * in f32 (halves do: the planner's condition for tensor cores, in
+ * lower/plan.c), else -1. */
+static int product_dtype(const lower_kernel *k) {
+    if (k->kind != LOWER_MATMUL)
+        return -1;
+    kiln_dtype a = k->inputs[k->a.buf - k->nouts]->dtype,
+               b = k->inputs[k->b.buf - k->nouts]->dtype, acc = k->out->dtype;
+    for (int i = 0; i < k->nins; i++)
+        if (k->ins[i].op == UOP_ACC)
+            acc = k->ins[i].dt;
+    bool f32_acc = acc == KILN_F32 || acc == KILN_F16 || acc == KILN_BF16;
+    return a == b && f32_acc && (a == KILN_F32 || a == KILN_F16 || a == KILN_BF16) ? (int)a
+                                                                                   : -1;
+}
+
 static jit_kernel_cost kernel_cost(const lower_kernel *k) {
-    jit_kernel_cost c = {0, 0};
+    jit_kernel_cost c = {0, 0, -1};
     if (!lower_kind_has_code(k->kind))
         return c;
+    c.product_dtype = product_dtype(k);
     /* a scatter's inner instructions run in its copy pass or its scatter
      * passes: counted over the longer */
     double outer = (double)k->numel,
@@ -206,24 +228,37 @@ typedef struct share {
     const char *bound;
 } share;
 
-static share share_of(double flops, double bytes, double ms, const kiln_machine *m) {
+/* peak: the kernel's compute peak, 0 for the machine's. */
+static share share_of(double flops, double bytes, double ms, const kiln_machine *m,
+                      double peak) {
     share s = {0, 0, 0, ""};
     if (ms <= 0)
         return s;
     s.gflops = flops / ms * 1e-6;
     s.gbps = bytes / ms * 1e-6;
     if (m) {
-        double bw = s.gbps / m->gbps, fl = s.gflops / m->gflops;
+        double top = peak > 0 ? peak : m->gflops;
+        double bw = s.gbps / m->gbps, fl = s.gflops / top;
         s.pct = 100.0 * (bw > fl ? bw : fl);
-        s.bound = bytes / m->gbps >= flops / m->gflops ? "memory" : "compute";
+        s.bound = bytes / m->gbps >= flops / top ? "memory" : "compute";
     }
     return s;
 }
 
+/* The compute peak of a kernel costing c: that of the units the device
+ * runs its product on, where they are not the FMA lanes; else 0. */
+static double peak_of(const jit_watch *w, const jit_kernel_cost *c) {
+    jit_device *d = w->dev;
+    if (!c || c->product_dtype < 0 || !d || !d->ops->limits || !d->ops->product_peak)
+        return 0;
+    return d->ops->product_peak(d, (kiln_dtype)c->product_dtype);
+}
+
 /* ---- hooks ---- */
 
-static prof_kernel *find_kernel(jit_prof *p, const jit_prog_facts *f, const lower_kernel *k,
-                                int index) {
+static prof_kernel *find_kernel(const jit_watch *w, const jit_prog_facts *f,
+                                const lower_kernel *k, int index) {
+    jit_prof *p = w->prof;
     uint64_t h = (f->key.lo ^ (f->key.hi * 0x9E3779B97F4A7C15ull)) + (uint64_t)index * 0xBF58476D1CE4E5B9ull;
     for (size_t at = p->tcap ? h & (size_t)(p->tcap - 1) : 0; p->tcap && p->table[at] >= 0;
          at = (at + 1) & (size_t)(p->tcap - 1)) {
@@ -260,7 +295,8 @@ static prof_kernel *find_kernel(jit_prof *p, const jit_prog_facts *f, const lowe
     }
     prof_kernel *e = &p->kernels[p->nkernels];
     *e = (prof_kernel){.key = f->key, .index = index, .origin = f->origin,
-                       .compile_ms = f->build_ms};
+                       .compile_ms = f->build_ms,
+                       .peak = peak_of(w, f->cost ? &f->cost[index] : NULL)};
     snprintf(e->name, sizeof e->name, "%s", k->name);
     snprintf(e->fused, sizeof e->fused, "%s", k->fused);
     kernel_grid(k, e->grid, sizeof e->grid);
@@ -298,15 +334,15 @@ void jit_watch_launch(jit_watch *w, const jit_prog_facts *f, const lower_kernel 
         kernel_grid(k, grid, sizeof grid);
         kiln_machine m;
         bool have = jit_machine_get(w, &m, msg, sizeof msg) == KILN_OK;
-        jit_kernel_cost c = f->cost ? f->cost[i] : (jit_kernel_cost){0, 0};
-        share s = share_of(c.flops, c.bytes, ms, have ? &m : NULL);
+        jit_kernel_cost c = f->cost ? f->cost[i] : (jit_kernel_cost){0, 0, -1};
+        share s = share_of(c.flops, c.bytes, ms, have ? &m : NULL, peak_of(w, &c));
         fprintf(stderr, "kiln:   %-40s %-20s %10.3f ms %9.2f GFLOP/s %8.2f GB/s %5.1f%% of %s\n",
                 k->name, grid, ms, s.gflops, s.gbps, s.pct, have ? s.bound : "(limits unknown)");
     }
     jit_prof *p = w->prof;
     if (!p || !w->recording)
         return;
-    prof_kernel *e = find_kernel(p, f, k, i);
+    prof_kernel *e = find_kernel(w, f, k, i);
     if (!e)
         return;
     if (e->launches == 0 || ms < e->min_ms)
@@ -418,7 +454,7 @@ static kiln_status limits(jit_watch *w, kiln_machine *m, char *msg, size_t cap) 
 
 static kiln_kernel_profile report_of(const prof_kernel *e, const kiln_machine *m) {
     double mean = e->launches ? e->total_ms / (double)e->launches : 0;
-    share s = share_of(e->flops, e->bytes, mean, m);
+    share s = share_of(e->flops, e->bytes, mean, m, e->peak);
     return (kiln_kernel_profile){
         .name = e->name, .fused = e->fused, .grid = e->grid, .code = e->origin,
         .bound = s.bound, .launches = e->launches, .graph_hits = e->graph_hits,
@@ -464,7 +500,8 @@ kiln_status jit_profile_print(jit_backend *j, FILE *f, char *msg, size_t cap) {
                 e->bytes * 1e-6, r.gflops, r.gbps, pct, e->compile_ms, e->origin, e->fused);
     }
     if (have)
-        fprintf(f, "limit%%: share of the binding limit (m: memory bandwidth, c: compute peak)\n");
+        fprintf(f, "limit%%: share of the binding limit (m: memory bandwidth, c: compute peak, "
+                   "a product's on tensor cores theirs)\n");
     return ferror(f) ? KILN_ERR_IO : KILN_OK;
 }
 
@@ -578,7 +615,7 @@ static kiln_status write_trace(jit_watch *w, const char *path, char *msg, size_t
         fprintf(f, ",\"cat\":\"kernel\",\"ph\":\"X\",\"pid\":1,\"tid\":1,\"ts\":%.3f,"
                    "\"dur\":%.3f,\"args\":{",
                 ev->t0 * 1e3, (ev->t1 - ev->t0) * 1e3);
-        share s = share_of(e->flops, e->bytes, ev->t1 - ev->t0, have ? &m : NULL);
+        share s = share_of(e->flops, e->bytes, ev->t1 - ev->t0, have ? &m : NULL, e->peak);
         fprintf(f, "\"fused\":");
         json_str(f, e->fused);
         fprintf(f, ",\"grid\":");

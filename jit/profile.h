@@ -15,6 +15,10 @@
 /* A kernel's work per launch, counted from its IR (see jit_prog_costs). */
 typedef struct jit_kernel_cost {
     double flops, bytes;
+    int product_dtype; /* a matmul of two operands of this dtype (a kiln_dtype) that
+                          accumulate in f32, whose products a device may run on other
+                          units than the FMA lanes (jit_device_ops.product_peak); -1
+                          for any other kernel */
 } jit_kernel_cost;
 
 /* What the profiler knows of a compiled program, kept with it. */
@@ -56,7 +60,9 @@ jit_watch *jit_backend_watch(jit_backend *j);
  * a matmul adds 2·n·k·m per batch. Bytes: each output once, plus for each
  * input the elements its widest load touches, at most the whole input, so an
  * input read through a broadcast counts once (caches are assumed to hold the
- * repeats) and one read at several places counts once. */
+ * repeats) and one read at several places counts once. A kernel's compute
+ * peak is the machine's gflops, or the device's product_peak for its
+ * product_dtype where that is not 0. */
 jit_kernel_cost *jit_prog_costs(const lower_program *p);
 
 /* KILN_DUMP: writes the program's source, kernel IR and plans there, and the

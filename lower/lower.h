@@ -200,13 +200,41 @@ typedef struct lower_scatter_store {
 /* Whether a kernel of kind k is generated code (a renderer's business). */
 bool lower_kind_has_code(lower_kind k);
 
-/* Strides (in elements) of a matmul operand over its base buffer. */
+/* Strides (in elements) of a matmul operand over its base buffer.
+ *
+ * A split operand's rows or columns are several axes of its base, which no
+ * single stride reaches: the im2col view of a convolution's padded input,
+ * whose rows are (channel, tap...) and whose columns are output positions.
+ * A row index then splits row-major into nrdims axes of sizes rsize and
+ * strides rstride (likewise a column index: ncdims, csize, cstride), and
+ * row_stride (col_stride) is 0. Reading it in place spares the copy that
+ * materialising the view would take (9x the input for a 3x3 kernel). Only a
+ * target that says it packs them gets them (LOWER_SPLIT_OPERANDS), and only
+ * as B; nrdims and ncdims are 0 on every other operand. */
+enum { LOWER_SPLIT_DIMS = 4 };
 typedef struct lower_operand {
     int buf;
     int64_t offset;
     int64_t batch_strides[KILN_MAX_DIMS];
     int64_t row_stride, col_stride;
+    int nrdims, ncdims;
+    int64_t rsize[LOWER_SPLIT_DIMS], rstride[LOWER_SPLIT_DIMS];
+    int64_t csize[LOWER_SPLIT_DIMS], cstride[LOWER_SPLIT_DIMS];
+    /* A split operand read through a pad (its zeros no stride reaches): the
+     * pad's masked axes, each with its bounds [mlo, mhi) and the coordinate
+     * at the operand's first element; a row or column axis that moves along
+     * masked axis m has rmask (cmask) m and its step there, others -1. An
+     * element is read where every masked coordinate lies within its bounds,
+     * and is 0 elsewhere. */
+    int nmasks;
+    int64_t mlo[LOWER_SPLIT_DIMS], mhi[LOWER_SPLIT_DIMS], morigin[LOWER_SPLIT_DIMS];
+    int8_t rmask[LOWER_SPLIT_DIMS], cmask[LOWER_SPLIT_DIMS];
+    int64_t rstep[LOWER_SPLIT_DIMS], cstep[LOWER_SPLIT_DIMS];
 } lower_operand;
+
+static inline bool lower_operand_split(const lower_operand *o) {
+    return o->nrdims > 0 || o->ncdims > 0;
+}
 
 /* LOWER_ATTENTION: GRAPH_ATTENTION or a backward op of it (see graph.h), as one
  * hand-blocked kernel per target: batch dims as a matmul's (lower_kernel.nbatch,
@@ -297,7 +325,13 @@ enum {
      * LOWER_JOINT_ATTENTION_BATCH matrices: the joint kernel is one program
      * instance per matrix (dq sums over every key block), so fewer would leave
      * threads idle that the two kernels' blocks keep busy. */
-    LOWER_JOINT_ATTENTION_GRADS = 2u
+    LOWER_JOINT_ATTENTION_GRADS = 2u,
+    /* The target packs split matmul operands (lower_operand): a matmul's B
+     * that is a reshape of a view over a buffer, where the view reads the
+     * buffer's elements several times each (an im2col), is read in place
+     * from that buffer instead of being copied out first. Only with
+     * LOWER_FUSE. */
+    LOWER_SPLIT_OPERANDS = 4u
 };
 enum { LOWER_JOINT_ATTENTION_BATCH = 16 };
 
@@ -389,7 +423,8 @@ typedef struct lower_plan {
     int nblocks;
     lower_block *blocks; /* in order; after the last, the stores (unless it is a STORE pass) */
     bool narrow;        /* every index value, masked lanes included, fits int32 */
-    bool split;         /* few long rows: each pass over a row is split across threads */
+    bool split;         /* few long rows: each pass over a row is split across threads
+                           (a GPU: across row_blocks program instances) */
     int64_t columns;    /* a sum down columns (every load contiguous along the outputs,
                            strided along the reduced elements: a bias gradient): the
                            outputs in chunks of this many, each chunk's partial sums a
@@ -400,6 +435,13 @@ typedef struct lower_plan {
                            time: lower_sizes_mark) */
     int64_t grid;       /* program instances */
     int block_threads;  /* GPU: threads per program instance */
+    int64_t row_blocks; /* GPU, split: program instances per row (grid: numel x row_blocks),
+                           instance c reducing the row's elements [c row_chunk, (c + 1)
+                           row_chunk); the last of a row's instances to finish combines
+                           their partials in instance order and stores. 0 otherwise
+                           (always on a CPU) */
+    int64_t row_chunk;  /* GPU, split: reduced elements per instance, a multiple of
+                           block_threads */
     int vector_bytes;   /* the vectors the code should use */
     lower_mm_plan mm;   /* LOWER_MATMUL */
     lower_att_plan att; /* LOWER_ATTENTION */

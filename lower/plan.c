@@ -1,9 +1,10 @@
 /* plan.c — every decision a renderer needs, made once for every target: which
  * instructions are live and in which block (per element, per pass over the
  * reduced elements, after a reduction), whether index arithmetic fits 32
- * bits, whether a long row is split across threads, how much work is worth
- * threads, the grid, and how a matmul is blocked. A renderer walks the plan
- * and prints or emits what it says; it decides nothing. */
+ * bits, whether a long row is split across threads (on a GPU, across
+ * blocks), how much work is worth threads, the grid, and how a matmul is
+ * blocked. A renderer walks the plan and prints or emits what it says; it
+ * decides nothing. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -26,6 +27,15 @@
 #define GPU_MM_THREADS 256
 #define GPU_MMA_THREADS 128 /* tensor cores: 4 warps of 32 x 32 outputs */
 #define GPU_GRID_CAP ((int64_t)1 << 21)
+/* GPU: rows too few to fill the device are split across blocks. About 1024
+ * blocks of 256 threads fill an H100 (132 SMs, 8 such blocks resident on
+ * each), so a row gets blocks until the kernel has about that many; a block
+ * takes at least GPU_SPLIT_CHUNK elements (32 per thread), so that its fixed
+ * cost (a block-wide combine, a fence and an atomic, its share of the last
+ * block's combine) stays small beside its loads. A 64M-element sum thus
+ * runs on 1024 blocks of 64K elements instead of one block. */
+#define GPU_SPLIT_BLOCKS 1024
+#define GPU_SPLIT_CHUNK ((int64_t)8192)
 /* CPU matmul cache blocks: MC rows of A share each packing of B; the KC x NC
  * slice of packed B stays in L2 while the micro-kernel walks it with one
  * MR-row panel of A, which stays in L1. Measured on AVX-512 f32 at 1024 and
@@ -295,7 +305,8 @@ static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_ta
      * micro-kernel where it lies (measured: faster than packing it, while a
      * transposed A is faster packed). */
     kiln_dtype at = operand_dtype(k, &k->a);
-    mm->a_direct = at == mm->acc && (at == KILN_F32 || at == KILN_F64) && k->a.col_stride == 1;
+    mm->a_direct = at == mm->acc && (at == KILN_F32 || at == KILN_F64) && k->a.col_stride == 1 &&
+                   !lower_operand_split(&k->a);
     int64_t tasks = nb * ceil_div(k->n, mm->mc) * ceil_div(k->m, mm->nc);
     p->grid = k->n > 0 && k->m > 0 ? tasks : 0;
     p->parallel = nb * k->n * k->m * k->k >= PAR_MIN_MATMUL && tasks > 1;
@@ -518,6 +529,62 @@ static int64_t attention_units(const lower_kernel *k, int64_t bq, int64_t bk) {
            (a->op == GRAPH_ATTENTION_DKV ? ceil_div(a->s, bk) : ceil_div(a->l, bq));
 }
 
+/* Whether every pass of a reduction kernel can run split across blocks:
+ * one or more reduce passes, none reading what a reduction computes (a
+ * variance's second pass reads the mean: it would need the whole grid to
+ * wait between passes), and no store pass. Row kernels (softmax, layer
+ * norm: a STORE pass) stay one block per row: their store pass needs every
+ * reduction of the row finished in every block, which the last-block scheme
+ * cannot give without a grid-wide barrier, and their rows are seldom few
+ * and long. */
+static bool passes_split(const lower_plan *p, const lower_kernel *k) {
+    bool *after = calloc((size_t)(k->nins ? k->nins : 1), sizeof *after);
+    if (!after)
+        return false; /* only a missed speed-up */
+    for (int i = 0; i < k->nins; i++) {
+        const lower_ins *x = &k->ins[i];
+        int ops[3] = {x->a, x->b, x->c};
+        after[i] = x->op == UOP_REDUCE;
+        for (int j = 0; j < 3; j++)
+            after[i] = after[i] || (ops[j] >= 0 && after[ops[j]]);
+    }
+    bool ok = false;
+    for (int b = 0; b < p->nblocks; b++) {
+        const lower_block *blk = &p->blocks[b];
+        if (blk->kind == LOWER_BLOCK_STORE || blk->kind == LOWER_BLOCK_SCATTER) {
+            ok = false;
+            break;
+        }
+        if (blk->kind != LOWER_BLOCK_REDUCE)
+            continue;
+        ok = true;
+        for (int i = 0; i < blk->n && ok; i++)
+            ok = !after[blk->ins[i]];
+        if (!ok)
+            break;
+    }
+    free(after);
+    return ok;
+}
+
+/* GPU: a reduction with rows too few to fill the device (see
+ * GPU_SPLIT_BLOCKS) gives each row row_blocks blocks, each reducing a chunk
+ * of row_chunk contiguous elements (a multiple of the block's threads, so
+ * that chunks start aligned); the last block of a row to finish combines
+ * the partials and stores. */
+static void plan_gpu_split(lower_plan *p, const lower_kernel *k) {
+    if (k->numel <= 0 || k->rnumel < 2 * GPU_SPLIT_CHUNK || !passes_split(p, k))
+        return;
+    int64_t fill = ceil_div(GPU_SPLIT_BLOCKS, k->numel), most = k->rnumel / GPU_SPLIT_CHUNK;
+    int64_t blocks = fill < most ? fill : most;
+    if (blocks < 2)
+        return;
+    p->split = true;
+    p->row_chunk = ceil_div(ceil_div(k->rnumel, blocks), GPU_RED_THREADS) * GPU_RED_THREADS;
+    p->row_blocks = ceil_div(k->rnumel, p->row_chunk);
+    p->grid = gpu_grid(k->numel * p->row_blocks);
+}
+
 /* The loop nest: grid, threads, splits, and the matmul's blocking. */
 static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     int64_t tile = k->tile > 0 ? k->tile : 1;
@@ -536,6 +603,8 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
             int64_t r = k->rnumel < 1 ? 1 : k->rnumel;
             p->grid = gpu_grid(k->numel);
             p->block_threads = r >= GPU_RED_THREADS ? GPU_RED_THREADS : (int)ceil_div(r, 32) * 32;
+            if (k->kind == LOWER_REDUCE)
+                plan_gpu_split(p, k);
             break;
         }
         case LOWER_MATMUL:
@@ -656,6 +725,9 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
             p->vector_bytes, p->narrow ? "int32" : "int64");
     if (p->columns)
         fprintf(f, ", down columns in chunks of %lld", (long long)p->columns);
+    if (p->row_blocks)
+        fprintf(f, ", %lld blocks per row, chunks of %lld", (long long)p->row_blocks,
+                (long long)p->row_chunk);
     if (p->block_threads)
         fprintf(f, ", %d threads per block", p->block_threads);
     fprintf(f, "\n");

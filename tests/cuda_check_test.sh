@@ -3,10 +3,18 @@
 # CUDA: runs the op test binaries with KILN_CHECK_CUDA=1, which renders every
 # scheduled program to CUDA C and compiles it with NVRTC for sm_90 (any error
 # or warning fails the sync, and so the test). Without NVRTC it says so and
-# passes, having checked nothing.
+# passes, having checked nothing (a machine without the toolkit); with NVRTC
+# installed, checking nothing fails, so that the check cannot go quiet.
 set -u
 cuda="${KILN_CUDA_PATH:-/usr/local/cuda}"
-if ! compgen -G "$cuda/lib64/libnvrtc.so*" >/dev/null && ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+has_nvrtc() { compgen -G "$1/lib64/libnvrtc.so*" >/dev/null; }
+if ! has_nvrtc "$cuda" && ! /sbin/ldconfig -p 2>/dev/null | grep -q 'libnvrtc\.so'; then
+    if has_nvrtc /usr/local/cuda; then
+        echo "cuda_check_test: NVRTC is installed in /usr/local/cuda, but KILN_CUDA_PATH=$cuda has none:"
+        echo "cuda_check_test: NOTHING WAS CHECKED"
+        echo "[====] Synthesis: Tested: 1 | Passing: 0 | Failing: 1 | Crashing: 0"
+        exit 1
+    fi
     echo "cuda_check_test: NVRTC NOT FOUND in $cuda/lib64 nor on the library path:"
     echo "cuda_check_test: NOTHING WAS CHECKED (install the CUDA toolkit or set KILN_CUDA_PATH)"
     echo "[====] Synthesis: Tested: 0 | Passing: 0 | Failing: 0 | Crashing: 0"
@@ -38,5 +46,9 @@ for t in "$@"; do
     echo "cuda_check_test: $(basename "$t") $(($(ms) - t0)) ms"
 done
 echo "cuda_check_test: total $(($(ms) - start)) ms"
+if ((tested == 0)); then
+    echo "cuda_check_test: NVRTC is installed, but no test case ran: NOTHING WAS CHECKED"
+    tested=1 failing=1 status=1
+fi
 echo "[====] Synthesis: Tested: $tested | Passing: $passing | Failing: $failing | Crashing: 0"
 exit $status

@@ -164,6 +164,65 @@ Test(cuda_device, a_refused_module_is_an_error_and_the_context_survives) {
     kiln_ctx_free(ctx);
 }
 
+/* A sum of 2^21 floats: one row, too few for one block per row, so it is
+ * split across 256 blocks (chunks of 8192 elements, lower/plan.c) of 256
+ * threads, launched with the kernel's two buffers and nothing else. Its
+ * partials and per-row count are arrays of the module (the PTX declares
+ * them in .global), which the driver allocates and zeroes when it loads
+ * the module and the kernel leaves zeroed: the later runs of the program
+ * load nothing, take no device memory, and pass the same arguments. */
+Test(cuda_device, a_long_row_is_split_across_blocks_with_module_scratch) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("FAKE_CUDA_LOG", "1", 1);
+    kiln_ctx *ctx = open_fake(NULL);
+    void *h = dlopen(FAKE, RTLD_NOW | RTLD_NOLOAD);
+    cr_assert(h, "%s", dlerror());
+    void (*reset)(void) = (void (*)(void))(uintptr_t)dlsym(h, "fake_cuda_log_reset");
+    const char *(*module_text)(void) =
+        (const char *(*)(void))(uintptr_t)dlsym(h, "fake_cuda_module_text");
+    char **log = dlsym(h, "fake_cuda_log");
+    cr_assert(reset && module_text && log);
+    TU_RNG(r);
+    enum { N = 1 << 21 };
+    static float v[N];
+    kiln_tensor *x = random_f32(ctx, &r, N, v);
+    reset();
+    long loads = 0, allocs = 0;
+    for (int step = 0; step < 3; step++) {
+        kiln_tensor *s = kiln_sum(x, 0, NULL, false);
+        cr_assert_eq(kiln_realize(s), KILN_OK, "step %d: %s", step, kiln_error_message(s));
+        cr_assert_eq(fake_counter("fake_cuda_last_grid"), 256, "step %d: a grid of %ld blocks",
+                     step, fake_counter("fake_cuda_last_grid"));
+        cr_assert_eq(fake_counter("fake_cuda_last_block"), 256);
+        if (step == 0) {
+            const char *ptx = module_text();
+            cr_assert(strstr(ptx, ".global") && strstr(ptx, "kh_n_") && strstr(ptx, "kh_p0_"),
+                      "the module declares no scratch:\n%s", ptx);
+            cr_assert(strstr(ptx, "atom.global.add.u32"), "no count taken:\n%s", ptx);
+            allocs = fake_counter("fake_cuda_allocs");
+            loads = fake_counter("fake_cuda_module_loads");
+        }
+        kiln_release(s);
+    }
+    cr_assert_eq(fake_counter("fake_cuda_module_loads"), loads, "the module loaded again");
+    cr_assert_eq(fake_counter("fake_cuda_allocs"), allocs, "later runs allocated device memory");
+    /* three launches, each "name out in", with the same arguments */
+    int lines = 0;
+    for (const char *p = *log; *p; p++)
+        lines += *p == '\n';
+    cr_assert_eq(lines, 3, "%d launches:\n%s", lines, *log);
+    const char *l1 = *log, *l2 = strchr(l1, '\n');
+    size_t len = (size_t)(l2 - l1) + 1;
+    cr_assert(!strncmp(l1, l1 + len, len) && !strncmp(l1, l1 + 2 * len, len),
+              "the runs' arguments differ:\n%s", *log);
+    int spaces = 0;
+    for (const char *p = l1; p < l2; p++)
+        spaces += *p == ' ';
+    cr_assert_eq(spaces, 2, "not two arguments: %.*s", (int)(l2 - l1), l1);
+    dlclose(h);
+    kiln_ctx_free(ctx);
+}
+
 /* The profiler on a device whose launches return before their kernels ran:
  * each launch is timed by the device's events (the fake's clock moves 250
  * us per launch; the host's would say a few microseconds), and rated
@@ -343,7 +402,10 @@ static kiln_tensor *matrix(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, int64_t 
 
 /* One product on the fake device, checked against f64 arithmetic on the
  * same (rounded) values; whether it went to cuBLAS. */
-enum { EPI_NONE, EPI_RELU, EPI_BIAS, EPI_RESIDUAL };
+enum { EPI_NONE, EPI_RELU, EPI_BIAS, EPI_RESIDUAL, EPI_BIAS_RELU };
+
+/* kiln's relu: a NaN kept. */
+static double relu_ref(double x) { return x > 0 || isnan(x) ? x : 0; }
 
 static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b, int64_t n,
                       int64_t k, int64_t m, bool ta, bool tb, int epi) {
@@ -365,6 +427,8 @@ static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b,
         c = kiln_add(c, tu_tensor(ctx, dt, 1, &m, e));
     else if (epi == EPI_RESIDUAL)
         c = kiln_add(c, matrix(ctx, dt, batch, n, m, false, e));
+    else if (epi == EPI_BIAS_RELU)
+        c = kiln_relu(kiln_add(c, tu_tensor(ctx, dt, 1, &m, e)));
     double *got = malloc(sizeof *got * (size_t)(batch * n * m));
     TU_READ(c, got, batch * n * m);
     bool used = cublas_calls() > calls;
@@ -375,7 +439,11 @@ static bool blas_case(kiln_ctx *ctx, kiln_dtype dt, int64_t batch, bool bcast_b,
                 double want = 0;
                 for (int64_t q = 0; q < k; q++)
                     want += a[(p * n + i) * k + q] * b[((bcast_b ? 0 : p) * k + q) * m + j];
-                want += epi == EPI_BIAS ? e[j] : epi == EPI_RESIDUAL ? e[(p * n + i) * m + j] : 0;
+                want += epi == EPI_BIAS || epi == EPI_BIAS_RELU ? e[j]
+                        : epi == EPI_RESIDUAL                     ? e[(p * n + i) * m + j]
+                                                                  : 0;
+                if (epi == EPI_RELU || epi == EPI_BIAS_RELU)
+                    want = relu_ref(want);
                 double g = got[(p * n + i) * m + j];
                 cr_assert(fabs(g - want) <= tol * fmax(1, fabs(want)),
                           "%s [%lld]%lldx%lldx%lld%s%s%s: C[%lld][%lld][%lld] = %g, expected %g",
@@ -427,8 +495,18 @@ Test(cuda_device, products_go_to_cublas_with_the_right_layout_and_epilogue) {
     cr_assert(cublas_counter("fake_cublaslt_calls") == 16,
               "%ld products with a bias or residual went through cuBLASLt, not 16",
               cublas_counter("fake_cublaslt_calls"));
-    cr_assert(!blas_case(ctx, KILN_F32, 1, false, 8, 8, 8, false, false, EPI_RELU),
-              "matmul + relu went to cuBLAS, losing its fused epilogue");
+    /* relu after the product, with or without a bias (kiln_linear's weight
+     * read transposed), keeps its kernel: cuBLASLt's RELU and RELU_BIAS are
+     * not kiln's relu (jit/cuda/blas.c's epilogue_of) */
+    const int acts[] = {EPI_RELU, EPI_BIAS_RELU};
+    const kiln_dtype act_dts[] = {KILN_F32, KILN_F64};
+    for (int a = 0; a < 2; a++)
+        for (int d = 0; d < 2; d++)
+            for (int tb = 0; tb < 2; tb++)
+                cr_assert(!blas_case(ctx, act_dts[d], 1, false, 8, 8, 8, false, tb, acts[a]),
+                          "matmul%s + %srelu (%s) went to cuBLAS, losing its fused relu",
+                          tb ? " of B^T" : "", acts[a] == EPI_BIAS_RELU ? "bias + " : "",
+                          kiln_dtype_name(act_dts[d]));
     kiln_ctx_free(ctx);
 }
 
@@ -596,4 +674,223 @@ Test(cuda_device, dlpack_exchanges_gpu_memory_in_place) {
     TU_ASSERT_ERROR(kiln_from_dlpack(other, mc), KILN_ERR_ARG, "strided kDLCUDA");
     kiln_ctx_free(other);
     kiln_ctx_free(ctx);
+}
+
+/* A context the machine cannot give is refused with a message saying why,
+ * after every resource its opening took is given back: the driver's
+ * context released (the fake counts retains), no device memory left. */
+static void expect_refusal(const char *why, const char *also) {
+    setenv("KILN_CUDA_DRIVER", FAKE, 1);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CUDA);
+    const char *e = kiln_last_ctx_error();
+    if (!ctx && strstr(e, "has no compiler"))
+        cr_skip_test("no NVRTC, so no CUDA device opens: %s", e);
+    cr_assert_null(ctx, "a context opened where it should have been refused for %s", why);
+    cr_assert(strstr(e, "kiln_ctx_new: KILN_CUDA") && strstr(e, why) && (!also || strstr(e, also)),
+              "message: %s", e);
+    cr_assert_eq(fake_counter("fake_cuda_ctx_retained"), 0, "the driver's context is still held");
+    cr_assert_eq(fake_counter("fake_cuda_allocs"), fake_counter("fake_cuda_frees"));
+}
+
+/* The same machine, asked again with what it has, opens: a refusal leaves
+ * nothing behind that stops the next context. */
+static void expect_next_opens(void) {
+    unsetenv("FAKE_CUDA_DEVICES");
+    unsetenv("FAKE_CUDA_CC");
+    unsetenv("KILN_CUDA_DEVICE");
+    kiln_ctx *ctx = open_fake(NULL);
+    TU_RNG(r);
+    float v[5];
+    expect_roundtrip(random_f32(ctx, &r, 5, v), v, 5);
+    kiln_ctx_free(ctx);
+    cr_assert_eq(fake_counter("fake_cuda_ctx_retained"), 0);
+}
+
+Test(cuda_device, a_driver_without_a_gpu_is_refused_saying_so) {
+    setenv("FAKE_CUDA_DEVICES", "0", 1);
+    expect_refusal("no device", "no CUDA device is usable");
+    /* what KILN_DEVICE=cuda's default context says too */
+    setenv("KILN_DEVICE", "cuda", 1);
+    cr_assert_null(kiln_ctx_new(KILN_DEVICE_DEFAULT));
+    cr_assert(strstr(kiln_last_ctx_error(), "no device"), "message: %s", kiln_last_ctx_error());
+    unsetenv("KILN_DEVICE");
+    expect_next_opens();
+}
+
+Test(cuda_device, an_ordinal_beyond_the_devices_is_refused_naming_both) {
+    setenv("FAKE_CUDA_DEVICES", "2", 1);
+    setenv("KILN_CUDA_DEVICE", "2", 1);
+    expect_refusal("no CUDA device 2", "there are 2");
+    expect_next_opens();
+}
+
+/* A Kepler (sm_35), which NVRTC no longer compiles for since CUDA 12: the
+ * message names the device, its architecture and those NVRTC knows. */
+Test(cuda_device, an_architecture_nvrtc_cannot_compile_for_is_refused) {
+    setenv("FAKE_CUDA_CC", "35", 1);
+    expect_refusal("sm_35", "kiln fake device");
+    cr_assert(strstr(kiln_last_ctx_error(), "cannot compile for") &&
+                  strstr(kiln_last_ctx_error(), "it knows sm_"),
+              "message: %s", kiln_last_ctx_error());
+    expect_next_opens();
+}
+
+/* ---- matmul epilogues and the limits products are rated against ---- */
+
+/* x [6, 9], w [5, 9] and b [5] of f32 on ctx, a NaN in x's row 2. */
+static void linear_operands(kiln_ctx *ctx, kiln_tensor **x, kiln_tensor **w, kiln_tensor **b,
+                            float *vx, float *vw, float *vb) {
+    TU_RNG(r);
+    for (int i = 0; i < 6 * 9; i++)
+        vx[i] = (float)tu_unif(&r, -1, 1);
+    for (int i = 0; i < 5 * 9; i++)
+        vw[i] = (float)tu_unif(&r, -1, 1);
+    for (int i = 0; i < 5; i++)
+        vb[i] = (float)tu_unif(&r, -1, 1);
+    vx[2 * 9 + 4] = NAN;
+    *x = kiln_from_data(ctx, KILN_F32, 2, (int64_t[]){6, 9}, vx);
+    *w = kiln_from_data(ctx, KILN_F32, 2, (int64_t[]){5, 9}, vw);
+    *b = kiln_from_data(ctx, KILN_F32, 1, (int64_t[]){5}, vb);
+}
+
+/* kiln_linear goes to cuBLASLt's bias epilogue, the fake computing it: its
+ * values are the reference's element by element, the NaN in x carried to
+ * its row. Followed by kiln_relu, which keeps that NaN, it keeps its
+ * generated kernel: cuBLASLt's RELU_BIAS is documented as max(x, 0), which
+ * may make the NaN 0 (jit/cuda/blas.c's epilogue_of). */
+Test(cuda_device, linear_goes_to_cublaslt_and_linear_relu_keeps_its_kernel) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+    setenv("KILN_CUBLASLT", "tests/libfake_cublas.so", 1);
+    setenv("KILN_CUDA_MATMUL", "blas", 1);
+    kiln_ctx *ctx = open_fake(NULL);
+    float vx[6 * 9], vw[5 * 9], vb[5], y[6 * 5];
+    kiln_tensor *x, *w, *b;
+    linear_operands(ctx, &x, &w, &b, vx, vw, vb);
+    long lt = cublas_counter("fake_cublaslt_calls");
+    kiln_tensor *lin = kiln_linear(x, w, b);
+    cr_assert_eq(kiln_to_host(lin, y, sizeof y), KILN_OK, "%s", kiln_error_message(lin));
+    cr_assert_eq(cublas_counter("fake_cublaslt_calls") - lt, 1,
+                 "kiln_linear did not go to cuBLASLt's bias epilogue");
+    for (int i = 0; i < 6; i++)
+        for (int j = 0; j < 5; j++) {
+            double want = vb[j];
+            for (int q = 0; q < 9; q++)
+                want += (double)vx[i * 9 + q] * vw[j * 9 + q];
+            double got = y[i * 5 + j];
+            cr_assert(isnan(want) ? isnan(got) : fabs(got - want) <= 1e-5 * fmax(1, fabs(want)),
+                      "linear[%d][%d] = %g, expected %g", i, j, got, want);
+        }
+    /* fresh operands: the product must not be the one realized above */
+    linear_operands(ctx, &x, &w, &b, vx, vw, vb);
+    long calls = cublas_calls();
+    kiln_tensor *act = kiln_relu(kiln_linear(x, w, b));
+    cr_assert_eq(kiln_realize(act), KILN_OK, "%s", kiln_error_message(act));
+    cr_assert_eq(cublas_calls(), calls,
+                 "kiln_relu(kiln_linear) went to cuBLAS, whose relu may make a NaN 0");
+    kiln_ctx_free(ctx);
+}
+
+/* The fake device's tensor-core peak for `rate` dense f16 multiply-adds per
+ * clock per multiprocessor: 132 of them at 1.98 GHz, 2 flops each. */
+static double tensor_peak(int rate) { return 2.0 * rate * 132 * 1.98e9 * 1e-9; }
+
+typedef struct product_profile {
+    double pct, gflops, gbps;
+    bool compute; /* the compute term binds */
+} product_profile;
+
+/* One n x n x n product of two dt operands made by kiln_rand and realized
+ * first (so that the profile holds the product alone), profiled on a fresh
+ * fake device; its line, and the device's limits in *m. */
+static product_profile profile_product(kiln_dtype dt, int64_t n, kiln_machine *m) {
+    kiln_ctx *ctx = open_fake("268435456");
+    cr_assert_eq(kiln_machine_info(ctx, m), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    int64_t dims[2] = {n, n};
+    kiln_tensor *a = kiln_rand(ctx, dt, 2, dims, 1), *b = kiln_rand(ctx, dt, 2, dims, 2);
+    cr_assert_eq(kiln_realize(a), KILN_OK, "%s", kiln_error_message(a));
+    cr_assert_eq(kiln_realize(b), KILN_OK, "%s", kiln_error_message(b));
+    cr_assert_eq(kiln_profile_begin(ctx), KILN_OK);
+    kiln_tensor *c = kiln_matmul(a, b);
+    cr_assert_eq(kiln_realize(c), KILN_OK, "%s", kiln_error_message(c));
+    cr_assert_eq(kiln_profile_end(ctx), KILN_OK);
+    cr_assert_eq(kiln_profile_count(ctx), 1, "%d kernels profiled", kiln_profile_count(ctx));
+    kiln_kernel_profile k;
+    cr_assert_eq(kiln_profile_kernel(ctx, 0, &k), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    double flops = 2.0 * (double)n * (double)n * (double)n;
+    cr_assert(fabs(k.flops - flops) <= 1e-9 * flops && fabs(k.mean_ms - 0.25) < 1e-6,
+              "%s: %g flops in %g ms, expected the product's %g in 0.25", k.name, k.flops,
+              k.mean_ms, flops);
+    product_profile p = {k.pct_of_limit, k.gflops, k.gbps, !strcmp(k.bound, "compute")};
+    kiln_ctx_free(ctx);
+    return p;
+}
+
+/* The share that the roofline of bandwidth m->gbps and compute peak `peak`
+ * gives a profiled product. */
+static double roofline_pct(product_profile p, const kiln_machine *m, double peak) {
+    return 100 * fmax(p.gbps / m->gbps, p.gflops / peak);
+}
+
+/* A generated product whose plan runs it on the tensor cores (f16 and bf16,
+ * f32 through TF32 under KILN_ALLOW_TF32=1) is rated against their peak by
+ * compute capability: sm_90 2048 f16 multiply-adds per clock and SM, sm_80
+ * 1024, TF32 half; an f32 product without TF32 against the f32 peak. At
+ * 2048^3 in 250 us each binds on compute, so the percentage is the peak's. */
+Test(cuda_device, products_on_tensor_cores_are_rated_against_their_peak) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("FAKE_CUDA_KERNEL_US", "250", 1);
+    setenv("FAKE_CUDA_GBPS", "2000", 1);
+    setenv("KILN_CUDA_MATMUL", "kernel", 1);
+    struct {
+        kiln_dtype dt;
+        const char *cc, *tf32;
+        int rate; /* 0: the f32 peak */
+    } cases[] = {
+        {KILN_F16, "90", "0", 2048}, {KILN_BF16, "90", "0", 2048}, {KILN_F32, "90", "1", 1024},
+        {KILN_F32, "90", "0", 0},    {KILN_F16, "80", "0", 1024},  {KILN_F32, "80", "1", 512},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("FAKE_CUDA_CC", cases[i].cc, 1);
+        setenv("KILN_ALLOW_TF32", cases[i].tf32, 1);
+        kiln_machine m;
+        product_profile p = profile_product(cases[i].dt, 2048, &m);
+        double peak = cases[i].rate ? tensor_peak(cases[i].rate) : m.gflops;
+        double want = roofline_pct(p, &m, peak);
+        cr_assert(p.compute && fabs(p.pct - want) <= 1e-6 * want,
+                  "%s on sm_%s (TF32 %s): %g%% of the limit (%s bound), expected %g%% of a "
+                  "%g GFLOP/s peak", kiln_dtype_name(cases[i].dt), cases[i].cc, cases[i].tf32,
+                  p.pct, p.compute ? "compute" : "memory", want, peak);
+    }
+}
+
+/* Products through cuBLAS are rated the same way by their dtype: f16 on the
+ * tensor cores, f32 through TF32 when allowed, else on the FMA lanes. At
+ * 256^3 in 250 us the tensor cores' products bind on memory, and would bind
+ * on compute, with another percentage, against the f32 peak. */
+Test(cuda_device, cublas_products_are_rated_against_the_peak_of_their_dtype) {
+    setenv("FAKE_CUDA_KERNELS", "1", 1);
+    setenv("FAKE_CUBLAS_US", "250", 1);
+    setenv("FAKE_CUDA_GBPS", "2000", 1);
+    setenv("KILN_CUBLAS", "tests/libfake_cublas.so", 1);
+    setenv("KILN_CUDA_MATMUL", "blas", 1);
+    struct {
+        kiln_dtype dt;
+        const char *tf32;
+        int rate;
+    } cases[] = {{KILN_F16, "0", 2048}, {KILN_F32, "1", 1024}, {KILN_F32, "0", 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        setenv("KILN_ALLOW_TF32", cases[i].tf32, 1);
+        kiln_machine m;
+        long calls = cublas_calls();
+        product_profile p = profile_product(cases[i].dt, 256, &m);
+        cr_assert_eq(cublas_calls() - calls, 1, "the %s product did not go to cuBLAS",
+                     kiln_dtype_name(cases[i].dt));
+        double peak = cases[i].rate ? tensor_peak(cases[i].rate) : m.gflops;
+        double want = roofline_pct(p, &m, peak);
+        cr_assert(p.compute == !cases[i].rate && fabs(p.pct - want) <= 1e-6 * want,
+                  "cuBLAS %s (TF32 %s): %g%% of the limit (%s bound), expected %g%% of a %g "
+                  "GFLOP/s peak", kiln_dtype_name(cases[i].dt), cases[i].tf32, p.pct,
+                  p.compute ? "compute" : "memory", want, peak);
+    }
 }

@@ -5,6 +5,7 @@
  * with only a warning, are reported as compile failures carrying the log;
  * the rendered source names every kernel. Tests that need NVRTC are skipped
  * where it is not installed. */
+#define _POSIX_C_SOURCE 200809L /* open_memstream */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdint.h>
@@ -451,4 +452,225 @@ Test(cuda_program, tensor_core_products_compile) {
     assert_product_uses(KILN_F32, &t, "kh_fma(", "mma.sync");
     assert_product_uses(KILN_F32, &tf32, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", NULL);
     assert_product_uses(KILN_F16, &old, "kh_fma(", "mma.sync");
+}
+
+/* Attention of f16 and bf16 sources: staged and computed in float, each
+ * output element (and the forward's lse column) rounded to the half type
+ * by the storage helpers; forward, dq and dkv compile for sm_90, causal or
+ * not, over sizes off every tile and over views. */
+static void assert_half_attention_source(kiln_dtype dt, graph_op op) {
+    int64_t s[3] = {2, 17, 5}, sv[3] = {2, 17, 7}, sr[3] = {2, 17, 1};
+    graph_node *srcs[6] = {leaf(dt, 3, s), leaf(dt, 3, s), leaf(dt, 3, sv),
+                           leaf(dt, 3, sv), leaf(dt, 3, sr), leaf(dt, 3, sr)};
+    int n = op == GRAPH_ATTENTION ? 3 : 6;
+    for (int i = n; i < 6; i++)
+        graph_unref(srcs[i]);
+    lower_program *p = schedule(attention(op, n, srcs, 0.5, false));
+    lower_plan *plans = lower_plan_program(p, jit_cuda_target());
+    cr_assert(plans);
+    char msg[4096], *src = NULL;
+    cr_assert_eq(jit_cuda_render(p, plans, &src, msg, sizeof msg), KILN_OK, "%s", msg);
+    bool f16 = dt == KILN_F16;
+    const char *want[] = {"typedef float T;", f16 ? "= kh_f2h(" : "= kh_f2b(",
+                          f16 ? "kh_h2f(b" : "kh_b2f(b", op == GRAPH_ATTENTION ? "logf(" : "sDel["};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        cr_assert(strstr(src, want[i]), "%s %s: no '%s' in\n%s", kiln_dtype_name(dt),
+                  graph_op_name(op), want[i], src);
+    free(src);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+}
+
+Test(cuda_program, half_attention_compiles) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    const int64_t batch[2] = {2, 3};
+    const kiln_dtype dts[2] = {KILN_F16, KILN_BF16};
+    for (int t = 0; t < 2; t++)
+        for (int o = 0; o < 3; o++) {
+            assert_half_attention_source(dts[t], att_ops[o]);
+            attention_case(att_ops[o], dts[t], 4, batch, 17, 33, 5, 7, o != 1, "half attention");
+            attention_case(att_ops[o], dts[t], 3, batch, 200, 70, 64, 64, o == 1,
+                           "half attention 200x70x64");
+        }
+    /* views: k broadcast over a batch dim, q permuted, v's rows strided */
+    for (int o = 0; o < 3; o++) {
+        kiln_dtype dt = dts[o % 2];
+        int64_t sqb[4] = {2, 17, 3, 5}, skb[4] = {2, 1, 33, 5}, svb[4] = {2, 3, 7, 33};
+        int64_t sk[4] = {2, 3, 33, 5}, sg[4] = {2, 3, 17, 7}, sr[4] = {2, 3, 17, 1};
+        const int perm[4] = {0, 2, 1, 3}, tr[4] = {0, 1, 3, 2};
+        graph_node *srcs[6] = {permute(leaf(dt, 4, sqb), perm), expand(leaf(dt, 4, skb), sk),
+                               permute(leaf(dt, 4, svb), tr), leaf(dt, 4, sg), leaf(dt, 4, sr),
+                               leaf(dt, 4, sr)};
+        int n = att_ops[o] == GRAPH_ATTENTION ? 3 : 6;
+        for (int i = n; i < 6; i++)
+            graph_unref(srcs[i]);
+        assert_attention_compiles(schedule(attention(att_ops[o], n, srcs, 0.125, o == 2)),
+                                  att_ops[o], "half attention over views");
+    }
+}
+
+/* ---- reductions split across blocks ------------------------------------------ */
+
+/* What a CPU planner is told (the plan there must not change). */
+static const lower_target cpu_target = {.name = "cpu", .vector_bytes = 32};
+
+static bool plan_text_has(const lower_kernel *k, const lower_plan *plan, const char *want) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    cr_assert(f);
+    lower_print_plan(f, k, plan);
+    fclose(f);
+    bool has = strstr(text, want) != NULL;
+    free(text);
+    return has;
+}
+
+/* Every reduction kernel of p is split across blocks on the GPU, or none is
+ * (want_split): its plan (a grid of numel x row_blocks, chunks that are a
+ * multiple of the block and cover the row with none empty, said in the
+ * plan's text), its source (the module's count and partial arrays, the
+ * count taken and cleared), and the CPU's plan of the same kernel, which
+ * knows nothing of it. Then the program compiles through NVRTC, warnings
+ * failing it: that compile is of the split code, never of the plain row
+ * loop instead. Takes p. */
+static void assert_split(lower_program *p, bool want_split, const char *what) {
+    lower_plan *plans = lower_plan_program(p, jit_cuda_target());
+    lower_plan *cpu = lower_plan_program(p, &cpu_target);
+    cr_assert(plans && cpu);
+    char msg[16384], *src = NULL;
+    cr_assert_eq(jit_cuda_render(p, plans, &src, msg, sizeof msg), KILN_OK, "%s: %s", what, msg);
+    int reductions = 0;
+    for (int i = 0; i < p->nkernels; i++) {
+        const lower_kernel *k = &p->kernels[i];
+        const lower_plan *pl = &plans[i];
+        cr_assert_eq(cpu[i].row_blocks, 0, "%s: a CPU plan split across blocks", what);
+        cr_assert(!plan_text_has(k, &cpu[i], "blocks per row"), "%s", what);
+        if (k->kind != LOWER_REDUCE)
+            continue;
+        reductions++;
+        char count[160], clear[160];
+        snprintf(count, sizeof count, "atomicAdd(&kh_n_%s[g], 1u)", k->name);
+        snprintf(clear, sizeof clear, "kh_n_%s[g] = 0;", k->name);
+        if (!want_split) {
+            cr_assert(!pl->split && pl->row_blocks == 0 && !strstr(src, count),
+                      "%s: %s split across blocks", what, k->name);
+            continue;
+        }
+        cr_assert(pl->split && pl->row_blocks >= 2, "%s: %s (%lld rows of %lld) not split", what,
+                  k->name, (long long)k->numel, (long long)k->rnumel);
+        cr_assert_eq(pl->grid, k->numel * pl->row_blocks, "%s", what);
+        cr_assert(pl->row_chunk % pl->block_threads == 0, "%s: chunk %lld", what,
+                  (long long)pl->row_chunk);
+        cr_assert((pl->row_blocks - 1) * pl->row_chunk < k->rnumel &&
+                      k->rnumel <= pl->row_blocks * pl->row_chunk,
+                  "%s: %lld chunks of %lld for %lld elements", what, (long long)pl->row_blocks,
+                  (long long)pl->row_chunk, (long long)k->rnumel);
+        cr_assert(plan_text_has(k, pl, "blocks per row"), "%s: the plan's text omits the split",
+                  what);
+        cr_assert(strstr(src, count) && strstr(src, clear), "%s: %s:\n%s", what, k->name, src);
+        char decl[160];
+        snprintf(decl, sizeof decl, "__device__ kh_u32 kh_n_%s[%lld];", k->name,
+                 (long long)k->numel);
+        cr_assert(strstr(src, decl), "%s: no %s in\n%s", what, decl, src);
+        jit_cuda_dims d = jit_cuda_launch_dims(pl);
+        cr_assert_eq(d.grid, (unsigned)pl->grid, "%s", what);
+    }
+    cr_assert(reductions > 0, "%s: no reduction kernel", what);
+    free(src);
+    lower_plans_free(plans, p->nkernels);
+    lower_plans_free(cpu, p->nkernels);
+    assert_compiles(p, what);
+}
+
+/* n / the reduction's size, after it: a mean's post-reduction op. */
+static graph_node *mean_of(graph_node *x, uint32_t axes, int64_t n) {
+    graph_node *s = reduce(GRAPH_SUM, x, axes, KILN_F32);
+    graph_node *c = graph_full(g, KILN_F32, s->ndim, s->shape, (graph_scalar){.f = (double)n});
+    return binary(GRAPH_DIV, s, c);
+}
+
+Test(cuda_program, few_long_rows_split_across_blocks) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    int64_t flat[1] = {1 << 20}, rows3[2] = {3, 1 << 18}, odd[2] = {2, 300001};
+    assert_split(schedule(reduce(GRAPH_SUM, leaf(KILN_F32, 1, flat), 1, KILN_F32)), true,
+                 "f32 sum");
+    assert_split(schedule(reduce(GRAPH_RMAX, leaf(KILN_F32, 2, rows3), 2, KILN_F32)), true,
+                 "f32 max of 3 rows");
+    assert_split(schedule(reduce(GRAPH_ARGMAX, leaf(KILN_F32, 2, odd), 2, KILN_I64)), true,
+                 "argmax, the last chunk short");
+    assert_split(schedule(reduce(GRAPH_ARGMIN, leaf(KILN_I32, 2, odd), 2, KILN_I64)), true,
+                 "i32 argmin");
+    assert_split(schedule(reduce(GRAPH_SUM, leaf(KILN_I32, 1, flat), 1, KILN_I64)), true,
+                 "i32 sum in wrapping 64 bits");
+    assert_split(schedule(mean_of(leaf(KILN_F32, 2, rows3), 2, rows3[1])), true, "mean");
+    assert_split(schedule(reduce(GRAPH_SUM, leaf(KILN_F16, 1, flat), 1, KILN_F16)), true,
+                 "f16 sum");
+    assert_split(schedule(reduce(GRAPH_RMIN, leaf(KILN_BF16, 2, rows3), 2, KILN_BF16)), true,
+                 "bf16 min");
+    /* elementwise work before the reduction: exp(x) * 2 summed */
+    graph_node *x = leaf(KILN_F32, 1, flat);
+    graph_node *two = graph_full(g, KILN_F32, 1, flat, (graph_scalar){.f = 2});
+    assert_split(
+        schedule(reduce(GRAPH_SUM, binary(GRAPH_MUL, unary(GRAPH_EXP, x), two), 1, KILN_F32)),
+        true, "sum of exp(x) * 2");
+    /* two reductions of one row, neither reading the other, in one kernel:
+     * sum(y) + max(y), each with a partial array of its own */
+    graph_node *y = leaf(KILN_F32, 2, rows3);
+    lower_program *p = schedule(binary(GRAPH_ADD, reduce(GRAPH_SUM, graph_ref(y), 2, KILN_F32),
+                                       reduce(GRAPH_RMAX, y, 2, KILN_F32)));
+    cr_assert_eq(p->nkernels, 1, "sum(y) + max(y) is %d kernels; the test wants one",
+                 p->nkernels);
+    assert_split(p, true, "sum and max of the same rows");
+}
+
+/* What stays one block per row: rows that fill the device, short rows, a
+ * row kernel (its store pass needs the row's reductions finished), and a
+ * pass that reads an earlier reduction (a variance reads the mean). */
+Test(cuda_program, rows_that_stay_whole) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    int64_t many[2] = {4096, 1 << 12}, shortrow[1] = {8192}, row[2] = {1, 1 << 20};
+    assert_split(schedule(reduce(GRAPH_SUM, leaf(KILN_F32, 2, many), 2, KILN_F32)), false,
+                 "4096 rows");
+    assert_split(schedule(reduce(GRAPH_SUM, leaf(KILN_F32, 1, shortrow), 1, KILN_F32)), false,
+                 "8192 elements");
+    graph_node *x = leaf(KILN_F32, 2, row);
+    graph_node *m = expand(reduce(GRAPH_RMAX, graph_ref(x), 2, KILN_F32), row);
+    graph_node *e = unary(GRAPH_EXP, binary(GRAPH_SUB, x, m));
+    graph_node *sum = expand(reduce(GRAPH_SUM, graph_ref(e), 2, KILN_F32), row);
+    assert_split(schedule(binary(GRAPH_DIV, e, sum)), false, "softmax of one long row");
+    graph_node *v = leaf(KILN_F32, 2, row);
+    graph_node *d = binary(GRAPH_SUB, graph_ref(v), expand(mean_of(graph_ref(v), 2, row[1]), row));
+    graph_unref(v);
+    lower_program *p = schedule(reduce(GRAPH_SUM, binary(GRAPH_MUL, graph_ref(d), d), 2, KILN_F32));
+    bool one = p->nkernels == 1;
+    cr_assert(one, "the variance is %d kernels; the test wants its two passes in one", p->nkernels);
+    assert_split(p, false, "a variance's two passes");
+}
+
+/* A bad construct inside a split kernel's partial pass is a compile error:
+ * the split code is what NVRTC compiles. */
+Test(cuda_program, split_kernels_are_what_compiles) {
+    if (!have_nvrtc())
+        cr_skip_test("NVRTC is not installed");
+    int64_t flat[1] = {1 << 20};
+    lower_program *p = schedule(reduce(GRAPH_SUM, leaf(KILN_F32, 1, flat), 1, KILN_F32));
+    lower_plan *plans = lower_plan_program(p, jit_cuda_target());
+    cr_assert(plans && plans[p->nkernels - 1].row_blocks >= 2);
+    lower_plans_free(plans, p->nkernels);
+    lower_kernel *k = &p->kernels[p->nkernels - 1];
+    bool tampered = false;
+    for (int i = 0; i < k->nins; i++)
+        if (k->ins[i].op == UOP_LOAD) {
+            k->ins[i].buf = 7;
+            tampered = true;
+        }
+    cr_assert(tampered);
+    char msg[16384];
+    cr_assert_eq(jit_cuda_check_program(p, msg, sizeof msg), KILN_ERR_COMPILE);
+    cr_assert(strstr(msg, "b7"), "the log does not name the construct: %s", msg);
+    lower_program_free(p);
 }

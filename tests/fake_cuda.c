@@ -19,8 +19,14 @@
  * bytes, so that a profile timed by events has known figures; with
  * FAKE_CUDA_LOG=1 every kernel that runs is logged with its arguments
  * (fake_cuda_log), and CUDA graphs
- * (chains of kernel nodes, rebindable) run their nodes the same way. The
- * device has 132 multiprocessors at 1.98 GHz. */
+ * (chains of kernel nodes, rebindable) run their nodes the same way; the
+ * last kernel's grid and block are kept (fake_cuda_last_grid, _block), and
+ * the text of the last module loaded (fake_cuda_module_text). The
+ * device has 132 multiprocessors at 1.98 GHz.
+ *
+ * FAKE_CUDA_DEVICES=n reports n such devices (0: a driver without a GPU),
+ * FAKE_CUDA_CC=xy compute capability x.y instead of 9.0, so that the
+ * refusals of a machine kiln cannot use are tested too. */
 #define _GNU_SOURCE /* strdup, MAP_ANONYMOUS, MAP_NORESERVE */
 #include <stdint.h>
 #include <stdio.h>
@@ -141,12 +147,18 @@ CUresult cuGetErrorString(CUresult r, const char **s) {
 }
 
 CUresult cuDriverGetVersion(int *v) { return *v = 13000, OK; }
-CUresult cuDeviceGetCount(int *n) { return *n = 1, OK; }
-CUresult cuDeviceGet(int *d, int ordinal) { return ordinal == 0 ? (*d = 0, OK) : ERR_INVALID_DEVICE; }
-
 static double env_or(const char *name, double dflt) {
     const char *e = getenv(name);
     return e && *e ? strtod(e, NULL) : dflt;
+}
+
+/* FAKE_CUDA_DEVICES (default 1) devices, all alike: 0 is a machine whose
+ * driver loads but finds no GPU. */
+static int device_count(void) { return (int)env_or("FAKE_CUDA_DEVICES", 1); }
+
+CUresult cuDeviceGetCount(int *n) { return *n = device_count(), OK; }
+CUresult cuDeviceGet(int *d, int ordinal) {
+    return ordinal >= 0 && ordinal < device_count() ? (*d = 0, OK) : ERR_INVALID_DEVICE;
 }
 
 static int kernels_run(void) { return env_or("FAKE_CUDA_KERNELS", 0) == 1; }
@@ -160,9 +172,11 @@ void fake_cuda_advance(double ms) { device_ms += ms; }
 CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
     if (dev != 0)
         return ERR_INVALID_DEVICE;
+    /* FAKE_CUDA_CC (default 90): the compute capability as major * 10 + minor */
+    int cc = (int)env_or("FAKE_CUDA_CC", 90);
     switch (attr) {
-    case 75: *v = 9; break;         /* compute capability 9.0 */
-    case 76: *v = 0; break;
+    case 75: *v = cc / 10; break;   /* compute capability, major */
+    case 76: *v = cc % 10; break;   /* minor */
     case 16: *v = 132; break;       /* multiprocessors */
     case 13: *v = 1980000; break;   /* clock, kHz */
     default: *v = 1;
@@ -178,9 +192,23 @@ CUresult cuDeviceGetName(char *name, int len, int dev) {
     return OK;
 }
 
+/* Retains of the primary context not yet released: 0 once every context is
+ * closed, whichever way its opening ended. */
+long fake_cuda_ctx_retained;
 static int the_context;
-CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { return dev == 0 ? (*ctx = &the_context, OK) : ERR_INVALID_DEVICE; }
-CUresult cuDevicePrimaryCtxRelease_v2(int dev) { return dev == 0 ? OK : ERR_INVALID_DEVICE; }
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) {
+    if (dev != 0)
+        return ERR_INVALID_DEVICE;
+    fake_cuda_ctx_retained++;
+    *ctx = &the_context;
+    return OK;
+}
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) {
+    if (dev != 0)
+        return ERR_INVALID_DEVICE;
+    fake_cuda_ctx_retained--;
+    return OK;
+}
 CUresult cuCtxSetCurrent(void *ctx) { return ctx == &the_context || !ctx ? OK : ERR_INVALID_VALUE; }
 CUresult cuCtxSynchronize(void) { return OK; }
 
@@ -199,6 +227,11 @@ typedef struct fake_module {
     fake_fn fns[256];
 } fake_module;
 
+static fake_module *last_module;
+
+/* The PTX of the module loaded last, while it is loaded ("" otherwise). */
+const char *fake_cuda_module_text(void) { return last_module ? last_module->ptx : ""; }
+
 /* In FAKE_CUDA_KERNELS mode a cubin (an ELF image) is refused, as a driver
  * too old for it would, so that kiln loads the PTX, whose text says each
  * kernel's parameters. */
@@ -213,12 +246,15 @@ CUresult cuModuleLoadData(void **mod, const void *image) {
         return ERR_OUT_OF_MEMORY;
     }
     *mod = m;
+    last_module = m;
     return OK;
 }
 CUresult cuModuleUnload(void *mod) {
     fake_module *m = mod;
     if (!m)
         return ERR_INVALID_VALUE;
+    if (m == last_module)
+        last_module = NULL;
     for (int i = 0; i < m->nfns; i++)
         free(m->fns[i].name);
     free(m->ptx);
@@ -247,7 +283,12 @@ CUresult cuModuleGetFunction(void **fn, void *mod, const char *name) {
     return OK;
 }
 
-static void log_kernel(const fake_fn *f, int nargs, const unsigned long long *args) {
+long fake_cuda_last_grid, fake_cuda_last_block;
+
+static void log_kernel(const fake_fn *f, unsigned grid, unsigned block, int nargs,
+                       const unsigned long long *args) {
+    fake_cuda_last_grid = grid;
+    fake_cuda_last_block = block;
     static double us = -1;
     if (us < 0)
         us = env_or("FAKE_CUDA_KERNEL_US", 250);
@@ -287,7 +328,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     if (!f || !args || !gx || !gy || !gz || !bx || !by || !bz || copy_args(f, args, a) < 0)
         return ERR_INVALID_VALUE;
     fake_cuda_launches++;
-    log_kernel(f, ((fake_fn *)f)->nparams, a);
+    log_kernel(f, gx, bx, ((fake_fn *)f)->nparams, a);
     return OK;
 }
 
@@ -304,6 +345,7 @@ typedef struct kernel_node_params { /* CUDA_KERNEL_NODE_PARAMS_v2 */
 
 typedef struct fake_node {
     fake_fn *fn;
+    unsigned grid, block;
     unsigned long long args[64];
 } fake_node;
 
@@ -322,6 +364,8 @@ static int set_node(fake_node *n, const kernel_node_params *p) {
     if (!p->func || !p->params || !p->grid[0] || !p->block[0])
         return -1;
     n->fn = p->func;
+    n->grid = p->grid[0];
+    n->block = p->block[0];
     return copy_args(n->fn, p->params, n->args);
 }
 
@@ -382,7 +426,8 @@ CUresult cuGraphLaunch(void *e, void *stream) {
         return ERR_INVALID_VALUE;
     fake_cuda_graph_launches++;
     for (int i = 0; i < x->n; i++)
-        log_kernel(x->nodes[i].fn, x->nodes[i].fn->nparams, x->nodes[i].args);
+        log_kernel(x->nodes[i].fn, x->nodes[i].grid, x->nodes[i].block, x->nodes[i].fn->nparams,
+                   x->nodes[i].args);
     return OK;
 }
 CUresult cuGraphExecDestroy(void *e) {

@@ -12,6 +12,12 @@
  *   node's data in its storage type (f16 and bf16 as 16-bit patterns, bool as
  *   one byte). Outputs never alias inputs. No other parameters: sizes are
  *   compiled in.
+ * - A reduction split across blocks (lower_plan.row_blocks) keeps its
+ *   partials and per-row counts in `__device__` arrays of the module, zeroed
+ *   when the module loads and left zeroed by each launch: launches of one
+ *   loaded module must not run concurrently (one stream), and one that was
+ *   stopped halfway leaves the module unusable (as any fault leaves the
+ *   context).
  * - Launch with jit_cuda_launch_dims' grid and block and no dynamic shared
  *   memory. Every kernel loops over its work (grid-stride), so a smaller
  *   grid is correct too; the block size is fixed per kernel and must be

@@ -739,6 +739,46 @@ static int fp32_lanes(int arch) {
     return arch >= 86 ? 128 : 64;
 }
 
+/* Dense f16 and bf16 multiply-adds per clock per multiprocessor on the
+ * tensor cores, with f32 accumulators (kiln's mma.sync and cuBLAS's
+ * products), from NVIDIA's whitepapers and datasheets, each checked
+ * against a part's peak (SMs x rate x 2 flops x boost clock):
+ * - sm_80 (A100): 4 tensor cores of 256 each, 1024: 108 SMs at 1.41 GHz
+ *   make its 312 TFLOPS;
+ * - sm_86, sm_89 (GA10x, AD10x): 512, half of A100's per SM:
+ *   the RTX A6000's 84 SMs at 1.80 GHz make its 154.8 TFLOPS, the RTX 6000
+ *   Ada's 142 at 2.505 GHz its 364.2 (GeForce parts run f32 accumulation
+ *   at half that, so their share reads at most 50%);
+ * - sm_90 (H100): 2048, twice A100's per SM and clock: 132 SMs at 1.83
+ *   GHz make the SXM part's 989.4 TFLOPS.
+ * TF32 runs at half these (A100 156, H100 494.7 TFLOPS). Other
+ * architectures have no figure here yet, and their products are rated
+ * against the f32 peak (kiln plans no mma below sm_80). */
+static int mma_f16_per_sm(int arch) {
+    switch (arch) {
+    case 80: return 1024;
+    case 86:
+    case 89: return 512;
+    case 90: return 2048;
+    default: return 0;
+    }
+}
+
+/* The tensor cores' peak for products of two dt operands: f16 and bf16
+ * always, f32 through TF32 where KILN_ALLOW_TF32 lets products use it
+ * (the plan's mm.mma and cuBLAS's compute type follow the same rule). */
+static double cuda_product_peak(jit_device *dev, kiln_dtype dt) {
+    cuda_device *d = (cuda_device *)dev;
+    double rate = dev->target.mma ? mma_f16_per_sm(d->arch) : 0;
+    if (dt == KILN_F32)
+        rate = d->tf32 ? rate / 2 : 0;
+    else if (dt != KILN_F16 && dt != KILN_BF16)
+        rate = 0;
+    int sms = jit_cuda_device_attribute(d->dev, JIT_CUDA_ATTR_SMS);
+    double khz = jit_cuda_device_attribute(d->dev, JIT_CUDA_ATTR_CLOCK_KHZ);
+    return sms > 0 && khz > 0 ? 2.0 * rate * sms * khz * 1e3 * 1e-9 : 0;
+}
+
 enum { COPY_REPS = 5, COPY_MAX = 256 << 20 };
 
 /* The device's limits: the f32 peak from its properties (2 flops per FMA
@@ -998,8 +1038,8 @@ static kiln_status cuda_sync(jit_device *dev, char *msg, size_t cap) {
  * with the op's name. */
 static bool cuda_supports(const jit_device *d, graph_op op, kiln_dtype dt) {
     (void)d;
-    if (graph_op_is_attention(op)) /* its kernels are f32 and f64 (render_attention.c) */
-        return dt == KILN_F32 || dt == KILN_F64;
+    if (graph_op_is_attention(op)) /* halves computed in f32 (render_attention.c) */
+        return graph_dtype_is_float(dt);
     return op >= 0 && op < GRAPH_NUM_OPS && (unsigned)dt < KILN_NUM_DTYPES;
 }
 
@@ -1109,6 +1149,7 @@ const jit_device_ops jit_cuda_device_ops = {
     .supports = cuda_supports,
     .launch_times = cuda_launch_times,
     .limits = cuda_limits,
+    .product_peak = cuda_product_peak,
 };
 
 static kiln_status cuda_open(const jit_device_config *cfg, jit_device **out, char *msg,

@@ -38,6 +38,14 @@
  * the registers within ATT_REGS per thread for each of the scores and the
  * accumulator, for any width.
  *
+ * f16 and bf16: T, the type everything here computes and stages in, is
+ * float (the target's type of a half dtype): sources widen to f32 as they
+ * are staged into shared memory, the scores, the online softmax and the
+ * accumulators are f32, and only the stores round, to the output's half
+ * type, by the same helpers as every other kernel's. The lse column is part
+ * of that output, so it is stored in the half type too (graph.h's
+ * GRAPH_ATTENTION), and the backward reads it back widened.
+ *
  * Infinities: masked scores are -inf and become weights only through
  * conditionals: e^(-inf - m) is never asked of a row whose max is still
  * -inf (its weights are 0 and its rescale 1), and e^(m_old - m_new) with
@@ -82,7 +90,7 @@ static int64_t acc_width(const lower_kernel *k) {
 static att_blocking blocking(const lower_kernel *k, const lower_plan *plan) {
     const lower_attention *a = &k->att;
     bool fwd = is_fwd(k), dkv = is_dkv(k);
-    int64_t tb = k->out->dtype == KILN_F64 ? 8 : 4;
+    int64_t tb = k->out->dtype == KILN_F64 ? 8 : 4; /* bytes of T (halves compute in float) */
     int64_t per = ATT_REGS * 4 / tb; /* values per thread */
     att_blocking z = {0};
     z.nt = plan->block_threads;
@@ -285,8 +293,8 @@ static const char *const att_what[3] = {"forward", "dq", "dkv"};
 static const char *refusal(const lower_kernel *k, const lower_plan *plan) {
     const lower_attention *a = &k->att;
     kiln_dtype dt = k->out->dtype;
-    if (dt != KILN_F32 && dt != KILN_F64)
-        return "kiln: the CUDA renderer computes attention in f32 and f64 only";
+    if (!graph_dtype_is_float(dt))
+        return "kiln: the CUDA renderer computes attention in float dtypes only";
     if (!graph_op_is_attention(a->op) || a->nsrc != (a->op == GRAPH_ATTENTION ? 3 : 6) ||
         k->nouts != 1)
         return "kiln: the CUDA renderer was given a malformed attention kernel";
@@ -501,7 +509,7 @@ void jit_cuda_render_attention(sbuf *b, const lower_kernel *k, const lower_plan 
         cstyle_put(b, "          const kh_i64 row = p0 + r;\n");
         cstyle_put(b, "          if (row < pend) b0[(bt * NQ + row) * (DV + 1) + DV] = ");
         snprintf(val, sizeof val, "sL[r] > 0 ? sM[r] + %s(sL[r]) : NEG",
-                 dt == KILN_F32 ? "logf" : "log");
+                 dt == KILN_F64 ? "log" : "logf");
         cstyle_store(dt, val, e, sizeof e);
         cstyle_put(b, "%s;\n        }\n", e);
     }

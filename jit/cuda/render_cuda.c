@@ -4,7 +4,9 @@
  * a reduction or row kernel gives each output row one block, whose threads
  * stride over the reduced elements and combine through warp shuffles and
  * shared memory, every finished reduction broadcast to all threads before the
- * next pass; a matmul stages tiles of both operands in shared memory and each
+ * next pass (where the rows are too few to fill the device, each row's
+ * passes are split over several blocks, the last of which combines them);
+ * a matmul stages tiles of both operands in shared memory and each
  * thread keeps a 4x4 block of the output in registers, then applies the
  * epilogue per element. Element semantics come from lower/'s rules, printed
  * through jit/cstyle; the prelude holds only the half types' storage
@@ -249,6 +251,146 @@ static void shared_decls(sbuf *b, const lower_kernel *k, const lower_plan *plan)
         cstyle_put(b, "  __shared__ kh_i64 kh_sa[33];\n");
 }
 
+/* A split kernel's arrays in the module (plan->row_blocks): per row a count
+ * of its blocks that have finished, and per reduction and block its partial
+ * (the accumulator, and for a max or min its index), named after the
+ * kernel. Module globals are zeroed when the module loads, and the last
+ * block of a row sets its count back to 0, so no launcher allocates,
+ * clears or passes anything; launches of one module must not overlap (the
+ * device queues every launch on one stream). */
+static void split_decls(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    int64_t n = k->numel, parts = k->numel * plan->row_blocks;
+    cstyle_put(b, "__device__ kh_u32 kh_n_%s[%lld];\n", k->name, (long long)n);
+    for (int j = 0, slot = 0; j < plan->nblocks; j++) {
+        if (plan->blocks[j].kind != LOWER_BLOCK_REDUCE)
+            continue;
+        const lower_ins *x = &k->ins[plan->blocks[j].reduce];
+        bool f = is_float(k->ins[x->a].dt), sum = x->gop == GRAPH_SUM;
+        cstyle_put(b, "__device__ %s kh_p%d_%s[%lld];\n",
+                   f ? "double" : sum ? "kh_u64" : "kh_i64", slot, k->name, (long long)parts);
+        if (!sum)
+            cstyle_put(b, "__device__ kh_i64 kh_a%d_%s[%lld];\n", slot, k->name, (long long)parts);
+        slot++;
+    }
+}
+
+/* A split reduction's partial over the block's chunk, [kh_r0, kh_r1): the
+ * threads stride over it as an unsplit row's do and combine; thread 0
+ * keeps the result for the row's last block. */
+static void render_partial(sbuf *b, const lower_kernel *k, const lower_block *blk, int slot,
+                           int threads) {
+    const lower_ins *x = &k->ins[blk->reduce];
+    bool f = is_float(k->ins[x->a].dt);
+    int v = x->a;
+    cstyle_put(b, "    {\n");
+    if (x->gop == GRAPH_SUM) {
+        const char *acc = f ? "double" : "kh_u64";
+        cstyle_put(b, "      %s acc = 0;\n", acc);
+        cstyle_put(b, "      for (kh_i64 r = kh_r0 + threadIdx.x; r < kh_r1; r += %d) {\n", threads);
+        block_stmts(b, k, blk, "        ");
+        cstyle_put(b, "        acc += (%s)v%d;\n      }\n", acc, v);
+        cstyle_put(b, "      acc = kh_block_sum(acc, kh_s%s);\n", f ? "d" : "u");
+        cstyle_put(b, "      if (threadIdx.x == 0) kh_p%d_%s[kh_u] = acc;\n", slot, k->name);
+    } else {
+        bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
+        cstyle_put(b, "      %s best = 0; kh_i64 at = -1;\n", f ? "double" : "kh_i64");
+        cstyle_put(b, "      for (kh_i64 r = kh_r0 + threadIdx.x; r < kh_r1; r += %d) {\n", threads);
+        block_stmts(b, k, blk, "        ");
+        cstyle_reduce_take(b, "        ", x->gop, f, v);
+        cstyle_put(b, "      }\n");
+        cstyle_put(b, "      kh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", mx ? "true" : "false",
+                   f ? "d" : "i");
+        cstyle_put(b, "      if (threadIdx.x == 0) { kh_p%d_%s[kh_u] = best; kh_a%d_%s[kh_u] = at; }\n",
+                   slot, k->name, slot, k->name);
+    }
+    cstyle_put(b, "    }\n");
+}
+
+/* In a row's last block: the row's partials combined into the reduction's
+ * value, in a fixed order whichever block came last (each thread takes
+ * partials t, t + threads, ... in order, then the block's fixed tree), so
+ * that a sum comes out the same on every run; a max or min keeps the
+ * sequential scan's answer (the first NaN, else the extreme value at its
+ * first index), which does not depend on the order. The partials are read
+ * past L1 (__ldcg): other blocks wrote them. */
+static void render_combine(sbuf *b, const lower_kernel *k, const lower_block *blk, int slot,
+                           int threads) {
+    int red = blk->reduce;
+    const lower_ins *x = &k->ins[red];
+    kiln_dtype dt = x->dt;
+    bool f = is_float(k->ins[x->a].dt);
+    cstyle_put(b, "      %s v%d;\n      {\n", ctype(dt), red);
+    if (x->gop == GRAPH_SUM) {
+        cstyle_put(b, "        %s acc = 0;\n", f ? "double" : "kh_u64");
+        cstyle_put(b, "        for (kh_i64 q = threadIdx.x; q < B; q += %d) acc += __ldcg(&kh_p%d_%s[g * B + q]);\n",
+                   threads, slot, k->name);
+        cstyle_put(b, "        acc = kh_block_sum(acc, kh_s%s);\n", f ? "d" : "u");
+        if (is_float(dt))
+            cstyle_put(b, "        v%d = %s((%s)acc);\n", red, rnd(dt), ctype(dt));
+        else
+            cstyle_put(b, "        v%d = (%s)acc;\n", red, ctype(dt));
+    } else {
+        bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
+        bool arg = x->gop == GRAPH_ARGMAX || x->gop == GRAPH_ARGMIN;
+        cstyle_put(b, "        %s best = 0; kh_i64 at = -1;\n", f ? "double" : "kh_i64");
+        cstyle_put(b, "        for (kh_i64 q = threadIdx.x; q < B; q += %d)\n", threads);
+        cstyle_put(b, "          kh_pick(best, at, __ldcg(&kh_p%d_%s[g * B + q]), "
+                      "__ldcg(&kh_a%d_%s[g * B + q]), %s);\n",
+                   slot, k->name, slot, k->name, mx ? "true" : "false");
+        cstyle_put(b, "        kh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", mx ? "true" : "false",
+                   f ? "d" : "i");
+        if (arg)
+            cstyle_put(b, "        v%d = at < 0 ? 0 : at;\n", red);
+        else
+            cstyle_put(b, "        v%d = (%s)best;\n", red, ctype(dt));
+    }
+    cstyle_put(b, "      }\n");
+}
+
+/* A reduction whose few rows are split across blocks (plan->row_blocks,
+ * lower/plan.c): unit u is chunk u % B of row u / B. Each block computes
+ * the outer values the passes read, its partial of every reduction over
+ * its chunk, and counts itself done (the partials written and fenced before
+ * the count, so that whichever block counts last sees them all); the last
+ * block of the row combines the partials, computes what comes after the
+ * reductions, stores, and clears the count for the next launch. No block
+ * waits for another, so any grid is correct, however many blocks are
+ * resident. */
+static void render_split(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    int threads = plan->block_threads;
+    shared_decls(b, k, plan);
+    cstyle_put(b, "  __shared__ bool kh_last;\n");
+    cstyle_put(b, "  const kh_i64 N = %lldLL, R = %lldLL, B = %lldLL, C = %lldLL;\n",
+               (long long)k->numel, (long long)k->rnumel, (long long)plan->row_blocks,
+               (long long)plan->row_chunk);
+    cstyle_put(b, "  for (kh_i64 kh_u = blockIdx.x; kh_u < N * B; kh_u += gridDim.x) {\n");
+    cstyle_put(b, "    const kh_i64 g = kh_u / B, kh_r0 = kh_u %% B * C, "
+                  "kh_r1 = R - kh_r0 < C ? R : kh_r0 + C;\n");
+    /* the outer values before the first pass: every block's passes may read them */
+    int first = 0;
+    while (first < plan->nblocks && plan->blocks[first].kind == LOWER_BLOCK_OUTER)
+        block_stmts(b, k, &plan->blocks[first++], "    ");
+    for (int i = first, slot = 0; i < plan->nblocks; i++)
+        if (plan->blocks[i].kind == LOWER_BLOCK_REDUCE)
+            render_partial(b, k, &plan->blocks[i], slot++, threads);
+    cstyle_put(b, "    if (threadIdx.x == 0) {\n      __threadfence();\n");
+    cstyle_put(b, "      kh_last = atomicAdd(&kh_n_%s[g], 1u) == (kh_u32)(B - 1);\n", k->name);
+    cstyle_put(b, "      __threadfence();\n    }\n    __syncthreads();\n");
+    cstyle_put(b, "    if (kh_last) {\n");
+    for (int i = first, slot = 0; i < plan->nblocks; i++) {
+        const lower_block *blk = &plan->blocks[i];
+        if (blk->kind == LOWER_BLOCK_REDUCE)
+            render_combine(b, k, blk, slot++, threads);
+        else
+            block_stmts(b, k, blk, "      ");
+    }
+    cstyle_put(b, "      if (threadIdx.x == 0) {\n");
+    store_stmts(b, k, "        ");
+    cstyle_put(b, "        kh_n_%s[g] = 0;\n      }\n    }\n", k->name);
+    /* kh_last is written again by the next unit's thread 0 */
+    cstyle_put(b, "    __syncthreads();\n  }\n}\n\n");
+}
+
 /* Reductions and row kernels: a block per output row, walking the plan's
  * blocks: outer values (computed by every thread alike), passes that finish
  * reductions, and in a row kernel a last pass that stores. */
@@ -466,6 +608,8 @@ static void render_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan
     b->narrow = plan->narrow;
     if (k->kind == LOWER_ATTENTION && k->numel > 0)
         jit_cuda_render_attention_exp(b, k, plan); /* the function its body calls */
+    if (plan->row_blocks > 0 && k->numel > 0)
+        split_decls(b, k, plan);
     params(b, k, plan);
     /* Nothing to compute (the kernel is never launched); a body would only
      * divide by the empty sizes. */
@@ -477,6 +621,8 @@ static void render_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan
         jit_cuda_render_attention(b, k, plan);
     else if (k->kind == LOWER_ELEMENTWISE)
         render_elementwise(b, k, plan);
+    else if (plan->row_blocks > 0)
+        render_split(b, k, plan);
     else
         render_phased(b, k, plan);
 }
