@@ -159,7 +159,18 @@ kiln_tensor *api_pass(const kiln_tensor *t) {
 
 kiln_tensor *api_wrap(kiln_ctx *ctx, graph_node *node, const char *op) {
     if (node && ctx->no_grad > 0) {
-        graph_node *d = autograd_detach(node);
+        /* A view's source is detached rather than the view itself (the same
+         * value), so that later movements still compose with it into one
+         * view: detached, each view of a chain was copied out (conv2d's
+         * im2col in evaluation). */
+        graph_node *d;
+        if (node->op == GRAPH_VIEW) {
+            graph_node *src = autograd_detach(node->src[0]);
+            d = !src ? NULL : src == node->src[0] ? graph_ref(node) : graph_view_over(node, src);
+            graph_unref(src);
+        } else {
+            d = autograd_detach(node);
+        }
         graph_unref(node);
         node = d;
     }

@@ -11,8 +11,14 @@
 bool autograd_is_detached(const graph_node *n) { return n->op == GRAPH_CAT && n->nsrc == 1; }
 
 graph_node *autograd_detach(graph_node *n) {
-    bool constant = n->op == GRAPH_CONST || (n->op == GRAPH_VIEW && n->src[0]->op == GRAPH_CONST);
-    if (autograd_is_detached(n) || !graph_dtype_is_float(n->dtype) || constant)
+    /* A view of a detached node or of a constant is cut off already: no
+     * gradient reaches its base (no-grad records views of detached sources,
+     * see api_wrap). */
+    const graph_node *base = n;
+    while (base->op == GRAPH_VIEW)
+        base = base->src[0];
+    bool cut = base->op == GRAPH_CONST || (base != n && autograd_is_detached(base));
+    if (autograd_is_detached(n) || !graph_dtype_is_float(n->dtype) || cut)
         return graph_ref(n);
     if (n->ndim > 0)
         return graph_cat(1, &n, 0);

@@ -318,6 +318,9 @@ graph_node *graph_flip(graph_node *a, uint32_t axes);
  * being a's (.., w*step + j, ..). Windows may overlap: the view then reads
  * source elements more than once. */
 graph_node *graph_unfold(graph_node *a, int axis, int64_t size, int64_t step);
+/* View node v's view over base, a node of v's source's shape and dtype (an
+ * identity of that source). */
+graph_node *graph_view_over(const graph_node *v, graph_node *base);
 /* Whether a view node is a plain reshape: it reads all of its source in
  * row-major order, so its flat index is the source's. */
 bool graph_view_is_reshape(const graph_node *v);

@@ -111,6 +111,15 @@ static graph_node *finish(view_state *s, kiln_dtype dt) {
     return graph_intern(b->g, &p);
 }
 
+graph_node *graph_view_over(const graph_node *v, graph_node *base) {
+    graph_node p = graph_proto(GRAPH_VIEW, v->dtype, v->ndim, v->shape);
+    p.p.view = v->p.view;
+    graph_node *srcs[1] = {base};
+    p.nsrc = 1;
+    p.src = srcs;
+    return graph_intern(base->g, &p);
+}
+
 graph_node *graph_permute(graph_node *a, const int *perm) {
     view_state s = view_start(a), t = s;
     for (int d = 0; d < a->ndim; d++) {

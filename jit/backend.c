@@ -469,9 +469,12 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         for (int r = 0; r < cap->ntargets; r++)
             targets[r] = cap->nodes[cap->targets[r]];
         /* KILN_CHECK_CUDA compiles this program for CUDA too, whose renderer
-         * takes the two attention gradients as two kernels */
+         * takes the two attention gradients as two kernels and reads no split
+         * operand */
         bool joint = j->dev->ops->joint_attention_grads && !j->check_cuda;
-        unsigned flags = (fuse ? LOWER_FUSE : 0u) | (joint ? LOWER_JOINT_ATTENTION_GRADS : 0u);
+        bool split = j->dev->ops->split_operands && !j->check_cuda;
+        unsigned flags = (fuse ? LOWER_FUSE : 0u) | (joint ? LOWER_JOINT_ATTENTION_GRADS : 0u) |
+                         (split ? LOWER_SPLIT_OPERANDS : 0u);
         *st = lower_schedule_program(cap->ntargets, targets, flags, &c->prog, msg, mcap);
     } else {
         snprintf(msg, mcap, "kiln_realize: out of memory while scheduling");

@@ -423,8 +423,8 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
     k->n = x->shape[x->ndim - 2];
     k->m = x->shape[x->ndim - 1];
     k->k = x->src[0]->shape[x->ndim - 1];
-    graph_node *ab = sched_operand_base(e->s, x->src[0], &k->a);
-    graph_node *bb = sched_operand_base(e->s, x->src[1], &k->b);
+    graph_node *ab = sched_matmul_operand(e->s, x, 0, &k->a);
+    graph_node *bb = sched_matmul_operand(e->s, x, 1, &k->b);
     if (!ab || !bb) {
         e->unreadable_operand = ab ? x->src[1] : x->src[0];
         return false;

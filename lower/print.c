@@ -92,6 +92,25 @@ void lower_describe_fused(lower_kernel *k, int n, graph_node *const *nodes) {
 
 bool lower_kind_has_code(lower_kind k) { return k != LOWER_ALIAS && k != LOWER_COLLECTIVE; }
 
+/* A split operand's axes (lower.h's lower_operand): size:stride, and the
+ * masked axis it moves along (-1: none) and its step there; the masks. */
+static void print_split(FILE *f, const char *which, const lower_operand *o) {
+    if (!lower_operand_split(o))
+        return;
+    fprintf(f, "  %s split: rows", which);
+    for (int d = 0; d < o->nrdims; d++)
+        fprintf(f, " %lld:%lld/%d*%lld", (long long)o->rsize[d], (long long)o->rstride[d],
+                o->rmask[d], (long long)o->rstep[d]);
+    fprintf(f, ", columns");
+    for (int d = 0; d < o->ncdims; d++)
+        fprintf(f, " %lld:%lld/%d*%lld", (long long)o->csize[d], (long long)o->cstride[d],
+                o->cmask[d], (long long)o->cstep[d]);
+    for (int m = 0; m < o->nmasks; m++)
+        fprintf(f, ", mask %d [%lld, %lld) from %lld", m, (long long)o->mlo[m],
+                (long long)o->mhi[m], (long long)o->morigin[m]);
+    fprintf(f, "\n");
+}
+
 void lower_print_kernel(FILE *f, const lower_kernel *k) {
     fprintf(f, "kernel %s: %lld elements x %lld reduced, tile %lld, %d inputs\n", k->name,
             (long long)k->numel, (long long)k->rnumel, (long long)k->tile, k->ninputs);
@@ -113,6 +132,8 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
                 (long long)k->n, (long long)k->k, (long long)k->k, (long long)k->m, k->nbatch,
                 k->a.buf, (long long)k->a.row_stride, (long long)k->a.col_stride, k->b.buf,
                 (long long)k->b.row_stride, (long long)k->b.col_stride);
+        print_split(f, "A", &k->a);
+        print_split(f, "B", &k->b);
         fprintf(f, "  epilogue:\n");
     }
     if (k->kind == LOWER_ATTENTION) {

@@ -54,6 +54,7 @@ typedef struct sched {
     int64_t *index;      /* open addressing from a node to its position; -1: empty */
     size_t index_cap;    /* a power of two, or 0 when nothing is pending */
     bool joint_attention; /* LOWER_JOINT_ATTENTION_GRADS */
+    bool split_operands;  /* LOWER_SPLIT_OPERANDS */
 } sched;
 
 /* n's position in the run's post-order; -1 when n is not pending below the
@@ -82,6 +83,11 @@ bool sched_unfuse(sched *s, graph_node *x);
 /* The materialised node (or leaf) that matmul operand o reads as strides,
  * with o's layout over it; NULL while o cannot be read so. */
 graph_node *sched_operand_base(const sched *s, graph_node *o, lower_operand *layout);
+/* As sched_operand_base for source j of matmul x, and where that fails and
+ * the target takes them, a split operand over the buffer its view reads
+ * (lower.h's lower_operand); NULL while neither reads it. */
+graph_node *sched_matmul_operand(const sched *s, const graph_node *x, int j,
+                                 lower_operand *layout);
 
 /* ---- emit.c ---- */
 

@@ -29,6 +29,26 @@ static void visit_stride(visit_fn f, void *ctx, lower_kernel *k, int64_t *field)
         visit_int(f, ctx, k, field);
 }
 
+/* A split operand's axes: their sizes and steps, their strides as any
+ * other, and its masks' bounds. */
+static void visit_split(visit_fn f, void *ctx, lower_kernel *k, lower_operand *o) {
+    for (int d = 0; d < o->nrdims; d++) {
+        visit_int(f, ctx, k, &o->rsize[d]);
+        visit_stride(f, ctx, k, &o->rstride[d]);
+        visit_int(f, ctx, k, &o->rstep[d]);
+    }
+    for (int d = 0; d < o->ncdims; d++) {
+        visit_int(f, ctx, k, &o->csize[d]);
+        visit_stride(f, ctx, k, &o->cstride[d]);
+        visit_int(f, ctx, k, &o->cstep[d]);
+    }
+    for (int m = 0; m < o->nmasks; m++) {
+        visit_int(f, ctx, k, &o->mlo[m]);
+        visit_int(f, ctx, k, &o->mhi[m]);
+        visit_int(f, ctx, k, &o->morigin[m]);
+    }
+}
+
 static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
     for (int i = 0; i < p->nkernels; i++) {
         lower_kernel *k = &p->kernels[i];
@@ -68,6 +88,8 @@ static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
                 visit_int(f, ctx, k, &k->a.batch_strides[d]);
                 visit_int(f, ctx, k, &k->b.batch_strides[d]);
             }
+            visit_split(f, ctx, k, &k->a);
+            visit_split(f, ctx, k, &k->b);
             break;
         case LOWER_ATTENTION: {
             lower_attention *a = &k->att;

@@ -847,6 +847,18 @@ GRAD_TEST(no_grad_and_detach) {
     for (int i = 0; i < 3; i++)
         want[i] = 5 * wv[i];
     TU_EXPECT(kiln_grad(w), KILN_F64, want, 3);
+    /* a view made under no_grad is cut off, and so is a view of that view
+     * (which no_grad no longer detaches a second time) */
+    kiln_no_grad_begin(ctx);
+    kiln_tensor *v = kiln_reshape(kiln_transpose(kiln_reshape(w, 2, TU_DIMS(1, 3)), 0, 1), 1,
+                                  TU_DIMS(3));
+    kiln_no_grad_end(ctx);
+    kiln_zero_grad(w);
+    cr_assert(kiln_backward(kiln_sum(kiln_mul(kiln_mul_scalar(v, 3), w), 0, NULL, false)) ==
+              KILN_OK);
+    for (int i = 0; i < 3; i++)
+        want[i] = 3 * wv[i];
+    TU_EXPECT(kiln_grad(w), KILN_F64, want, 3);
     /* outside the scope ops differentiate again */
     kiln_tensor *g;
     cr_assert(kiln_gradients(kiln_sum(after, 0, NULL, false), NULL, 1, &w, &g) == KILN_OK);

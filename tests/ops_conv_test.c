@@ -126,6 +126,15 @@ static void check_conv(kiln_ctx *ctx, const cv *q, int nsp, bool transposed, boo
                                    : kiln_conv_transpose3d(tx, tw, tb, s, p, op, d, q->g);
     TU_ASSERT_SHAPE_N(got, nsp + 2, ys);
     TU_EXPECT(got, dt, y, ny);
+    if (!transposed && nsp == 3 && q->in[0] == 1 && q->k[0] == 1 && q->p[0] == 0) {
+        /* the same case through kiln_conv2d, on the last two axes */
+        int64_t x2[4] = {xs[0], xs[1], xs[3], xs[4]}, w2[4] = {ws[0], ws[1], ws[3], ws[4]},
+                y2[4] = {ys[0], ys[1], ys[3], ys[4]};
+        kiln_tensor *got2 = kiln_conv2d(kiln_reshape(tx, 4, x2), kiln_reshape(tw, 4, w2), tb,
+                                        q->s[1], q->s[2], q->p[1], q->p[2], q->d[1], q->d[2], q->g);
+        TU_ASSERT_SHAPE_N(got2, 4, y2);
+        TU_EXPECT(got2, dt, y, ny);
+    }
     free(x);
     free(w);
     free(y);
@@ -145,6 +154,41 @@ TU_TEST(conv3d, against_loops) {
     check_conv(ctx, &CV(.n = 1, .c = 4, .oc = 6, .g = 2, .in = A3(3, 4, 4), .k = A3(1, 3, 3),
                         .s = A3(1, 2, 2), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
                3, false, true, KILN_F32, 3);
+}
+
+/* Output rows of 8 or more: on the C path the matmul reads the im2col view
+ * in place from the input, its columns split into output axes and its k
+ * into (channel, tap) axes, the padding's zeros from bounds on the
+ * coordinates. Output widths that fill the packing's panels of columns
+ * exactly (32) and ones that straddle output rows (several segments per
+ * panel, a last panel part empty), rows of 10 under padding, strides (read
+ * from a copy: the columns' stride is not 1), dilations, a 3-d kernel (four
+ * k axes), and groups (read from a copy). */
+TU_TEST(conv3d, im2col_read_in_place) {
+    check_conv(ctx, &CV(.n = 2, .c = 3, .oc = 5, .g = 1, .in = A3(1, 18, 40), .k = A3(1, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F32, 11);
+    check_conv(ctx, &CV(.n = 1, .c = 2, .oc = 3, .g = 1, .in = A3(1, 20, 44), .k = A3(1, 3, 3),
+                        .s = A3(1, 2, 2), .p = A3(0, 2, 2), .d = A3(1, 2, 2)),
+               3, false, false, KILN_F64, 12);
+    check_conv(ctx, &CV(.n = 2, .c = 4, .oc = 3, .g = 1, .in = A3(1, 9, 32), .k = A3(1, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F16, 13);
+    check_conv(ctx, &CV(.n = 1, .c = 2, .oc = 4, .g = 1, .in = A3(3, 6, 17), .k = A3(2, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(1, 1, 1), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F32, 14);
+    check_conv(ctx, &CV(.n = 1, .c = 4, .oc = 6, .g = 2, .in = A3(1, 5, 24), .k = A3(1, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F32, 15);
+    check_conv(ctx, &CV(.n = 3, .c = 5, .oc = 7, .g = 1, .in = A3(1, 7, 35), .k = A3(1, 2, 4),
+                        .s = A3(1, 1, 1), .p = A3(0, 0, 0), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F32, 16);
+    check_conv(ctx, &CV(.n = 2, .c = 3, .oc = 4, .g = 1, .in = A3(1, 10, 10), .k = A3(1, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F32, 17);
+    check_conv(ctx, &CV(.n = 2, .c = 2, .oc = 3, .g = 1, .in = A3(1, 12, 12), .k = A3(1, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 2, 3), .d = A3(1, 2, 2)),
+               3, false, true, KILN_F64, 18);
 }
 
 TU_TEST(conv_transpose, against_loops_1d_2d_3d) {
@@ -878,6 +922,27 @@ Test(conv_kernels, lazy_counts) {
                              "max_unpool1d", "max_unpool3d",     "adaptive_max_ex+indices",
                              "trilinear",    "bilinear_scale"};
     counts[0] = kernels_for(ctx, kiln_conv3d(v, w3, NULL, one3, one3, one3, 1));
+    /* Unpadded, with output rows of 8 or more: on the C path the matmul
+     * reads its im2col in place from the input (one kernel, where a copy
+     * of the im2col came first); elsewhere, and where every program must
+     * also compile for CUDA, the copy is still made. */
+    {
+        const char *cc = getenv("KILN_CPU_COMPILER"), *cuda = getenv("KILN_CHECK_CUDA");
+        bool c_path = (!cc || !*cc || !strcmp(cc, "cc")) && !(cuda && !strcmp(cuda, "1"));
+        kiln_tensor *wide = kiln_randn(ctx, KILN_F32, TU_S(2, 3, 6, 20), 6);
+        cr_assert_eq(kiln_realize(wide), KILN_OK);
+        int64_t n = kernels_for(ctx, kiln_conv2d(wide, wt, NULL, 1, 1, 0, 0, 1, 1, 1));
+        cr_assert_eq(n, c_path ? 1 : 2, "conv2d 2x3x6x20 by 4x3x3x3 unpadded: %lld kernels",
+                     (long long)n);
+        /* The same under no-grad, whose views compose as well: one copy
+         * more, the weights' identity that no-grad records (the weights
+         * are not cut off from gradients), none of the im2col on the C
+         * path. */
+        kiln_no_grad_begin(ctx);
+        n = kernels_for(ctx, kiln_conv2d(wide, wt, NULL, 1, 1, 0, 0, 1, 1, 1));
+        kiln_no_grad_end(ctx);
+        cr_assert_eq(n, c_path ? 2 : 3, "conv2d under no-grad: %lld kernels", (long long)n);
+    }
     counts[1] = kernels_for(ctx, kiln_conv_transpose2d(img, wt, b, two, one, one, one, 1));
     kiln_tensor *mp = kiln_max_pool2d_ex(img, TU_DIMS(3, 3), two, one, one, true, &idx);
     counts[2] = kernels_for(ctx, kiln_add(mp, kiln_cast(idx, KILN_F32)));

@@ -168,6 +168,7 @@ const jit_device_ops jit_cc_device = {
     .watched = true,
     .run_time_sizes = true,
     .joint_attention_grads = true,
+    .split_operands = true,
     .open = cc_open,
     .close = cpu_close,
     .set_threads = cpu_set_threads,

@@ -1437,6 +1437,14 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
         g->failed = true;
         goto done;
     }
+    /* The scheduler makes them only for targets that say they pack them
+     * (LOWER_SPLIT_OPERANDS); this one does not. */
+    if (k->kind == LOWER_MATMUL && (lower_operand_split(&k->a) || lower_operand_split(&k->b))) {
+        snprintf(g->why, sizeof g->why, "kiln: the LLVM renderer cannot read the split operand "
+                 "of matmul kernel %s", k->name);
+        g->failed = true;
+        goto done;
+    }
     for (int i = 0; i < nb; i++)
         pt[i] = L->LLVMPointerType(sty(g, buf_dtype(k, i)), 0);
     pt[nb] = pt[nb + 1] = g->i64;
