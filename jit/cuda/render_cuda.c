@@ -615,6 +615,9 @@ static void render_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan
      * divide by the empty sizes. */
     if (k->numel <= 0)
         cstyle_put(b, "}\n\n");
+    else if (k->kind == LOWER_MATMUL && (lower_operand_split(&k->a) || lower_operand_split(&k->b)))
+        /* made only for targets that pack them (LOWER_SPLIT_OPERANDS) */
+        cstyle_refuse_buf(b, "kiln: the CUDA renderer cannot read the split operand of a matmul");
     else if (k->kind == LOWER_MATMUL)
         render_matmul(b, k, plan);
     else if (k->kind == LOWER_ATTENTION)
