@@ -470,9 +470,12 @@ static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
     k->numel = graph_numel(x);
     for (int o = 0; o < k->nouts; o++) /* a joint backward: "attention_dkv attention_dq" */
         note_fused(e, k->outs[o]);
-    int acc = ir_acc(&e->b, x->dtype);
+    /* Halves compute in f32 (the CUDA renderer stages their tiles as f32):
+     * e^x rounded to bf16 would put an error of 2^-9 on every weight. */
+    kiln_dtype dt = x->dtype == KILN_F16 || x->dtype == KILN_BF16 ? KILN_F32 : x->dtype;
+    int acc = ir_acc(&e->b, dt);
     k->store = acc;
-    k->result = ir_alu(&e->b, GRAPH_EXP, x->dtype, acc, -1);
+    k->result = ir_alu(&e->b, GRAPH_EXP, dt, acc, -1);
     return true;
 }
 

@@ -242,8 +242,9 @@ static inline bool lower_operand_split(const lower_operand *o) {
  * strides (its rows, columns and batch strides: q, k, v, then for the backward
  * go, lse and delta, whose col_stride is unused). The output is contiguous
  * (its own buffer, row-major). The kernel's instructions compute e^x of
- * x = UOP_ACC in the node's dtype (results[0]), as lower's exp rule does
- * everywhere: a renderer prints them as a function its loops call. */
+ * x = UOP_ACC in the node's dtype (f32 for f16 and bf16), as lower's exp
+ * rule does everywhere (results[0]): a renderer prints them as a function
+ * its loops call. */
 typedef struct lower_attention {
     graph_op op;     /* with two outputs: GRAPH_ATTENTION_DKV, then the dq of the same
                         sources (LOWER_JOINT_ATTENTION_GRADS), [..., L, D] contiguous */

@@ -466,6 +466,12 @@ static void assert_half_attention_source(kiln_dtype dt, graph_op op) {
     for (int i = n; i < 6; i++)
         graph_unref(srcs[i]);
     lower_program *p = schedule(attention(op, n, srcs, 0.5, false));
+    /* e^x in f32, not rounded to the half type on the way */
+    for (int i = 0; i < p->nkernels; i++)
+        if (p->kernels[i].kind == LOWER_ATTENTION)
+            for (int j = 0; j < p->kernels[i].nins; j++)
+                cr_assert(p->kernels[i].ins[j].dt != dt, "%s %s: instruction %d in %s",
+                          kiln_dtype_name(dt), graph_op_name(op), j, kiln_dtype_name(dt));
     lower_plan *plans = lower_plan_program(p, jit_cuda_target());
     cr_assert(plans);
     char msg[4096], *src = NULL;

@@ -247,17 +247,24 @@ Test(plan, stash_only_where_it_saves_work) {
     graph_ctx_free(g);
 }
 
-Test(plan, long_rows_split_on_cpu_only) {
+/* A long row is split across a CPU's threads, and across a GPU's blocks
+ * (row_blocks chunks of row_chunk elements, a multiple of the block's
+ * threads, that cover the row); a short one is neither. */
+Test(plan, long_rows_split_on_cpu_threads_and_gpu_blocks) {
     graph_ctx *g = graph_ctx_new();
     int64_t n = 1 << 20, small = 1000;
     graph_node *x = input(g, KILN_F32, 1, &n), *y = input(g, KILN_F32, 1, &small);
     lower_program *p = schedule(graph_reduce(GRAPH_SUM, x, 1u, KILN_F32));
     lower_plan *plans = lower_plan_program(p, &cpu512);
-    cr_assert(plans[0].split && !plans[0].parallel);
+    cr_assert(plans[0].split && !plans[0].parallel && plans[0].row_blocks == 0);
     lower_plans_free(plans, p->nkernels);
     plans = lower_plan_program(p, &gpu);
-    cr_assert(!plans[0].split);
+    cr_assert(plans[0].split);
     cr_assert_eq(plans[0].block_threads, 256);
+    cr_assert(plans[0].row_blocks > 1 && plans[0].row_chunk % 256 == 0, "%lld blocks of %lld",
+              (long long)plans[0].row_blocks, (long long)plans[0].row_chunk);
+    cr_assert(plans[0].row_blocks * plans[0].row_chunk >= n &&
+              (plans[0].row_blocks - 1) * plans[0].row_chunk < n);
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
     p = schedule(graph_reduce(GRAPH_SUM, y, 1u, KILN_F32));
@@ -266,6 +273,7 @@ Test(plan, long_rows_split_on_cpu_only) {
     lower_plans_free(plans, p->nkernels);
     plans = lower_plan_program(p, &gpu);
     cr_assert_eq(plans[0].block_threads, 256);
+    cr_assert(!plans[0].split && plans[0].row_blocks == 0, "1000 elements: one block");
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
     graph_unref(x);
