@@ -1,7 +1,7 @@
 /* ops.c — kiln's op workloads, lazy (fused kernels) against eager (one
- * kernel per op) in one process on the CPU backend: an elementwise chain,
- * row softmax and layer-norm, a full sum, square and skinny matmuls, and a
- * matmul with a bias and activation epilogue. Each graph is built by one
+ * kernel per op) in one process on the CPU backend: elementwise chains,
+ * row softmax and layer-norm, a full sum and sums down columns, square and
+ * skinny matmuls, and a matmul with a bias and activation epilogue. Each graph is built by one
  * function that both modes run; the outputs of the two are compared.
  *
  * Usage: ops [--quick | --full] [--steps N] [--device cpu|cuda]. One JSON line per measurement
@@ -19,6 +19,24 @@
 static kiln_tensor *gelu_chain(kiln_tensor *const *in, const void *arg) {
     (void)arg;
     return kiln_gelu(kiln_add(kiln_mul(in[0], in[1]), in[2]));
+}
+
+/* Eleven elementwise ops with tanh and sigmoid among them: memory traffic
+ * says lazy (one kernel, 16 bytes an element) should be about 7x eager (each
+ * op's inputs and output through memory). */
+static kiln_tensor *chain11(kiln_tensor *const *in, const void *arg) {
+    (void)arg;
+    kiln_tensor *t = kiln_tanh(kiln_add(kiln_mul(in[0], in[1]), in[2]));
+    kiln_tensor *s = kiln_sigmoid(kiln_sub(kiln_mul(t, in[0]), in[1]));
+    kiln_tensor *u = kiln_relu(kiln_add(kiln_mul(s, in[2]), t));
+    return kiln_add(kiln_mul_scalar(u, 0.5), in[0]);
+}
+
+/* Sums down the columns (a bias gradient's shape of reduction). */
+static kiln_tensor *column_sums(kiln_tensor *const *in, const void *arg) {
+    (void)arg;
+    int ax = 0;
+    return kiln_sum(in[0], 1, &ax, false);
 }
 
 static kiln_tensor *softmax_rows(kiln_tensor *const *in, const void *arg) {
@@ -75,11 +93,15 @@ int main(int argc, char **argv) {
     const spec specs[] = {
         {"gelu_chain", "16M", gelu_chain, 3, {1, 1, 1}, {{M16}, {M16}, {M16}}, 16.0 * M16, 0,
          1e-5, false},
+        {"chain11", "16M", chain11, 3, {1, 1, 1}, {{M16}, {M16}, {M16}}, 16.0 * M16, 0, 1e-5,
+         false},
         {"softmax_rows", "4096x4096", softmax_rows, 1, {2}, {{4096, 4096}}, 8 * SQ(4096), 0, 1e-5,
          false},
         {"layer_norm_rows", "4096x4096", layer_norm_rows, 1, {2}, {{4096, 4096}}, 8 * SQ(4096), 0,
          1e-4, false},
         {"sum_all", "64M", sum_all, 1, {1}, {{M64}}, 4.0 * M64, 0, 1e-5, false},
+        {"column_sums", "4096x4096", column_sums, 1, {2}, {{4096, 4096}}, 4 * SQ(4096) + 4 * 4096.0,
+         0, 1e-5, false},
         SQUARE_MM("256", 256, false),
         SQUARE_MM("512", 512, false),
         SQUARE_MM("1024", 1024, false),

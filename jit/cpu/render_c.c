@@ -367,6 +367,16 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
 }
 
 static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    /* The plan's vector width, said to the compiler: gcc 12 under
+     * -march=native prefers 256-bit vectors on AVX-512 hosts, and in 512-bit
+     * ones fused kernels ran 1.15-1.35x faster (Xeon with two 512-bit FMA
+     * units, 2 threads: gelu(a*b+c) over 16M 21.0 -> 15.4 ms, an 11-op chain
+     * 25.5 -> 19.1, softmax 4096^2 11.4 -> 9.6, layer-norm 6.9 -> 5.4, a 64M
+     * sum 9.1 -> 7.9). Matmuls name their vectors' width themselves. */
+    bool wide = plan->vector_bytes >= 64;
+    if (wide)
+        cstyle_put(b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
+                      "#pragma GCC target(\"prefer-vector-width=512\")\n#endif\n");
     params(b, k);
     b->narrow = plan->narrow;
     if (k->kind == LOWER_ELEMENTWISE)
@@ -376,6 +386,8 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *p
     else
         render_phased(b, k, plan);
     b->narrow = false;
+    if (wide)
+        cstyle_put(b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n");
 }
 
 /* The register tile of the micro-kernel, from the plan: vector bytes, rows
