@@ -1504,6 +1504,12 @@ typedef struct kiln_stats {
     int64_t collectives;   /* collective ops run since kiln_dist_init */
     int64_t collective_messages; /* the messages they travelled in: consecutive all-reduces
                                     share one (a data-parallel step's gradients, usually) */
+    int64_t live_bytes;   /* the device's buffer memory held by tensors now (size classes;
+                             the pooled bytes above not counted) */
+    int64_t peak_bytes;   /* the most live_bytes has been since the context opened */
+    int64_t memory_retries; /* allocations the device refused until the pooled bytes were
+                               given back (then asked once more: out of memory only if
+                               that failed too) */
 } kiln_stats;
 /* The counters of ctx (all zero for KILN_REF, which compiles nothing, except
  * the collectives'). */

@@ -233,6 +233,9 @@ kiln_stats jit_stats(const jit_backend *j) {
         s.buffer_reuses = p.reuses;
         s.buffer_allocations = p.allocations;
         s.pooled_bytes = p.held_bytes;
+        s.live_bytes = p.live_bytes;
+        s.peak_bytes = p.peak_bytes;
+        s.memory_retries = p.retries;
     }
     return s;
 }

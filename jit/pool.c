@@ -83,6 +83,13 @@ static void pool_free(jit_pool *p) {
     free(p);
 }
 
+/* Counts bytes handed out (n > 0) or put back (n < 0); the lock is held. */
+static void live(jit_pool *p, int64_t n) {
+    p->stats.live_bytes += n;
+    if (p->stats.live_bytes > p->stats.peak_bytes)
+        p->stats.peak_bytes = p->stats.live_bytes;
+}
+
 void *jit_pool_get(jit_pool *p, size_t nbytes) {
     size_t c = jit_pool_class(nbytes);
     void *mem = NULL;
@@ -98,24 +105,29 @@ void *jit_pool_get(jit_pool *p, size_t nbytes) {
             p->stats.reuses++;
         }
     }
-    if (mem)
+    if (mem) {
         p->refs++;
+        live(p, (int64_t)c);
+    }
     pthread_mutex_unlock(&p->lock);
     if (mem) {
         UNPOISON(p, mem, c);
         return mem;
     }
     mem = p->raw.alloc(p->raw.user, c);
+    bool retried = !mem;
     if (!mem) {
         jit_pool_trim(p);
         mem = p->raw.alloc(p->raw.user, c);
     }
+    pthread_mutex_lock(&p->lock);
+    p->stats.retries += retried;
     if (mem) {
-        pthread_mutex_lock(&p->lock);
         p->refs++;
         p->stats.allocations += c >= JIT_POOL_MIN;
-        pthread_mutex_unlock(&p->lock);
+        live(p, (int64_t)c);
     }
+    pthread_mutex_unlock(&p->lock);
     return mem;
 }
 
@@ -137,6 +149,7 @@ void jit_pool_put(jit_pool *p, void *mem, size_t nbytes) {
         *head = k;
         p->stats.held_bytes += (int64_t)c;
     }
+    live(p, -(int64_t)c);
     bool last = --p->refs == 0;
     pthread_mutex_unlock(&p->lock);
     if (!keep)

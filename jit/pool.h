@@ -36,6 +36,10 @@ typedef struct jit_pool_stats {
     int64_t reuses;      /* requests served by a kept block */
     int64_t allocations; /* requests that reached the raw allocator */
     int64_t held_bytes;  /* bytes kept for reuse now */
+    int64_t live_bytes;  /* bytes handed out and not yet put back (class sizes) */
+    int64_t peak_bytes;  /* the most live_bytes has been */
+    int64_t retries;     /* raw allocations that failed, so that the kept blocks were freed
+                            and the raw allocator asked once more */
 } jit_pool_stats;
 
 /* A pool over raw; max_bytes 0 takes KILN_POOL_MAX_BYTES or the default.

@@ -134,9 +134,14 @@ Test(cuda_device, out_of_memory_frees_the_cache_then_fails_clearly) {
     expect_roundtrip(b, v, n6);
     cr_assert(fake_counter("fake_cuda_failed_allocs") >= 1,
               "the 6 MiB should have needed the cached block back");
+    kiln_stats s = kiln_ctx_stats(ctx);
+    cr_assert_eq(s.memory_retries, 1);
+    cr_assert(s.live_bytes >= n6 * 4 && s.peak_bytes >= s.live_bytes, "live %lld, peak %lld",
+              (long long)s.live_bytes, (long long)s.peak_bytes);
     kiln_release(b);
     kiln_tensor *c = random_f32(ctx, &r, n16, v);
     TU_ASSERT_ERROR(c, KILN_ERR_OOM, "CUDA device memory", "16777216 bytes");
+    cr_assert_eq(kiln_ctx_stats(ctx).memory_retries, 2);
     kiln_tensor *d = random_f32(ctx, &r, 100, v);
     expect_roundtrip(d, v, 100);
     free(v);

@@ -73,8 +73,15 @@ Test(pool, released_blocks_are_reused_by_class) {
     cr_assert_eq(s.allocations, 2);
     cr_assert_eq(s.held_bytes, 0);
     cr_assert_eq(c.allocs, 2);
+    /* bytes out now (class sizes), and the most there were */
+    cr_assert_eq(s.live_bytes, 3 << 20);
+    cr_assert_eq(s.peak_bytes, 3 << 20);
     jit_pool_put(p, b, (1 << 20) - 1000);
     jit_pool_put(p, d, 2 << 20);
+    s = jit_pool_get_stats(p);
+    cr_assert_eq(s.live_bytes, 0);
+    cr_assert_eq(s.peak_bytes, 3 << 20);
+    cr_assert_eq(s.retries, 0);
     jit_pool_close(p);
     cr_assert_eq(c.frees, 2, "closing freed %d of 2 kept blocks", c.frees);
     cr_assert_eq(c.live_bytes, 0);
@@ -105,8 +112,12 @@ Test(pool, failed_allocation_trims_and_retries_once) {
     cr_assert_not_null(b);
     cr_assert_eq(jit_pool_get_stats(p).held_bytes, 0);
     cr_assert_eq(c.frees, 1);
+    cr_assert_eq(jit_pool_get_stats(p).retries, 1);
     c.fail_next = 2; /* both attempts fail: NULL, nothing leaked */
     cr_assert_null(jit_pool_get(p, 16 << 20));
+    jit_pool_stats s = jit_pool_get_stats(p);
+    cr_assert_eq(s.retries, 2);
+    cr_assert_eq(s.live_bytes, 8 << 20, "a failed request counts no bytes");
     jit_pool_put(p, b, 8 << 20);
     jit_pool_close(p);
     cr_assert_eq(c.live_bytes, 0);
@@ -163,6 +174,16 @@ TU_TEST(pool, replayed_step_reuses_released_outputs) {
               tu_exec_name(), (long long)(after.buffer_reuses - before.buffer_reuses));
     cr_assert(after.pooled_bytes >= (int64_t)sizeof(float) * N, "[%s] the last output was not kept",
               tu_exec_name());
+    /* a and b are held, the released outputs are not; at the peak a step's
+     * output (in eager mode its three ops' results) was out beside them,
+     * never two steps' */
+    cr_assert(after.live_bytes >= 2 * (int64_t)sizeof(float) * N &&
+                  after.live_bytes < 3 * (int64_t)sizeof(float) * N,
+              "[%s] live_bytes %lld", tu_exec_name(), (long long)after.live_bytes);
+    cr_assert(after.peak_bytes >= after.live_bytes + (int64_t)sizeof(float) * N &&
+                  after.peak_bytes <= 5 * (int64_t)sizeof(float) * N,
+              "[%s] peak_bytes %lld", tu_exec_name(), (long long)after.peak_bytes);
+    cr_assert_eq(after.memory_retries, 0);
     free(x);
     free(y);
     free(out);
