@@ -366,17 +366,26 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "  }\n}\n\n");
 }
 
-static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    /* The plan's vector width, said to the compiler: gcc 12 under
-     * -march=native prefers 256-bit vectors on AVX-512 hosts, and in 512-bit
-     * ones fused kernels ran 1.15-1.35x faster (Xeon with two 512-bit FMA
-     * units, 2 threads: gelu(a*b+c) over 16M 21.0 -> 15.4 ms, an 11-op chain
-     * 25.5 -> 19.1, softmax 4096^2 11.4 -> 9.6, layer-norm 6.9 -> 5.4, a 64M
-     * sum 9.1 -> 7.9). Matmuls name their vectors' width themselves. */
-    bool wide = plan->vector_bytes >= 64;
-    if (wide)
+/* The plan's vector width, said to the compiler around a kernel whose
+ * loops it vectorises by itself: gcc 12 under -march=native prefers 256-bit
+ * vectors on AVX-512 hosts, and in 512-bit ones fused kernels ran
+ * 1.15-1.35x faster (Xeon with two 512-bit FMA units, 2 threads:
+ * gelu(a*b+c) over 16M 21.0 -> 15.4 ms, an 11-op chain 25.5 -> 19.1,
+ * softmax 4096^2 11.4 -> 9.6, layer-norm 6.9 -> 5.4, a 64M sum 9.1 -> 7.9).
+ * Matmuls name their vectors' width themselves. */
+static void wide_begin(sbuf *b, const lower_plan *plan) {
+    if (plan->vector_bytes >= 64)
         cstyle_put(b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
                       "#pragma GCC target(\"prefer-vector-width=512\")\n#endif\n");
+}
+
+static void wide_end(sbuf *b, const lower_plan *plan) {
+    if (plan->vector_bytes >= 64)
+        cstyle_put(b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n");
+}
+
+static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    wide_begin(b, plan);
     params(b, k);
     b->narrow = plan->narrow;
     if (k->kind == LOWER_ELEMENTWISE)
@@ -386,8 +395,7 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *p
     else
         render_phased(b, k, plan);
     b->narrow = false;
-    if (wide)
-        cstyle_put(b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n");
+    wide_end(b, plan);
 }
 
 /* The register tile of the micro-kernel, from the plan: vector bytes, rows
@@ -1127,8 +1135,11 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
             cstyle_put(&b, "%s", JIT_CPU_KERNEL_MARK);
         if (k->kind == LOWER_MATMUL)
             render_matmul(&b, k, &plans[i]);
-        else if (k->kind == LOWER_ATTENTION)
+        else if (k->kind == LOWER_ATTENTION) {
+            wide_begin(&b, &plans[i]);
             render_attention(&b, k, &plans[i]);
+            wide_end(&b, &plans[i]);
+        }
         else if (lower_kind_has_code(k->kind))
             render_ir_kernel(&b, k, &plans[i]);
     }
