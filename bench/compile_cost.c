@@ -54,9 +54,37 @@ static kiln_tensor *mlp_graph(kiln_ctx *ctx) {
     return kiln_div(e, kiln_sum(e, 1, &ax, true));
 }
 
+/* One SGD step of bench/nn.c's 784-256-128-10 ReLU MLP under cross-entropy
+ * (batch 128): forward, the six gradients and the updated parameters joined
+ * into one result, the step's one sync. */
+static kiln_tensor *mlp_train_graph(kiln_ctx *ctx) {
+    const int64_t dims[7][2] = {{128, 784}, {256, 784}, {256}, {128, 256}, {128}, {10, 128}, {10}};
+    const int nd[7] = {2, 2, 1, 2, 1, 2, 1};
+    kiln_tensor *in[7];
+    for (int i = 0; i < 7; i++)
+        in[i] = kiln_mul_scalar(kiln_randn(ctx, KILN_F32, nd[i], dims[i], 10 + (uint64_t)i), 0.05);
+    int64_t labels[128];
+    const int64_t nl = 128;
+    for (int i = 0; i < 128; i++)
+        labels[i] = (i * 7 + 3) % 10;
+    kiln_tensor *t = kiln_from_data(ctx, KILN_I64, 1, &nl, labels);
+    kiln_tensor *h = kiln_relu(kiln_linear(in[0], in[1], in[2]));
+    h = kiln_relu(kiln_linear(h, in[3], in[4]));
+    kiln_tensor *loss = kiln_cross_entropy(kiln_linear(h, in[5], in[6]), t, KILN_REDUCTION_MEAN);
+    kiln_tensor *g[6], *p[6];
+    if (kiln_gradients(loss, NULL, 6, in + 1, g) != KILN_OK)
+        return loss;
+    for (int i = 0; i < 6; i++) {
+        const int64_t n = kiln_numel(g[i]);
+        p[i] = kiln_reshape(kiln_sub(in[1 + i], kiln_mul_scalar(g[i], 0.05)), 1, &n);
+    }
+    return kiln_cat(6, p, 0);
+}
+
 static const graph_spec graphs[] = {
     {"layer_norm_rows", "256x256", layer_norm_graph},
     {"mlp_softmax", "64x256x512x128", mlp_graph},
+    {"mlp_train_step", "b128,784-256-128-10", mlp_train_graph},
 };
 #define NGRAPHS (int)(sizeof graphs / sizeof graphs[0])
 

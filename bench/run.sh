@@ -63,7 +63,7 @@ read -r -a build <<<"${BAZEL_BUILD_OPTS:-}"
 bazel=${BAZEL:-bazel}
 "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
     --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost \
-    //bench:embedding //bench:gpt2 //bench:dynamic //bench:conv //bench:cuda_host \
+    //bench:embedding //bench:gpt2 //bench:dynamic //bench:conv //bench:cuda_host //bench:overhead \
     //tests:libfake_cuda.so
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
@@ -121,6 +121,11 @@ gpt2_args=()
 stage "dynamic"
 { echo "measured $(date -u +%F)"; "$bin/bench/dynamic"; } >bench/results_dynamic.txt ||
     echo "bench/dynamic failed" >&2
+# What kiln costs beside its kernels (text beside RESULTS.md): recording an
+# op, a graph-cache hit, 1000 small kernels cold, a fresh 64 MB output.
+stage "overhead"
+{ echo "measured $(date -u +%F)"; echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"; "$bin/bench/overhead"; } \
+    >bench/results_overhead.txt || echo "bench/overhead failed" >&2
 # A convolution layer alone (text beside RESULTS.md), three rounds, each
 # with the baseline's build first where there is one.
 stage "conv"

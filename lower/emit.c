@@ -821,14 +821,18 @@ void lower_program_free(lower_program *p) {
  * sources computed plainly (no reduction fused in, no sibling outputs, no
  * matmul it finishes) is one per source (lower_kernel.region); the rest one.
  * The select chain (emit_cat) stays for cats fused into their consumers, and
- * for small cats, whose sources average under a tile each: there a launch
- * per source (and a function per source to compile) costs more than the
- * chain's masked loads of a few thousand elements save. */
+ * for small cats of few sources, whose sources average under a tile each:
+ * there a launch per source (and a function per source to compile) costs
+ * more than the chain's masked loads of a few thousand elements save. Past
+ * CAT_CHAIN_MAX sources the chain's one function grows too long for the
+ * compiler: a cat of 1000 scalars took gcc 100 s (256: 4.9 s, 64: 1.0 s,
+ * with the scalars' own kernels). */
+#define CAT_CHAIN_MAX 64
 static int cat_regions(const sched *s, const graph_node *x) {
     const sched_node *xs = sched_of(s, x);
     if (x->op != GRAPH_CAT || x->nsrc < 2 || xs->alias || xs->form != SCHED_PLAIN ||
         xs->sibling_group >= 0 || xs->epilogue_of ||
-        graph_numel(x) < (int64_t)x->nsrc * ELEMENTWISE_TILE)
+        (graph_numel(x) < (int64_t)x->nsrc * ELEMENTWISE_TILE && x->nsrc <= CAT_CHAIN_MAX))
         return 1;
     return x->nsrc;
 }

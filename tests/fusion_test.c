@@ -339,6 +339,31 @@ Test(fusion, a_cat_is_one_kernel_per_source) {
     }
 }
 
+/* Many small sources: a select over every source at every element would be
+ * one function too long for the compiler (1000 scalars took gcc 100 s), so
+ * past 64 sources even a small cat is one kernel per source; 64 stay one. */
+static kiln_tensor *cat_of_scalars(kiln_ctx *ctx, int n) {
+    kiln_tensor *parts[100];
+    for (int i = 0; i < n; i++) {
+        const int64_t one = 1, d = i % 3 + 2;
+        float v[4] = {(float)i, 0.5f, -1.0f * (float)i, 2.0f};
+        parts[i] = kiln_reshape(kiln_sum(kiln_from_data(ctx, KILN_F32, 1, &d, v), 0, NULL, false),
+                                1, &one);
+    }
+    return kiln_cat(n, parts, 0);
+}
+
+Test(fusion, a_cat_of_many_small_sources_is_regions) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *many = cat_of_scalars(ctx, 100), *few = cat_of_scalars(ctx, 64);
+    cr_assert_eq(kernels_for(ctx, many), 200, "100 sums and 100 regions");
+    cr_assert_eq(kernels_for(ctx, few), 65, "64 sums and one select chain");
+    expect_like_ref(many, cat_of_scalars(ref, 100));
+    expect_like_ref(few, cat_of_scalars(ref, 64));
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
+
 static kiln_tensor *matmul_read_twice(kiln_ctx *ctx) {
     const int64_t xd[2] = {8, 9}, wd[2] = {9, 10};
     float *x = random_data(8 * 9, 7), *w = random_data(9 * 10, 8);

@@ -371,22 +371,33 @@ static bool write_text(const char *path, const char *a, size_t na, const char *b
     return ok;
 }
 
-/* How many translation units src is compiled as: one per core the process
- * may use (KILN_COMPILE_JOBS overrides; at most 16), but no fewer than 8
- * kernels each, so that a small program pays for one compiler start only.
- * gcc -O3 takes about 40 ms per kernel here, so GPT-2's step (355 kernels
- * at L4) spent 13 s in one compiler process on one core. */
-static int compile_parts(const char *src) {
+/* The most kernels one translation unit holds: gcc -O3's time per kernel
+ * grows with the unit's size (here 18-24 ms a kernel in units of 25 to 100
+ * small reductions, 41 ms in units of 200, 204 ms in units of 500: 1000
+ * kernels at one sync took 102 s as two units). */
+#define KERNELS_PER_PART 64
+
+/* How many translation units src is compiled as, and how many compile at
+ * once (*jobs): one per core the process may use (KILN_COMPILE_JOBS
+ * overrides; at most 16), but no fewer than 8 kernels each, so that a
+ * small program pays for one compiler start only, and more units than
+ * cores where the kernels are more than KERNELS_PER_PART a core. gcc -O3
+ * takes about 40 ms per kernel here, so GPT-2's step (355 kernels at L4)
+ * spent 13 s in one compiler process on one core. */
+static int compile_parts(const char *src, int *jobs) {
     int kernels = 0;
     for (const char *p = src; (p = strstr(p, JIT_CPU_KERNEL_MARK)); p += strlen(JIT_CPU_KERNEL_MARK))
         kernels++;
-    long jobs = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
     const char *e = getenv("KILN_COMPILE_JOBS");
     if (e && *e)
-        jobs = strtol(e, NULL, 10);
-    if (jobs > kernels / 8)
-        jobs = kernels / 8;
-    return jobs < 1 ? 1 : jobs > 16 ? 16 : (int)jobs;
+        n = strtol(e, NULL, 10);
+    *jobs = n < 1 ? 1 : n > 16 ? 16 : (int)n;
+    int parts = *jobs < kernels / 8 ? *jobs : kernels / 8;
+    int need = (kernels + KERNELS_PER_PART - 1) / KERNELS_PER_PART;
+    if (parts < need)
+        parts = need;
+    return parts < 1 ? 1 : parts;
 }
 
 typedef struct compile_job {
@@ -405,9 +416,9 @@ static void *compile_job_run(void *arg) {
 
 /* src compiled into sopath as `parts` translation units, each the prelude
  * (everything before the first kernel mark) and a run of whole kernels of
- * about equal text, compiled at once, then linked. */
-static bool build_parallel(const char *src, int parts, const char *dir, const char *sopath,
-                           char *msg, size_t cap) {
+ * about equal text, at_once of them compiling at a time, then linked. */
+static bool build_parallel(const char *src, int parts, int at_once, const char *dir,
+                           const char *sopath, char *msg, size_t cap) {
     const char *first = strstr(src, JIT_CPU_KERNEL_MARK);
     size_t pre = (size_t)(first - src), len = strlen(src);
     compile_job *jobs = calloc((size_t)parts, sizeof *jobs);
@@ -436,6 +447,10 @@ static bool build_parallel(const char *src, int parts, const char *dir, const ch
             break;
         }
         compile_argv(j->argv, j->src, j->obj, true);
+        if (started >= at_once && jobs[started - at_once].thread) { /* a free core first */
+            pthread_join(jobs[started - at_once].thread, NULL);
+            jobs[started - at_once].thread = 0;
+        }
         if (pthread_create(&j->thread, NULL, compile_job_run, j) != 0) {
             compile_job_run(j); /* no thread: compile it here */
             j->thread = 0;
@@ -509,9 +524,10 @@ static void *load_or_build(cache *c, const char *src, cache_key key, bool *compi
     snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
     snprintf(logpath, sizeof logpath, "%s/log", dir);
     void *h = NULL;
-    int parts = compile_parts(src);
+    int jobs;
+    int parts = compile_parts(src, &jobs);
     if (parts > 1) {
-        if (!build_parallel(src, parts, dir, sopath, msg, cap))
+        if (!build_parallel(src, parts, jobs, dir, sopath, msg, cap))
             goto done;
     } else {
         if (!write_text(cpath, src, strlen(src), "", 0)) {
