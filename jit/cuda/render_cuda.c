@@ -185,6 +185,19 @@ static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan 
     cstyle_put(b, "    }\n  }\n}\n\n");
 }
 
+/* The block's pick of its threads' best (max or min; f: a float's, with
+ * NaN first), and reduction red's value from it: the index for argmax and
+ * argmin, else the value in dt. */
+static void block_pick_result(sbuf *b, const char *indent, bool mx, bool f, bool arg, int red,
+                              kiln_dtype dt) {
+    cstyle_put(b, "%skh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", indent, mx ? "true" : "false",
+               f ? "d" : "i");
+    if (arg)
+        cstyle_put(b, "%sv%d = at < 0 ? 0 : at;\n", indent, red);
+    else
+        cstyle_put(b, "%sv%d = (%s)best;\n", indent, red, ctype(dt));
+}
+
 /* One reduction: each thread scans its share of the row in order (so the
  * first index wins ties within it), then the block combines the shares. */
 static void render_reduction(sbuf *b, const lower_kernel *k, const lower_block *blk,
@@ -215,12 +228,7 @@ static void render_reduction(sbuf *b, const lower_kernel *k, const lower_block *
         block_stmts(b, k, blk, "        ");
         cstyle_reduce_take(b, "        ", x->gop, is_float(in), v);
         cstyle_put(b, "      }\n");
-        cstyle_put(b, "      kh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", mx ? "true" : "false",
-            is_float(in) ? "d" : "i");
-        if (arg)
-            cstyle_put(b, "      v%d = at < 0 ? 0 : at;\n", red);
-        else
-            cstyle_put(b, "      v%d = (%s)best;\n", red, ctype(dt));
+        block_pick_result(b, "      ", mx, is_float(in), arg, red, dt);
     }
     cstyle_put(b, "    }\n");
 }
@@ -337,12 +345,7 @@ static void render_combine(sbuf *b, const lower_kernel *k, const lower_block *bl
         cstyle_put(b, "          kh_pick(best, at, __ldcg(&kh_p%d_%s[g * B + q]), "
                       "__ldcg(&kh_a%d_%s[g * B + q]), %s);\n",
                    slot, k->name, slot, k->name, mx ? "true" : "false");
-        cstyle_put(b, "        kh_block_pick(best, at, %s, kh_s%s, kh_sa);\n", mx ? "true" : "false",
-                   f ? "d" : "i");
-        if (arg)
-            cstyle_put(b, "        v%d = at < 0 ? 0 : at;\n", red);
-        else
-            cstyle_put(b, "        v%d = (%s)best;\n", red, ctype(dt));
+        block_pick_result(b, "        ", mx, f, arg, red, dt);
     }
     cstyle_put(b, "      }\n");
 }
