@@ -203,6 +203,15 @@ static bool through_pad(const graph_node *v, const graph_node *p, split_axes *a,
     return true;
 }
 
+/* n, or the source of n where n is an identity (a one-source cat: what
+ * no-grad records after an op) that no kernel stores: reading the source is
+ * reading n. */
+static graph_node *past_identity(const sched *s, graph_node *n) {
+    if (n->op == GRAPH_CAT && n->nsrc == 1 && sched_pending(n) && !sched_of(s, n)->materialized)
+        return n->src[0];
+    return n;
+}
+
 /* A matmul's B that is a reshape of a view reading its base's elements
  * several times each (conv2d's im2col: 9x the input for a 3x3 kernel) is
  * read in place: the copy of the view cost a fifth of a 3x3 convolution's
@@ -227,22 +236,17 @@ static graph_node *split_base(const sched *s, const graph_node *x, int j, lower_
         sched_of(s, v)->nconsumers != 1 || sched_of(s, o)->nconsumers != 1 ||
         graph_numel(v) < 2 * graph_numel(v->src[0]))
         return NULL;
-    graph_node *b = v->src[0];
-    /* an identity (what no-grad records after a pad) joins no kernel here */
-    if (b->op == GRAPH_CAT && b->nsrc == 1 && sched_pending(b) && !sched_of(s, b)->materialized)
-        b = b->src[0];
+    graph_node *b = past_identity(s, v->src[0]);
     lower_operand l;
     memset(&l, 0, sizeof l);
     split_axes a;
     int64_t offset = v->p.view.offset;
     if (b->op == GRAPH_VIEW && sched_pending(b) && b->p.view.masked &&
         !sched_of(s, b)->materialized && through_pad(v, b, &a, &l, &offset)) {
-        b = b->src[0];
-        if (b->op == GRAPH_CAT && b->nsrc == 1 && sched_pending(b) &&
-            !sched_of(s, b)->materialized)
-            b = b->src[0];
-    } else {
+        b = past_identity(s, b->src[0]);
+    } else { /* read b itself: what a through_pad that failed half-way wrote goes */
         memset(&l, 0, sizeof l);
+        offset = v->p.view.offset;
         a.n = v->ndim;
         for (int i = 0; i < v->ndim; i++) {
             a.size[i] = v->shape[i];
@@ -274,8 +278,6 @@ graph_node *sched_matmul_operand(const sched *s, const graph_node *x, int j,
     *layout = l;
     return b;
 }
-
-/* ---- kernel boundaries ---- */
 
 /* ---- kernel boundaries ---- */
 

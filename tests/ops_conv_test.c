@@ -189,6 +189,14 @@ TU_TEST(conv3d, im2col_read_in_place) {
     check_conv(ctx, &CV(.n = 2, .c = 2, .oc = 3, .g = 1, .in = A3(1, 12, 12), .k = A3(1, 3, 3),
                         .s = A3(1, 1, 1), .p = A3(0, 2, 3), .d = A3(1, 2, 2)),
                3, false, true, KILN_F64, 18);
+    /* transposed: zeros inserted between the input's elements, a pad, and
+     * the flipped kernel */
+    check_conv(ctx, &CV(.n = 2, .c = 3, .oc = 2, .g = 1, .in = A3(1, 6, 9), .k = A3(1, 3, 3),
+                        .s = A3(1, 2, 2), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
+               3, true, true, KILN_F32, 19);
+    check_conv(ctx, &CV(.n = 1, .c = 2, .oc = 3, .g = 1, .in = A3(1, 5, 12), .k = A3(1, 2, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 0, 1), .d = A3(1, 2, 1)),
+               3, true, false, KILN_F64, 20);
 }
 
 TU_TEST(conv_transpose, against_loops_1d_2d_3d) {

@@ -185,6 +185,16 @@ static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan 
     cstyle_put(b, "    }\n  }\n}\n\n");
 }
 
+/* The block's sum of its threads' acc (f: of floats, in double), and sum
+ * red's value from it, rounded to dt. */
+static void block_sum_result(sbuf *b, const char *indent, bool f, int red, kiln_dtype dt) {
+    cstyle_put(b, "%sacc = kh_block_sum(acc, kh_s%s);\n", indent, f ? "d" : "u");
+    if (is_float(dt))
+        cstyle_put(b, "%sv%d = %s((%s)acc);\n", indent, red, rnd(dt), ctype(dt));
+    else
+        cstyle_put(b, "%sv%d = (%s)acc;\n", indent, red, ctype(dt));
+}
+
 /* The block's pick of its threads' best (max or min; f: a float's, with
  * NaN first), and reduction red's value from it: the index for argmax and
  * argmin, else the value in dt. */
@@ -215,11 +225,7 @@ static void render_reduction(sbuf *b, const lower_kernel *k, const lower_block *
         if (blk->stash >= 0)
             cstyle_put(b, "        b0[v%d] = v%d;\n", k->store, blk->stash);
         cstyle_put(b, "        acc += (%s)v%d;\n      }\n", acc, v);
-        cstyle_put(b, "      acc = kh_block_sum(acc, kh_s%s);\n", is_float(in) ? "d" : "u");
-        if (is_float(dt))
-            cstyle_put(b, "      v%d = %s((%s)acc);\n", red, rnd(dt), ctype(dt));
-        else
-            cstyle_put(b, "      v%d = (%s)acc;\n", red, ctype(dt));
+        block_sum_result(b, "      ", is_float(in), red, dt);
     } else {
         bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
         bool arg = x->gop == GRAPH_ARGMAX || x->gop == GRAPH_ARGMIN;
@@ -332,11 +338,7 @@ static void render_combine(sbuf *b, const lower_kernel *k, const lower_block *bl
         cstyle_put(b, "        %s acc = 0;\n", f ? "double" : "kh_u64");
         cstyle_put(b, "        for (kh_i64 q = threadIdx.x; q < B; q += %d) acc += __ldcg(&kh_p%d_%s[g * B + q]);\n",
                    threads, slot, k->name);
-        cstyle_put(b, "        acc = kh_block_sum(acc, kh_s%s);\n", f ? "d" : "u");
-        if (is_float(dt))
-            cstyle_put(b, "        v%d = %s((%s)acc);\n", red, rnd(dt), ctype(dt));
-        else
-            cstyle_put(b, "        v%d = (%s)acc;\n", red, ctype(dt));
+        block_sum_result(b, "        ", f, red, dt);
     } else {
         bool mx = x->gop == GRAPH_RMAX || x->gop == GRAPH_ARGMAX;
         bool arg = x->gop == GRAPH_ARGMAX || x->gop == GRAPH_ARGMIN;
