@@ -151,6 +151,10 @@ bool api_broadcasts_to(int n, const int64_t *s, int nt, const int64_t *t) {
 graph_node *api_broadcast_to(graph_node *n, int ndim, const int64_t *dims) {
     if (n->ndim == ndim && !memcmp(n->shape, dims, sizeof(int64_t) * (size_t)ndim))
         return graph_ref(n);
+    /* A scalar constant (every kiln_*_scalar's operand) becomes its
+     * broadcast view in one step, the node reshape-then-expand reaches. */
+    if (n->op == GRAPH_CONST && !n->buf)
+        return graph_full(n->g, n->dtype, ndim, dims, n->p.value);
     int64_t shp[KILN_MAX_DIMS];
     int lead = ndim - n->ndim;
     for (int d = 0; d < ndim; d++)

@@ -1,11 +1,16 @@
 /* overhead.c — what kiln costs beside its kernels, the figures the CPU
  * issue's goals name, one readable line each:
- *   record       recording an op: a chain of 100000 elementwise ops on a
- *                4-element tensor, never synced, per op (best of 5);
+ *   record       recording an op: a chain of n elementwise ops on a
+ *                4-element tensor, never synced, per op: n = 1000 (a
+ *                training step's graph, best of 100 chains) and n = 100000
+ *                (best of 5; its nodes and the interning table no longer fit
+ *                in cache);
  *   hit          a graph-cache hit: a realized chain of n elementwise ops
  *                (one fused kernel on 16 elements) synced again, n = 100 and
  *                1000, kiln_realize alone (median of 50), and the line
- *                through the two: fixed cost and cost per node;
+ *                through the two: fixed cost and cost per op; each op is
+ *                three graph nodes (the op, its scalar as a bound 0-d input,
+ *                and that input's broadcast view), so also per node;
  *   small        1000 small independent kernels at one sync, cold (an empty
  *                kernel cache in a temporary directory): the sums of 1000
  *                tensors of different shapes joined by one cat, so that each
@@ -37,22 +42,29 @@ static int fail(kiln_tensor *t, const char *what) {
     return 1;
 }
 
-static int record(kiln_ctx *ctx) {
-    enum { N = 100000 };
+/* The best seconds per op of recording a chain of n ops, of reps chains. */
+static double record_secs(kiln_ctx *ctx, int n, int reps) {
     const int64_t four = 4;
     double best = 1e30;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < reps; rep++) {
         kiln_scope_begin(ctx);
         kiln_tensor *t = kiln_randn(ctx, KILN_F32, 1, &four, 1);
         double t0 = bench_now();
-        for (int i = 0; i < N; i++)
+        for (int i = 0; i < n; i++)
             t = kiln_add_scalar(t, 1.0);
         double dt = bench_now() - t0;
         kiln_scope_end(ctx);
         if (dt < best)
             best = dt;
     }
-    printf("record: %.0f ns per op (a chain of %d ops, best of 5)\n", best / N * 1e9, N);
+    return best / n;
+}
+
+static int record(kiln_ctx *ctx) {
+    double small = record_secs(ctx, 1000, 100), big = record_secs(ctx, 100000, 5);
+    printf("record: %.0f ns per op in a chain of 1000 ops (best of 100), %.0f ns per op in a "
+           "chain of 100000 (best of 5)\n",
+           small * 1e9, big * 1e9);
     return 0;
 }
 
@@ -91,9 +103,9 @@ static int hit(kiln_ctx *ctx) {
     if (hit_secs(ctx, 100, &a) || hit_secs(ctx, 1000, &b))
         return 1;
     double per = (b - a) / 900, fixed = a - 100 * per;
-    printf("hit: 100 nodes %.1f us, 1000 nodes %.1f us: %.1f us + %.0f ns per node (median of "
-           "50 syncs, kiln_realize alone)\n",
-           a * 1e6, b * 1e6, fixed * 1e6, per * 1e9);
+    printf("hit: 100 ops %.1f us, 1000 ops %.1f us: %.1f us + %.0f ns per op, %.0f ns per graph "
+           "node (3 per op; median of 50 syncs, kiln_realize alone)\n",
+           a * 1e6, b * 1e6, fixed * 1e6, per * 1e9, per / 3 * 1e9);
     return 0;
 }
 

@@ -6,17 +6,6 @@
 #include "graph/graph.h"
 #include "graph/internal.h"
 
-graph_node graph_proto(graph_op op, kiln_dtype dt, int ndim, const int64_t *shape) {
-    graph_node p;
-    memset(&p, 0, sizeof p);
-    p.op = op;
-    p.dtype = dt;
-    p.ndim = ndim;
-    if (ndim)
-        memcpy(p.shape, shape, sizeof(int64_t) * (size_t)ndim);
-    return p;
-}
-
 bool graph_const_value(const graph_node *n, graph_scalar *v) {
     if (n->op == GRAPH_VIEW && !n->p.view.masked)
         n = n->src[0];
@@ -35,13 +24,15 @@ static bool const_is(const graph_node *n, double x) {
 
 graph_node *graph_buffer_node(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *shape,
                               graph_buffer *buf) {
-    graph_node p = graph_proto(GRAPH_BUFFER, dt, ndim, shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_BUFFER, dt, ndim, shape);
     p.buf = buf;
     return graph_intern(g, &p);
 }
 
 graph_node *graph_const(graph_ctx *g, kiln_dtype dt, graph_scalar v) {
-    graph_node p = graph_proto(GRAPH_CONST, dt, 0, NULL);
+    graph_node p;
+    graph_proto(&p, GRAPH_CONST, dt, 0, NULL);
     /* Canonical bits, so that equal constants hash alike. */
     memset(&p.p.value, 0, sizeof p.p.value);
     if (graph_dtype_is_float(dt))
@@ -56,7 +47,8 @@ graph_node *graph_full(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *sha
     graph_node *c = graph_const(g, dt, v);
     if (!c || ndim == 0)
         return c;
-    graph_node p = graph_proto(GRAPH_VIEW, dt, ndim, shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_VIEW, dt, ndim, shape);
     graph_node *srcs[1] = {c};
     p.nsrc = 1;
     p.src = srcs;
@@ -66,7 +58,8 @@ graph_node *graph_full(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *sha
 }
 
 graph_node *graph_arange(graph_ctx *g, kiln_dtype dt, int64_t n, double start, double step) {
-    graph_node p = graph_proto(GRAPH_ARANGE, dt, 1, &n);
+    graph_node p;
+    graph_proto(&p, GRAPH_ARANGE, dt, 1, &n);
     p.p.value.f = start;
     p.p.step = step;
     return graph_intern(g, &p);
@@ -74,7 +67,8 @@ graph_node *graph_arange(graph_ctx *g, kiln_dtype dt, int64_t n, double start, d
 
 graph_node *graph_rand(graph_ctx *g, graph_op op, kiln_dtype dt, int ndim,
                        const int64_t *shape, uint64_t seed) {
-    graph_node p = graph_proto(op, dt, ndim, shape);
+    graph_node p;
+    graph_proto(&p, op, dt, ndim, shape);
     p.p.seed = seed;
     return graph_intern(g, &p);
 }
@@ -87,7 +81,8 @@ static graph_node *with_sources(graph_node *proto, int nsrc, graph_node **srcs) 
 
 graph_node *graph_rand_keyed(graph_node *key, graph_op op, kiln_dtype dt, int ndim,
                              const int64_t *shape) {
-    graph_node p = graph_proto(op, dt, ndim, shape);
+    graph_node p;
+    graph_proto(&p, op, dt, ndim, shape);
     graph_node *srcs[1] = {key};
     return with_sources(&p, 1, srcs);
 }
@@ -99,7 +94,8 @@ graph_node *graph_unary(graph_op op, graph_node *a) {
                           graph_scalar_unary(op, a->dtype, a->dtype, v));
     if (op == GRAPH_NEG && a->op == GRAPH_NEG && !a->buf)
         return graph_ref(a->src[0]);
-    graph_node p = graph_proto(op, a->dtype, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, op, a->dtype, a->ndim, a->shape);
     graph_node *srcs[1] = {a};
     return with_sources(&p, 1, srcs);
 }
@@ -111,7 +107,8 @@ graph_node *graph_cast(graph_node *a, kiln_dtype dt) {
     if (graph_const_value(a, &v))
         return graph_full(a->g, dt, a->ndim, a->shape,
                           graph_scalar_unary(GRAPH_CAST, a->dtype, dt, v));
-    graph_node p = graph_proto(GRAPH_CAST, dt, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_CAST, dt, a->ndim, a->shape);
     graph_node *srcs[1] = {a};
     return with_sources(&p, 1, srcs);
 }
@@ -123,7 +120,8 @@ graph_node *graph_bitcast(graph_node *a, kiln_dtype dt) {
     if (graph_const_value(a, &v))
         return graph_full(a->g, dt, a->ndim, a->shape,
                           graph_scalar_unary(GRAPH_BITCAST, a->dtype, dt, v));
-    graph_node p = graph_proto(GRAPH_BITCAST, dt, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_BITCAST, dt, a->ndim, a->shape);
     graph_node *srcs[1] = {a};
     return with_sources(&p, 1, srcs);
 }
@@ -159,7 +157,8 @@ graph_node *graph_binary(graph_op op, graph_node *a, graph_node *b) {
     default:
         break;
     }
-    graph_node p = graph_proto(op, out, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, op, out, a->ndim, a->shape);
     graph_node *srcs[2] = {a, b};
     return with_sources(&p, 2, srcs);
 }
@@ -170,7 +169,8 @@ graph_node *graph_where(graph_node *c, graph_node *a, graph_node *b) {
         return graph_ref(vc.i ? a : b);
     if (a == b)
         return graph_ref(a);
-    graph_node p = graph_proto(GRAPH_WHERE, a->dtype, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_WHERE, a->dtype, a->ndim, a->shape);
     graph_node *srcs[3] = {c, a, b};
     return with_sources(&p, 3, srcs);
 }
@@ -286,7 +286,8 @@ graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype d
     graph_node *folded = reduce_constant_axes(op, a, axes, dt);
     if (folded)
         return folded;
-    graph_node p = graph_proto(op, dt, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, op, dt, a->ndim, a->shape);
     for (int d = 0; d < a->ndim; d++)
         if (axes & (1u << d))
             p.shape[d] = 1;
@@ -296,7 +297,8 @@ graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype d
 }
 
 graph_node *graph_cat(int n, graph_node *const *srcs, int axis) {
-    graph_node p = graph_proto(GRAPH_CAT, srcs[0]->dtype, srcs[0]->ndim, srcs[0]->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_CAT, srcs[0]->dtype, srcs[0]->ndim, srcs[0]->shape);
     p.shape[axis] = 0;
     for (int i = 0; i < n; i++)
         p.shape[axis] += srcs[i]->shape[axis];
@@ -308,7 +310,8 @@ graph_node *graph_cat(int n, graph_node *const *srcs, int axis) {
  * here, and every rank must run every collective it recorded. */
 graph_node *graph_collective(graph_op op, graph_node *a, int reduce, int axis, int root,
                              int size) {
-    graph_node p = graph_proto(op, a->dtype, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, op, a->dtype, a->ndim, a->shape);
     if (op == GRAPH_ALL_GATHER)
         p.shape[axis] *= size;
     else if (op == GRAPH_REDUCE_SCATTER)
@@ -326,7 +329,8 @@ graph_node *graph_collective(graph_op op, graph_node *a, int reduce, int axis, i
 /* Not folded over a constant source: the index still decides which
  * elements are 0 (out of range). */
 graph_node *graph_gather(graph_node *a, int axis, graph_node *index) {
-    graph_node p = graph_proto(GRAPH_GATHER, a->dtype, index->ndim, index->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_GATHER, a->dtype, index->ndim, index->shape);
     p.p.axis = axis;
     graph_node *srcs[2] = {a, index};
     return with_sources(&p, 2, srcs);
@@ -335,7 +339,8 @@ graph_node *graph_gather(graph_node *a, int axis, graph_node *index) {
 /* Not folded either: which places the index reaches is data. */
 graph_node *graph_scatter(graph_node *t, int axis, graph_node *index, graph_node *src, int reduce,
                           bool include_self) {
-    graph_node p = graph_proto(GRAPH_SCATTER, t->dtype, t->ndim, t->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_SCATTER, t->dtype, t->ndim, t->shape);
     p.p.axis = axis;
     p.p.reduce = reduce;
     p.p.include_self = include_self && reduce != GRAPH_SCATTER_ASSIGN;
@@ -344,7 +349,8 @@ graph_node *graph_scatter(graph_node *t, int axis, graph_node *index, graph_node
 }
 
 graph_node *graph_matmul(graph_node *a, graph_node *b) {
-    graph_node p = graph_proto(GRAPH_MATMUL, a->dtype, a->ndim, a->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_MATMUL, a->dtype, a->ndim, a->shape);
     p.shape[a->ndim - 1] = b->shape[b->ndim - 1];
     graph_node *srcs[2] = {a, b};
     return with_sources(&p, 2, srcs);
@@ -354,7 +360,8 @@ graph_node *graph_attention(graph_op op, int nsrc, graph_node *const *srcs, doub
                             bool causal) {
     const graph_node *q = srcs[0], *k = srcs[1], *v = srcs[2];
     int nd = q->ndim;
-    graph_node p = graph_proto(op, q->dtype, nd, q->shape);
+    graph_node p;
+    graph_proto(&p, op, q->dtype, nd, q->shape);
     if (op == GRAPH_ATTENTION)
         p.shape[nd - 1] = v->shape[nd - 1] + 1;
     else if (op == GRAPH_ATTENTION_DKV)

@@ -13,8 +13,7 @@ typedef struct sigbuf {
     bool failed;
 } sigbuf;
 
-static void feed(void *ctx, const void *bytes, size_t len) {
-    sigbuf *b = ctx;
+static void feed_grow(sigbuf *b, const void *bytes, size_t len) {
     if (b->failed)
         return;
     if (b->len + len > b->cap) {
@@ -33,7 +32,20 @@ static void feed(void *ctx, const void *bytes, size_t len) {
     b->len += len;
 }
 
-static void feed_i64(sigbuf *b, int64_t v) { feed(b, &v, sizeof v); }
+/* The signature is fed a few bytes at a time, thousands of times per sync:
+ * the common case (room left) is inline, the buffer sized up front. */
+static inline void feed_bytes(sigbuf *b, const void *bytes, size_t len) {
+    if (b->len + len <= b->cap) {
+        memcpy(b->p + b->len, bytes, len);
+        b->len += len;
+    } else {
+        feed_grow(b, bytes, len);
+    }
+}
+
+static void feed(void *ctx, const void *bytes, size_t len) { feed_bytes(ctx, bytes, len); }
+
+static void feed_i64(sigbuf *b, int64_t v) { feed_bytes(b, &v, sizeof v); }
 
 /* During a capture a node's scratch holds its index + 1. */
 static int64_t index_of(const graph_node *n) { return (int64_t)(intptr_t)n->scratch - 1; }
@@ -54,8 +66,8 @@ static bool add_leaf(graph_capture *c, graph_node *n, int64_t *cap, sigbuf *b) {
     c->nleaves++;
     n->scratch = (void *)(intptr_t)(at + 1);
     int head[2] = {(int)n->dtype, n->ndim};
-    feed(b, head, sizeof head);
-    feed(b, n->shape, sizeof(int64_t) * (size_t)n->ndim);
+    feed_bytes(b, head, sizeof head);
+    feed_bytes(b, n->shape, sizeof(int64_t) * (size_t)n->ndim);
     return true;
 }
 
@@ -79,13 +91,19 @@ kiln_status graph_capture_new(int n, graph_node *const *targets, graph_capture *
     for (int64_t i = 0; i < count; i++)
         c->nodes[i]->scratch = (void *)(intptr_t)(i + 1);
     sigbuf b = {0};
+    /* about what a node of a few dimensions and two sources takes */
+    b.cap = (size_t)count * 64 + 256;
+    b.p = malloc(b.cap);
+    b.failed = !b.p;
+    if (b.failed)
+        b.cap = 0;
     bool ok = true;
     feed_i64(&b, count);
     for (int64_t i = 0; ok && i < count; i++) {
         graph_node *x = c->nodes[i];
         int head[4] = {(int)x->op, (int)x->dtype, x->ndim, x->nsrc};
-        feed(&b, head, sizeof head);
-        feed(&b, x->shape, sizeof(int64_t) * (size_t)x->ndim);
+        feed_bytes(&b, head, sizeof head);
+        feed_bytes(&b, x->shape, sizeof(int64_t) * (size_t)x->ndim);
         graph_feed_params(x, feed, &b);
         /* A leaf is described where it is first read, so that the signature
          * is one pass; its index says where. */

@@ -167,14 +167,28 @@ struct graph_buffer {
 typedef struct graph_ctx graph_ctx;
 typedef struct graph_node graph_node;
 
+/* Sources a node holds without a separate allocation (binary ops, where,
+ * views and most others). */
+#define GRAPH_SRC_INLINE 3
 struct graph_node {
+    /* What walks and reference counting touch come first, within the first
+     * two cache lines: a sync's post-order walk chases sources from node
+     * to node, and with nsrc, src, buf and scratch spread over three lines
+     * of a 450-byte node it spent most of its time in cache misses. */
     int64_t refs;
     graph_op op;
     kiln_dtype dtype;
     int ndim;
-    int64_t shape[KILN_MAX_DIMS];
     int nsrc;
-    graph_node **src;
+    graph_node **src; /* src_inline when nsrc <= GRAPH_SRC_INLINE */
+    graph_node *src_inline[GRAPH_SRC_INLINE];
+    graph_buffer *buf; /* set once realized; the node then reads as a leaf */
+    void *scratch;     /* owned by whichever pass is running */
+    uint64_t hash;
+    graph_node *hnext; /* a dying node's link; a free node's, in its slab */
+    graph_ctx *g;
+    int64_t id; /* creation order within its graph_ctx */
+    int64_t shape[KILN_MAX_DIMS];
     struct {
         graph_scalar value; /* GRAPH_CONST; GRAPH_ARANGE start (.f) */
         double step;        /* GRAPH_ARANGE */
@@ -189,12 +203,6 @@ struct graph_node {
         double scale;       /* GRAPH_ATTENTION* */
         bool causal;        /* GRAPH_ATTENTION* */
     } p;
-    graph_buffer *buf; /* set once realized; the node then reads as a leaf */
-    int64_t id;        /* creation order within its graph_ctx */
-    uint64_t hash;
-    graph_node *hnext; /* hash-consing chain */
-    graph_ctx *g;
-    void *scratch; /* owned by whichever pass is running */
 };
 
 /* ---- contexts and references ---- */

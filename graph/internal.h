@@ -2,14 +2,26 @@
 #ifndef KILN_GRAPH_INTERNAL_H
 #define KILN_GRAPH_INTERNAL_H
 
+#include <string.h>
+
 #include "graph/graph.h"
 
 /* Returns the existing node equal to proto (same op, dtype, shape, sources and
  * parameters) or a new one copied from it; buffer nodes are never shared. */
 graph_node *graph_intern(graph_ctx *g, const graph_node *proto);
 
-/* A prototype with op, dtype and shape set and everything else zero. */
-graph_node graph_proto(graph_op op, kiln_dtype dt, int ndim, const int64_t *shape);
+/* Makes *p a prototype with op, dtype and shape set and everything else
+ * zero. Filled in place: returned by value it was a memset into a temporary
+ * and a 450-byte `rep movsq` out of it (a third of recording a scalar op). */
+static inline void graph_proto(graph_node *p, graph_op op, kiln_dtype dt, int ndim,
+                               const int64_t *shape) {
+    memset(p, 0, sizeof *p);
+    p->op = op;
+    p->dtype = dt;
+    p->ndim = ndim;
+    if (ndim)
+        memcpy(p->shape, shape, sizeof(int64_t) * (size_t)ndim);
+}
 
 /* True when every element of n is the same known constant (a constant, or an
  * unmasked view of one); *v receives it. */

@@ -103,7 +103,8 @@ static graph_node *finish(view_state *s, kiln_dtype dt) {
     if (s->ndim == b->ndim && !memcmp(s->shape, b->shape, sizeof(int64_t) * (size_t)s->ndim) &&
         reads_in_order(s->ndim, s->shape, &s->v))
         return graph_ref(b);
-    graph_node p = graph_proto(GRAPH_VIEW, dt, s->ndim, s->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_VIEW, dt, s->ndim, s->shape);
     p.p.view = s->v;
     graph_node *srcs[1] = {b};
     p.nsrc = 1;
@@ -112,7 +113,8 @@ static graph_node *finish(view_state *s, kiln_dtype dt) {
 }
 
 graph_node *graph_view_over(const graph_node *v, graph_node *base) {
-    graph_node p = graph_proto(GRAPH_VIEW, v->dtype, v->ndim, v->shape);
+    graph_node p;
+    graph_proto(&p, GRAPH_VIEW, v->dtype, v->ndim, v->shape);
     p.p.view = v->p.view;
     graph_node *srcs[1] = {base};
     p.nsrc = 1;
