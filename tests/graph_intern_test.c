@@ -1,0 +1,102 @@
+/* graph_intern_test.c — graph/node.c's hash-consing: the same op on the same
+ * sources is one node, however many nodes the table holds and however many
+ * were removed from it before (open addressing with backward-shift removal:
+ * a wrong shift loses a live node or leaves a freed one findable, which
+ * ASan then reports); nodes with more sources than fit inline. */
+#include <criterion/criterion.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#include "graph/graph.h"
+
+enum { N = 20000 };
+
+static graph_node *konst(graph_ctx *g, int64_t v) {
+    graph_scalar s = {.i = v};
+    graph_node *n = graph_const(g, KILN_I64, s);
+    cr_assert(n);
+    return n;
+}
+
+Test(graph_intern, survivors_stay_findable_through_removals) {
+    graph_ctx *g = graph_ctx_new();
+    cr_assert(g);
+    graph_node **nodes = calloc(N, sizeof *nodes);
+    cr_assert(nodes);
+    for (int i = 0; i < N; i++)
+        nodes[i] = konst(g, i * 7919 % 100003);
+    cr_assert_eq(graph_ctx_live_nodes(g), N);
+    /* every node is found again, and is the one made first */
+    for (int i = 0; i < N; i++) {
+        graph_node *again = konst(g, i * 7919 % 100003);
+        cr_assert_eq(again, nodes[i], "constant %d interned twice", i);
+        graph_unref(again);
+    }
+    /* drop about two thirds, in a scattered order */
+    uint64_t state = 12345;
+    bool *dropped = calloc(N, sizeof *dropped);
+    cr_assert(dropped);
+    for (int i = 0; i < N; i++) {
+        state = state * 6364136223846793005u + 1442695040888963407u;
+        if ((state >> 33) % 3) {
+            graph_unref(nodes[i]);
+            nodes[i] = NULL;
+            dropped[i] = true;
+        }
+    }
+    int64_t live = 0;
+    for (int i = 0; i < N; i++)
+        live += !dropped[i];
+    cr_assert_eq(graph_ctx_live_nodes(g), live);
+    for (int i = 0; i < N; i++) {
+        graph_node *again = konst(g, i * 7919 % 100003);
+        if (dropped[i]) {
+            /* a new node: the old one is gone from the table */
+            cr_assert_eq(again->refs, 1, "dropped constant %d still interned", i);
+            nodes[i] = again;
+        } else {
+            cr_assert_eq(again, nodes[i], "surviving constant %d lost", i);
+            cr_assert_eq(again->refs, 2);
+            graph_unref(again);
+        }
+    }
+    cr_assert_eq(graph_ctx_live_nodes(g), N);
+    for (int i = 0; i < N; i++)
+        graph_unref(nodes[i]);
+    cr_assert_eq(graph_ctx_live_nodes(g), 0);
+    free(nodes);
+    free(dropped);
+    graph_ctx_free(g);
+}
+
+Test(graph_intern, ops_on_the_same_sources_are_one_node) {
+    graph_ctx *g = graph_ctx_new();
+    const int64_t shape[2] = {3, 5};
+    graph_buffer *b = graph_buffer_new(15 * sizeof(float));
+    graph_node *x = graph_buffer_node(g, KILN_F32, 2, shape, b);
+    graph_node *y = graph_buffer_node(g, KILN_F32, 2, shape, b);
+    graph_buffer_unref(b);
+    cr_assert(x && y && x != y, "buffer nodes are never shared");
+    graph_node *s1 = graph_binary(GRAPH_MUL, x, y), *s2 = graph_binary(GRAPH_MUL, x, y);
+    graph_node *s3 = graph_binary(GRAPH_MUL, y, x), *d = graph_binary(GRAPH_SUB, x, y);
+    cr_assert_eq(s1, s2);
+    cr_assert_neq(s1, s3, "sources in another order are another node");
+    cr_assert_neq(s1, d);
+    /* a cat of five sources holds them outside the node */
+    graph_node *srcs[5] = {x, y, s1, s3, d};
+    graph_node *c1 = graph_cat(5, srcs, 0), *c2 = graph_cat(5, srcs, 0);
+    cr_assert(c1);
+    cr_assert_eq(c1, c2);
+    cr_assert_eq(c1->nsrc, 5);
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(c1->src[i], srcs[i]);
+    cr_assert_eq(c1->shape[0], 15);
+    graph_node *t1 = graph_permute(x, (const int[]){1, 0}), *t2 = graph_permute(x, (const int[]){1, 0});
+    cr_assert_eq(t1, t2);
+    cr_assert_neq(t1, x);
+    graph_node *all[] = {x, y, s1, s2, s3, d, c1, c2, t1, t2};
+    for (size_t i = 0; i < sizeof all / sizeof *all; i++)
+        graph_unref(all[i]);
+    cr_assert_eq(graph_ctx_live_nodes(g), 0);
+    graph_ctx_free(g);
+}
