@@ -58,6 +58,18 @@ typedef struct emitter {
  * only way the kernel's IR stays finite. */
 enum { EMIT_REPEAT_LIMIT = 16 };
 
+/* Whether arange n, of i32 or i64, is computed exactly in its own dtype:
+ * integral start and step and every value within the dtype (and below 2^53,
+ * where the f64 definition is exact too), so that both give the same
+ * integers. */
+static bool integer_arange(const graph_node *n) {
+    double lim = n->dtype == KILN_I32 ? 2147483647.0 : n->dtype == KILN_I64 ? 9007199254740992.0 : 0;
+    double a = n->p.value.f, step = n->p.step;
+    double last = a + step * (double)(n->shape[0] > 0 ? n->shape[0] - 1 : 0);
+    return lim > 0 && a == floor(a) && step == floor(step) && fabs(a) <= lim && fabs(step) <= lim &&
+           fabs(last) <= lim && fabs(last - a) <= lim;
+}
+
 /* Lists n among the kernel's fused nodes (out of memory, the description
  * lists fewer) and counts how often it was lowered: past EMIT_REPEAT_LIMIT,
  * names it for the driver to materialise. */
@@ -258,6 +270,15 @@ static int emit_node(emitter *e, graph_node *n, const ix *at, int valid) {
     case GRAPH_CONST:
         return ir_imm(b, n->dtype, n->p.value);
     case GRAPH_ARANGE: {
+        if (integer_arange(n)) {
+            /* exact in the dtype itself: the f64 path's saturating cast
+             * back cost about 15 double-width operations an element (the
+             * one-hot targets of a cross-entropy over 50257 classes) */
+            kiln_dtype dt = n->dtype;
+            int i = ir_alu(b, GRAPH_CAST, dt, at->d[0], -1);
+            int v = ir_alu(b, GRAPH_MUL, dt, i, ir_imm(b, dt, (graph_scalar){.i = (int64_t)n->p.step}));
+            return ir_alu(b, GRAPH_ADD, dt, ir_imm(b, dt, (graph_scalar){.i = (int64_t)n->p.value.f}), v);
+        }
         int i = ir_alu(b, GRAPH_CAST, KILN_F64, at->d[0], -1);
         int v = ir_alu(b, GRAPH_MUL, KILN_F64, i, ir_imm(b, KILN_F64, (graph_scalar){.f = n->p.step}));
         v = ir_alu(b, GRAPH_ADD, KILN_F64, ir_imm(b, KILN_F64, n->p.value), v);

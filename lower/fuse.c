@@ -10,22 +10,87 @@
 
 #include "lower/sched.h"
 
+/* A one-source cat: the identity autograd's detach and no-grad record. */
+static bool identity_cat(const graph_node *n) { return n->op == GRAPH_CAT && n->nsrc == 1; }
+
 /* Leaves, and views of leaves or of nodes already materialised, cost
  * nothing to read again in every consumer: a view is index arithmetic over
  * a buffer. (A layer-norm's row statistic broadcast over its rows, read by
  * the forward normalisation and by the backward pass, was copied to full
- * size by a kernel of its own: two of GPT-2's copy-only kernels per layer.) */
+ * size by a kernel of its own: two of GPT-2's copy-only kernels per layer.)
+ * So do identities over them: cross-entropy's detached row max, read by the
+ * exp kernel and by the log-sum-exp, was a copy kernel of its own. */
+enum { CHEAP_CONE_NODES = 6 }; /* see cheap_cone */
+static bool cheap_cone(const sched *s, const graph_node *n, int *budget);
+
 static bool cheap(const sched *s, const graph_node *n) {
     /* A view read by one consumer that a matmul's epilogue may still take
      * into the matmul's kernel (conv2d's bias through a reshape) is not. */
     bool shared = sched_pending(n) && sched_of(s, n)->nconsumers > 1;
-    while (n->op == GRAPH_VIEW && sched_pending(n)) {
+    int budget = CHEAP_CONE_NODES;
+    if (shared && cheap_cone(s, n, &budget))
+        return true;
+    while ((n->op == GRAPH_VIEW || identity_cat(n)) && sched_pending(n)) {
         n = n->src[0];
         if (sched_pending(n) && sched_of(s, n)->materialized &&
             (shared || n->op != GRAPH_MATMUL))
             return true;
     }
     return !sched_pending(n) || n->op == GRAPH_CONST;
+}
+
+/* A shared value that a few integer-cheap ops make from leaves, constants,
+ * indices and materialised nodes is recomputed by every kernel that reads
+ * it, never stored: cross-entropy's one-hot targets (eq(arange, targets),
+ * cast) were a 256x50257 f32 kernel of their own in GPT-2's step (4 ms of
+ * 160), read back by three kernels that each compute it in a few
+ * instructions. At most CHEAP_CONE_NODES nodes of these ops: */
+
+static bool cheap_op(graph_op op) {
+    switch (op) {
+    case GRAPH_CAST:
+    case GRAPH_NEG:
+    case GRAPH_ADD:
+    case GRAPH_SUB:
+    case GRAPH_MUL:
+    case GRAPH_MAXIMUM:
+    case GRAPH_MINIMUM:
+    case GRAPH_WHERE:
+    case GRAPH_ARANGE:
+    case GRAPH_BITAND:
+    case GRAPH_BITOR:
+    case GRAPH_BITXOR:
+    case GRAPH_BITNOT:
+        return true;
+    default:
+        return graph_op_is_compare(op);
+    }
+}
+
+/* ... and at most one input of about the value's own size, so that each
+ * recomputation reads no more than a read of the stored value would (an
+ * add of two gradients stays stored: recomputed, each reader would read
+ * both). big counts those inputs; numel is the value's size. */
+static bool cheap_cone_of(const sched *s, const graph_node *n, int64_t numel, int *budget, int *big) {
+    if (n->op == GRAPH_CONST)
+        return true;
+    if (!sched_pending(n) || sched_of(s, n)->materialized)
+        return 2 * graph_numel(n) <= numel || ++*big <= 1;
+    if (sched_of(s, n)->requested || --*budget < 0)
+        return false;
+    if (n->op == GRAPH_VIEW || identity_cat(n))
+        return cheap_cone_of(s, n->src[0], numel, budget, big);
+    if (!cheap_op(n->op))
+        return false;
+    for (int i = 0; i < n->nsrc; i++)
+        if (!cheap_cone_of(s, n->src[i], numel, budget, big))
+            return false;
+    return true;
+}
+
+static bool cheap_cone(const sched *s, const graph_node *n, int *budget) {
+    int big = 0;
+    return cheap_cone_of(s, n, graph_numel(n), budget, &big);
 }
 
 graph_node *sched_operand_base(const sched *s, graph_node *o, lower_operand *layout) {
@@ -459,6 +524,12 @@ static bool refuse_recompute(const sched *s, const graph_node *x) {
     const sched_node *xs = sched_of(s, x);
     if (xs->materialized || cheap(s, x) || graph_op_is_reduce(x->op))
         return false;
+    /* Read only by cheap nodes (recomputed in each of their kernels, so in
+     * no kernel of their own): read once, it is recomputed with its reader;
+     * read by several (too big beside its own smaller size to be cheap
+     * itself), stored. */
+    if (!xs->root)
+        return xs->nconsumers > 1;
     return xs->split_consumers ||
            (xs->nconsumers > 1 && sched_of(s, xs->root)->form == SCHED_PLAIN);
 }
@@ -488,7 +559,7 @@ static bool fuse_kernels(sched *s) {
             continue;
         /* A scatter kernel's passes run over a row's places and its source
          * elements, neither of which is a reduction's row. */
-        bool fits = xs->root && xs->root->op == GRAPH_SCATTER ? false
+        bool fits = !xs->root || xs->root->op == GRAPH_SCATTER ? false
                     : over_reduced_result(xs->root, x)
                         ? fuse_reduction_into_elementwise(s, x, xs->root)
                         : fuse_row_consumers(s, x, xs->root);
@@ -608,6 +679,23 @@ static bool add_reader(sibling_node *b, graph_node *r) {
     return true;
 }
 
+/* Records what root r reads from outside its kernel through n, a cheap
+ * source (cheap): n itself where it is stored or a leaf, else what the
+ * views, identities and cheap ops below it read; at r's own index while
+ * no view lies between. */
+static bool add_cone_reads(siblings *g, graph_node *r, graph_node *n, bool own) {
+    const sched *s = g->s;
+    if (sched_pending(n) && !sched_of(s, n)->materialized && n->op != GRAPH_CONST) {
+        for (int i = 0; i < n->nsrc; i++)
+            if (!add_cone_reads(g, r, n->src[i], own && n->op != GRAPH_VIEW))
+                return false;
+        return true;
+    }
+    if (!add_read(sib_of(g, r), n, own))
+        return false;
+    return !sched_pending(n) || add_reader(sib_of(g, n), r);
+}
+
 /* Fills each root's outside reads and each materialised node's readers;
  * false when out of memory. */
 static bool find_reads(siblings *g) {
@@ -628,14 +716,7 @@ static bool find_reads(siblings *g) {
             graph_node *src = x->src[j];
             if (sched_pending(src) && !sched_of(s, src)->materialized && !cheap(s, src))
                 continue; /* fused into the same kernel */
-            graph_node *base = src;
-            while (sched_pending(base) && !sched_of(s, base)->materialized &&
-                   base->op == GRAPH_VIEW)
-                base = base->src[0];
-            bool own = base == src && g->nodes[i].at_root_index && sched_elementwise(x);
-            if (!add_read(sib_of(g, r), base, own))
-                return false;
-            if (sched_pending(base) && !add_reader(sib_of(g, base), r))
+            if (!add_cone_reads(g, r, src, g->nodes[i].at_root_index && sched_elementwise(x)))
                 return false;
         }
     }

@@ -751,3 +751,47 @@ Test(fusion, random_graphs_agree_lazy_eager_and_reference, .timeout = 1200) {
         free(w);
     }
 }
+
+/* Cross-entropy's loss and its gradient over [48, 1000] logits. */
+static void cross_entropy_step(kiln_ctx *ctx, kiln_tensor **loss, kiln_tensor **grad) {
+    const int64_t dims[2] = {48, 1000}, rows = 48;
+    float *x = random_data(48 * 1000, 91);
+    int64_t t[48];
+    uint64_t seed = 92;
+    for (int i = 0; i < 48; i++)
+        t[i] = (int64_t)(lcg_next(&seed) % 1000);
+    kiln_tensor *logits = kiln_from_data(ctx, KILN_F32, 2, dims, x);
+    kiln_tensor *targets = kiln_from_data(ctx, KILN_I64, 1, &rows, t);
+    free(x);
+    *loss = kiln_cross_entropy(logits, targets, KILN_REDUCTION_MEAN);
+    cr_assert_eq(kiln_gradients(*loss, NULL, 1, &logits, grad), KILN_OK, "%s",
+                 kiln_ctx_last_error(ctx));
+}
+
+/* Values that a few cheap ops make from what is stored are recomputed by
+ * each kernel that reads them, never stored: cross-entropy's one-hot
+ * targets (eq of an arange and the targets, read by the forward's pick, its
+ * out-of-range test and the gradient) and its detached row max (an
+ * identity over the max, read by the exp and the log-sum-exp) were kernels
+ * of their own, a [48, 1000] store and a copy. */
+Test(fusion, a_cheap_shared_value_is_recomputed_not_stored) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *loss, *grad, *rloss, *rgrad;
+    cross_entropy_step(ctx, &loss, &grad);
+    cross_entropy_step(ref, &rloss, &rgrad);
+    cr_assert_eq(kiln_profile_begin(ctx), KILN_OK);
+    /* the loss and its gradient at one sync, as a training step has them */
+    kernels_for(ctx, kiln_add(loss, kiln_sum(kiln_mul(grad, grad), 0, NULL, false)));
+    cr_assert_eq(kiln_profile_end(ctx), KILN_OK);
+    for (int i = 0; i < kiln_profile_count(ctx); i++) {
+        kiln_kernel_profile p;
+        cr_assert_eq(kiln_profile_kernel(ctx, i, &p), KILN_OK);
+        bool copy = strcmp(p.fused, "cat") == 0;
+        bool one_hot = strstr(p.fused, "eq") && !strstr(p.fused, "sum") && !strstr(p.fused, "mul");
+        cr_assert(!copy && !one_hot, "kernel %s computes only %s", p.name, p.fused);
+    }
+    expect_like_ref(loss, rloss);
+    expect_like_ref(grad, rgrad);
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
