@@ -150,6 +150,25 @@ static void parallel_for(sbuf *b, const lower_kernel *k, const lower_plan *plan)
         cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
 }
 
+/* Kernels of at most TINY_WORK elements of work (outputs times reduced
+ * elements) and fixed sizes are left scalar: they run in well under a
+ * microsecond either way, while compiling their `omp simd` loops cost gcc
+ * 12% more time (1000 small reductions of random inputs at one sync, each
+ * a kernel with the Philox generator inlined: 0.59 -> 0.51 s of cc1 per 32
+ * kernels). A kernel shared by several sizes may later run large ones. */
+enum { TINY_WORK = 4096 };
+
+static bool tiny_kernel(const lower_kernel *k) {
+    return k->nsizes == 0 && k->numel >= 0 && k->rnumel >= 0 &&
+           (double)k->numel * (double)(k->rnumel > 0 ? k->rnumel : 1) <= TINY_WORK;
+}
+
+/* `#pragma omp simd` and its clauses, unless the kernel is left scalar. */
+static void simd(sbuf *b, const char *indent, const char *clauses) {
+    if (!b->scalar)
+        cstyle_put(b, "%s#pragma omp simd%s\n", indent, clauses);
+}
+
 /* Elementwise: a tile of output elements per program instance, its loop
  * vectorised. */
 static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
@@ -159,7 +178,7 @@ static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan 
     parallel_for(b, k, plan);
     cstyle_put(b, "  for (%s t = 0; t < G; t++) {\n", ix);
     cstyle_put(b, "    const %s lo = t * T, hi = lo + T < N ? lo + T : N;\n", ix);
-    cstyle_put(b, "    #pragma omp simd\n");
+    simd(b, "    ", "");
     cstyle_put(b, "    for (%s g = lo; g < hi; g++) {\n", ix);
     for (int i = 0; i < plan->nblocks; i++)
         block_stmts(b, k, &plan->blocks[i]);
@@ -204,7 +223,7 @@ static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_block
  * its index, which argmax/argmin need, was a scalar loop in double: the row
  * max was most of a softmax's time.
  *
- * The NaN count is a double summed with +, not an int or-ed with |, because
+ * The NaN count is a float summed with +, not an int or-ed with |, because
  * of a gcc 12.2 miscompilation (-O2 and -O3, -march=native with AVX-512VL).
  * With `int nan` and `nan |= v != v`, where v is a select such as a causal
  * mask's `row < col ? -INFINITY : x * scale` (the attention softmax of
@@ -217,10 +236,13 @@ static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_block
  * is one vector (32 bytes) long, so the second half of the row ors in
  * whatever lies above it on the stack (the saved frame pointer, the return
  * address) and every row with an unmasked element past the eighth came out
- * NaN. `nan += ...` on an int does the same; on a double it cannot, since
+ * NaN. `nan += ...` on an int does the same; on a float it cannot, since
  * adding 0.0 is not an identity (it turns -0.0 into +0.0), so the update
  * stays unconditional, no masked load is made and the loop still vectorises
- * (checked in gcc's -fdump-tree-ifcvt and in the assembly). -mno-avx512f hid
+ * (checked in gcc's -fdump-tree-ifcvt and in the assembly). A float rather
+ * than a double: its lanes match the data's, where a double count took two
+ * conversions and two adds per vector of floats (a sum of positive counts
+ * never returns to 0, however it rounds). -mno-avx512f hid
  * it: the same masked load is made, but the loop is not vectorised at all
  * there. The LLVM path has no such arrays. ops_softmax_rows_test's
  * causal_attention_rows_of_16 is the reproducer, on every executor. */
@@ -230,8 +252,8 @@ static void vector_extreme_pass(sbuf *b, const lower_kernel *k, const lower_bloc
     bool max = x->gop == GRAPH_RMAX, f = is_float(in);
     const char *ty = f ? ctype(in) : "int64_t";
     const char *init = f ? (max ? "-INFINITY" : "INFINITY") : (max ? "INT64_MIN" : "INT64_MAX");
-    cstyle_put(b, "      %s best = %s; double nan = 0;\n", ty, init);
-    cstyle_put(b, "      #pragma omp simd reduction(%s:best) reduction(+:nan)\n", max ? "max" : "min");
+    cstyle_put(b, "      %s best = %s; float nan = 0;\n", ty, init);
+    simd(b, "      ", max ? " reduction(max:best) reduction(+:nan)" : " reduction(min:best) reduction(+:nan)");
     cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
     block_stmts(b, k, blk);
     if (f)
@@ -259,10 +281,11 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
     } else if (extreme) {
         vector_extreme_pass(b, k, blk);
     } else {
-        if (x->gop == GRAPH_SUM)
-            cstyle_put(b, split ? "      #pragma omp parallel for simd reduction(+:acc) "
-                           "schedule(static) num_threads(nthreads)\n"
-                         : "      #pragma omp simd reduction(+:acc)\n");
+        if (x->gop == GRAPH_SUM && split)
+            cstyle_put(b, "      #pragma omp parallel for simd reduction(+:acc) "
+                          "schedule(static) num_threads(nthreads)\n");
+        else if (x->gop == GRAPH_SUM)
+            simd(b, "      ", " reduction(+:acc)");
         cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
         block_stmts(b, k, blk);
         stash_stmt(b, k, blk);
@@ -295,7 +318,7 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
     cstyle_put(b, "    %s part[%lld];\n", acc, (long long)plan->columns);
     cstyle_put(b, "    for (%s g = c0; g < c1; g++) part[g - c0] = 0;\n", ix);
     cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
-    cstyle_put(b, "      #pragma omp simd\n");
+    simd(b, "      ", "");
     cstyle_put(b, "      for (%s g = c0; g < c1; g++) {\n", ix);
     for (int i = 0; i < red; i++)
         block_stmts(b, k, &plan->blocks[i]);
@@ -350,9 +373,10 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
             break;
         }
         case LOWER_BLOCK_STORE:
-            cstyle_put(b, plan->split
-                       ? "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n"
-                       : "    #pragma omp simd\n");
+            if (plan->split)
+                cstyle_put(b, "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n");
+            else
+                simd(b, "    ", "");
             cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
             block_stmts(b, k, blk);
             store_stmt(b, k, "      ");
@@ -385,7 +409,9 @@ static void wide_end(sbuf *b, const lower_plan *plan) {
 }
 
 static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    wide_begin(b, plan);
+    b->scalar = tiny_kernel(k);
+    if (!b->scalar)
+        wide_begin(b, plan);
     params(b, k);
     b->narrow = plan->narrow;
     if (k->kind == LOWER_ELEMENTWISE)
@@ -395,7 +421,9 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *p
     else
         render_phased(b, k, plan);
     b->narrow = false;
-    wide_end(b, plan);
+    if (!b->scalar)
+        wide_end(b, plan);
+    b->scalar = false;
 }
 
 /* The register tile of the micro-kernel, from the plan: vector bytes, rows

@@ -19,6 +19,7 @@ typedef struct cstyle_buf {
     bool failed;
     bool refused;
     bool narrow; /* the plan's: index arithmetic in 32 bits */
+    bool scalar; /* the C renderer's: loops not marked for vectorising */
     char *err;   /* where the reason for a refusal goes */
     size_t errcap;
     char sizes[8][128]; /* cstyle_size's results, the last eight */
