@@ -93,13 +93,19 @@ static bool cheap_cone(const sched *s, const graph_node *n, int *budget) {
     return cheap_cone_of(s, n, graph_numel(n), budget, &big);
 }
 
+static graph_node *past_identity(const sched *s, graph_node *n);
+
 graph_node *sched_operand_base(const sched *s, graph_node *o, lower_operand *layout) {
     int nd = o->ndim;
     memset(layout, 0, sizeof *layout);
+    /* An identity that no kernel stores (no-grad's detach of a weight) is
+     * its source: the weight's reshape in an evaluation-mode conv2d was
+     * copied by a kernel of its own. */
+    o = past_identity(s, o);
     /* A view without a mask is strides over its source; a masked one (a pad)
      * has zeros no stride reaches, so it is read from its own buffer. */
     if (o->op == GRAPH_VIEW && sched_pending(o) && !o->p.view.masked) {
-        graph_node *base = o->src[0];
+        graph_node *base = past_identity(s, o->src[0]);
         if (sched_pending(base) && !sched_of(s, base)->materialized)
             return NULL;
         layout->offset = o->p.view.offset;

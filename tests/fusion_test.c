@@ -795,3 +795,41 @@ Test(fusion, a_cheap_shared_value_is_recomputed_not_stored) {
     kiln_ctx_free(ctx);
     kiln_ctx_free(ref);
 }
+
+/* relu(conv2d(x, w, b)) under no-grad with w and b trained (marked): */
+static kiln_tensor *eval_conv(kiln_ctx *ctx) {
+    const int64_t xd[4] = {2, 3, 6, 6}, wd[4] = {4, 3, 3, 3}, bd = 4;
+    float *x = random_data(2 * 3 * 6 * 6, 61), *w = random_data(4 * 3 * 3 * 3, 62),
+          *b = random_data(4, 63);
+    kiln_tensor *X = kiln_from_data(ctx, KILN_F32, 4, xd, x),
+                *W = kiln_from_data(ctx, KILN_F32, 4, wd, w), *B = kiln_from_data(ctx, KILN_F32, 1, &bd, b);
+    free(x);
+    free(w);
+    free(b);
+    cr_assert_eq(kiln_requires_grad(W, true), KILN_OK);
+    cr_assert_eq(kiln_requires_grad(B, true), KILN_OK);
+    kiln_no_grad_begin(ctx);
+    kiln_tensor *y = kiln_relu(kiln_conv2d(X, W, B, 1, 1, 1, 1, 1, 1, 1));
+    kiln_no_grad_end(ctx);
+    return y;
+}
+
+/* Evaluation detaches the trained weights (an identity each); the matmul
+ * reads the weight through its identity and reshape where it lies, where
+ * it was copied by a kernel of its own first (the im2col, here through a
+ * pad into rows of 6, is still copied). */
+Test(fusion, a_no_grad_conv_reads_its_weights_in_place) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    kiln_tensor *y = eval_conv(ctx);
+    cr_assert_eq(kiln_profile_begin(ctx), KILN_OK);
+    kernels_for(ctx, y);
+    cr_assert_eq(kiln_profile_end(ctx), KILN_OK);
+    for (int i = 0; i < kiln_profile_count(ctx); i++) {
+        kiln_kernel_profile p;
+        cr_assert_eq(kiln_profile_kernel(ctx, i, &p), KILN_OK);
+        cr_assert(strcmp(p.fused, "cat") != 0, "kernel %s copies the weights", p.name);
+    }
+    expect_like_ref(y, eval_conv(ref));
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
