@@ -353,25 +353,36 @@ static bool index_at(const lower_kernel *k, int i, int64_t g, int64_t r, int64_t
 }
 
 /* Whether every load of the reduce pass steps by 1 along the outputs and by
- * more along the reduced elements, checked at a few points. */
+ * more along the reduced elements, or reads one value per reduced element
+ * (a row statistic broadcast along the row: the mean and rstd in a
+ * layer-norm weight's gradient, which otherwise ran as a strided pass per
+ * output at 4% of bandwidth: 7.7 ms of a transformer block's 170) or one
+ * per output (a per-column weight); at least one load runs down the
+ * columns. Checked at a few points. */
 static bool loads_run_down_columns(const lower_kernel *k, const lower_block *blk) {
     const int64_t pts[3][2] = {{0, 0}, {k->numel / 2, k->rnumel / 2}, {k->numel - 2, k->rnumel - 2}};
-    int loads = 0;
+    int down = 0;
     for (int i = 0; i < blk->n; i++) {
         const lower_ins *x = &k->ins[blk->ins[i]];
         if (x->op != UOP_LOAD)
             continue;
-        loads++;
         if (x->b >= 0)
             return false; /* masked (padding): left to the general pass */
+        bool columns = true, per_row = true, per_output = true;
         for (int p = 0; p < 3; p++) {
             int64_t v, vg, vr, g = pts[p][0], r = pts[p][1];
             if (!index_at(k, x->a, g, r, &v) || !index_at(k, x->a, g + 1, r, &vg) ||
-                !index_at(k, x->a, g, r + 1, &vr) || vg - v != 1 || vr - v <= 1)
+                !index_at(k, x->a, g, r + 1, &vr))
                 return false;
+            columns = columns && vg - v == 1 && vr - v > 1;
+            per_row = per_row && vg == v;
+            per_output = per_output && vg - v == 1 && vr == v;
         }
+        if (!columns && !per_row && !per_output)
+            return false;
+        down += columns;
     }
-    return loads > 0;
+    return down > 0;
 }
 
 enum { COLUMN_CHUNK = 256, COLUMN_MIN_OUTPUTS = 16 };

@@ -286,8 +286,16 @@ Test(plan, long_rows_split_on_cpu_threads_and_gpu_blocks) {
  * max down columns, and GPU targets are not. */
 Test(plan, column_sums_accumulate_rows) {
     graph_ctx *g = graph_ctx_new();
-    int64_t shape[2] = {300, 40}, cube[3] = {3, 500, 37};
+    int64_t shape[2] = {300, 40}, cube[3] = {3, 500, 37}, rows[3] = {3, 500, 1}, cols[3] = {1, 1, 37};
     graph_node *x = input(g, KILN_F32, 2, shape), *c = input(g, KILN_F32, 3, cube);
+    /* a layer-norm weight's gradient: x times a row statistic broadcast
+     * along the rows and a per-column weight, summed over the rows */
+    graph_node *r = input(g, KILN_F32, 3, rows), *w = input(g, KILN_F32, 3, cols);
+    graph_node *re = graph_expand(r, cube), *we = graph_expand(w, cube);
+    graph_node *cr = graph_binary(GRAPH_MUL, c, re), *crw = graph_binary(GRAPH_MUL, cr, we);
+    /* and a load that runs along the rows: not down columns */
+    graph_node *xt = graph_permute(x, (const int[]){1, 0});
+    graph_node *xx = graph_binary(GRAPH_MUL, xt, xt);
     struct {
         graph_node *target;
         bool columns;
@@ -299,6 +307,9 @@ Test(plan, column_sums_accumulate_rows) {
         {graph_reduce(GRAPH_SUM, c, 3u, KILN_F32), true, "sum over axes 0 and 1"},
         {graph_reduce(GRAPH_SUM, x, 2u, KILN_F32), false, "sum along rows"},
         {graph_reduce(GRAPH_RMAX, x, 1u, KILN_F32), false, "max down columns"},
+        {graph_reduce(GRAPH_SUM, crw, 3u, KILN_F32), true,
+         "a sum over axes 0 and 1 with a row statistic and a column weight"},
+        {graph_reduce(GRAPH_SUM, xx, 1u, KILN_F32), false, "a sum over a transposed view"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         lower_program *p = schedule(cases[i].target);
@@ -314,8 +325,9 @@ Test(plan, column_sums_accumulate_rows) {
         lower_plans_free(plans, p->nkernels);
         lower_program_free(p);
     }
-    graph_unref(x);
-    graph_unref(c);
+    graph_node *tmp[] = {x, c, r, w, re, we, cr, crw, xt, xx};
+    for (size_t i = 0; i < sizeof tmp / sizeof *tmp; i++)
+        graph_unref(tmp[i]);
     graph_ctx_free(g);
 }
 
