@@ -933,7 +933,7 @@ static void att_pack(sbuf *b, const lower_kernel *k, int x, const char *name, co
 /* The scratch arrays of each kernel: names and sizes in elements. */
 static const char *const att_fwd_arrays[][2] = {
     {"Q", "BQ * DP"}, {"KT", "D * BK"}, {"VR", "BK * DVP"}, {"P", "BQ * BK"},
-    {"O", "BQ * DVP"}, {"M", "BQ"}, {"LS", "BQ"}};
+    {"O", "BQ * DVP"}, {"M", "BQ"}, {"LS", "BQ"}, {"MN", "BQ"}, {"CR", "BQ"}};
 static const char *const att_dq_arrays[][2] = {
     {"Q", "BQ * DP"}, {"GO", "BQ * DVP"}, {"LSE", "BQ"}, {"DEL", "BQ"}, {"DQ", "BQ * DP"},
     {"KT", "D * BK"}, {"KR", "BK * DP"}, {"VT", "DV * BK"}, {"P", "BQ * BK"}, {"DPS", "BQ * BK"}};
@@ -979,7 +979,7 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "  const int64_t NU = %s, TASKS = NB * NU;\n",
                joint ? "1" : dkv ? "(NK + BK - 1) / BK" : "(L + BQ - 1) / BQ");
     const char *const(*arrays)[2] = fwd ? att_fwd_arrays : dkv ? att_dkv_arrays : att_dq_arrays;
-    int narrays = fwd ? 7 : joint ? 14 : dkv ? 12 : 10;
+    int narrays = fwd ? 9 : joint ? 14 : dkv ? 12 : 10;
     cstyle_put(b, "  size_t total = 0;\n");
     for (int i = 0; i < narrays; i++)
         cstyle_put(b, "  const size_t at_%s = total; total += ((size_t)(%s) + 15) / 16 * 16;\n",
@@ -1032,7 +1032,21 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         att_pack(b, k, 1, "k", "KT", "j0", "mk", "D", "BK", true, "");
         att_pack(b, k, 2, "v", "VR", "j0", "mk", "DV", "DVP", false, "");
         cstyle_put(b, "      %s_gemm(m4, BK / VL, D, Q, DP, KT, BK, P, BK, 0);\n", name);
+        /* The rows' new maxima first, then their corrections e^(m_old -
+         * m_new) as one vector loop over the block's rows (a scalar e^x per
+         * row and tile was 7% of the forward: b8 s256 d64 h8, 6.4 -> 5.95
+         * ms), then each row's exponentials and sum. */
         cstyle_put(b,
+            "      for (int64_t i = 0; i < mq; i++) {\n"
+            "        const int64_t lim = causal && i0 + i - j0 + 1 < mk ? i0 + i - j0 + 1 : mk;\n"
+            "        const T *restrict p = P + i * BK;\n"
+            "        T mx = M[i];\n"
+            "        #pragma omp simd reduction(max:mx)\n"
+            "        for (int64_t jj = 0; jj < lim; jj++) mx = p[jj] > mx ? p[jj] : mx;\n"
+            "        MN[i] = mx;\n"
+            "      }\n"
+            "      #pragma omp simd\n"
+            "      for (int64_t i = 0; i < mq; i++) CR[i] = MN[i] == M[i] ? (T)1 : %s_exp(M[i] - MN[i]);\n"
             "      for (int64_t i = 0; i < mq; i++) {\n"
             "        const int64_t lim = causal && i0 + i - j0 + 1 < mk ? i0 + i - j0 + 1 : mk;\n"
             "        T *restrict p = P + i * BK;\n"
@@ -1040,10 +1054,7 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
             "          for (int64_t jj = 0; jj < mk; jj++) p[jj] = 0;\n"
             "          continue;\n"
             "        }\n"
-            "        T mx = M[i];\n"
-            "        #pragma omp simd reduction(max:mx)\n"
-            "        for (int64_t jj = 0; jj < lim; jj++) mx = p[jj] > mx ? p[jj] : mx;\n"
-            "        const T corr = %s_exp(M[i] - mx);\n"
+            "        const T mx = MN[i], corr = CR[i];\n"
             "        T sum = 0;\n"
             "        #pragma omp simd reduction(+:sum)\n"
             "        for (int64_t jj = 0; jj < lim; jj++) { p[jj] = %s_exp(p[jj] - mx); sum += p[jj]; }\n"
