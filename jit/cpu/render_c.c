@@ -860,17 +860,22 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
 
 /* C[m x nv vectors] (+)= A[m x kk] B[kk x nv vectors], m a multiple of 4:
  * register tiles of 4 rows by NV vectors (one vector at the right edge),
- * B's and C's rows aligned whole vectors. */
-static void att_gemm(sbuf *b, const char *name, const char *T, int nv) {
+ * B's and C's rows aligned whole vectors. NAME_gemmt (transposed) reads A
+ * as its transpose At[kk x m]: element (i, p) at At[p * lda + i]. */
+static void att_gemm(sbuf *b, const char *name, const char *T, int nv, bool transposed) {
     cstyle_put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
     cstyle_put(b,
-        "static void %s_gemm(int64_t m, int64_t nv, int64_t kk, const %s *restrict A, int64_t lda, "
+        "static void %s_gemm%s(int64_t m, int64_t nv, int64_t kk, const %s *restrict A, int64_t lda, "
         "const %s *restrict B, int64_t ldb, %s *restrict C, int64_t ldc, int add) {\n",
-        name, T, T, T);
+        name, transposed ? "t" : "", T, T, T);
     cstyle_put(b, "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n");
     cstyle_put(b, "  for (int64_t i = 0; i < m; i += 4) {\n");
-    cstyle_put(b, "    const %s *restrict a0 = A + i * lda, *restrict a1 = a0 + lda, "
-               "*restrict a2 = a1 + lda, *restrict a3 = a2 + lda;\n", T);
+    if (transposed)
+        cstyle_put(b, "    const %s *restrict a0 = A + i, *restrict a1 = a0 + 1, *restrict a2 = a1 + 1, "
+                   "*restrict a3 = a2 + 1;\n", T);
+    else
+        cstyle_put(b, "    const %s *restrict a0 = A + i * lda, *restrict a1 = a0 + lda, "
+                   "*restrict a2 = a1 + lda, *restrict a3 = a2 + lda;\n", T);
     cstyle_put(b, "    int64_t j = 0;\n");
     for (int w = nv; w >= 1; w = w == 1 ? 0 : 1) {
         cstyle_put(b, "    for (; j + %d <= nv; j += %d) {\n", w, w);
@@ -883,7 +888,8 @@ static void att_gemm(sbuf *b, const char *name, const char *T, int nv) {
             cstyle_put(b, "        const %s_v b%d = *(const %s_v *)(bp + %d * %s_L);\n", name, x, name,
                        x, name);
         for (int r = 0; r < 4; r++) {
-            cstyle_put(b, "        { const %s x = a%d[p];", T, r);
+            cstyle_put(b, transposed ? "        { const %s x = a%d[p * lda];" : "        { const %s x = a%d[p];",
+                       T, r);
             for (int x = 0; x < w; x++)
                 cstyle_put(b, " c%d%d = x * b%d + c%d%d;", r, x, x, r, x);
             cstyle_put(b, " }\n");
@@ -941,8 +947,8 @@ static const char *const att_dkv_arrays[][2] = {
     {"KR", "BK * DP"}, {"VR", "BK * DVP"}, {"DK", "BK * DP"}, {"DVA", "BK * DVP"},
     {"QT", "D * BQ"}, {"QR", "BQ * DP"}, {"GOT", "DV * BQ"}, {"GOR", "BQ * DVP"},
     {"LSE", "BQ"}, {"DEL", "BQ"}, {"PT", "BK * BQ"}, {"DPT", "BK * BQ"},
-    /* joined by dq: ds untransposed, and the matrix's whole dq */
-    {"DS", "BQ * BK"}, {"DQA", "(L + BQ - 1) / BQ * BQ * DP"}};
+    /* joined by dq: the matrix's whole dq */
+    {"DQA", "(L + BQ - 1) / BQ * BQ * DP"}};
 
 static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     const lower_attention *a = &k->att;
@@ -956,7 +962,9 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "#include <stdlib.h>\n");
     cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", T, name, vb);
     cstyle_put(b, "enum { %s_L = %d };\n", name, vb / esz);
-    att_gemm(b, name, T, nv);
+    att_gemm(b, name, T, nv, false);
+    if (lower_joint_attention(k))
+        att_gemm(b, name, T, nv, true);
     /* e^x, from the kernel's instructions */
     cstyle_put(b, "static inline %s %s_exp(%s dot) {\n", T, name, T);
     for (int i = 0; i < plan->nblocks; i++)
@@ -979,7 +987,7 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "  const int64_t NU = %s, TASKS = NB * NU;\n",
                joint ? "1" : dkv ? "(NK + BK - 1) / BK" : "(L + BQ - 1) / BQ");
     const char *const(*arrays)[2] = fwd ? att_fwd_arrays : dkv ? att_dkv_arrays : att_dq_arrays;
-    int narrays = fwd ? 9 : joint ? 14 : dkv ? 12 : 10;
+    int narrays = fwd ? 9 : joint ? 13 : dkv ? 12 : 10;
     cstyle_put(b, "  size_t total = 0;\n");
     for (int i = 0; i < narrays; i++)
         cstyle_put(b, "  const size_t at_%s = total; total += ((size_t)(%s) + 15) / 16 * 16;\n",
@@ -1138,10 +1146,10 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         cstyle_put(b, "      %s_gemm(m4, NVV, mq, PT, BQ, GOR, DVP, DVA, DVP, 1);\n", name);
         cstyle_put(b, "      %s_gemm(m4, NVD, mq, DPT, BQ, QR, DP, DK, DP, 1);\n", name);
         if (joint) { /* dq of these queries += ds k over this block's keys */
+            /* ds is dpt's transpose: read as such, not copied (a scalar
+             * transpose of BK x BQ per tile) */
             cstyle_put(b, "      const int64_t m4q = (mq + 3) / 4 * 4;\n");
-            cstyle_put(b, "      for (int64_t jj = 0; jj < mk; jj++)\n");
-            cstyle_put(b, "        for (int64_t ii = 0; ii < m4q; ii++) DS[ii * BK + jj] = DPT[jj * BQ + ii];\n");
-            cstyle_put(b, "      %s_gemm(m4q, NVD, mk, DS, BK, KR, DP, DQA + i0 * DP, DP, 1);\n", name);
+            cstyle_put(b, "      %s_gemmt(m4q, NVD, mk, DPT, BQ, KR, DP, DQA + i0 * DP, DP, 1);\n", name);
         }
         cstyle_put(b, "      }\n");
         cstyle_put(b, "      for (int64_t jj = 0; jj < mk; jj++) {\n");
