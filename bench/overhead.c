@@ -23,6 +23,7 @@
  * Usage: overhead. */
 #define _XOPEN_SOURCE 700
 #include <ftw.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -150,14 +151,22 @@ static int small_kernels(void) {
     return rc;
 }
 
+static long minor_faults(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return ru.ru_minflt;
+}
+
 /* One step of y = 2x + 1 over x's 16M floats on ctx, its output released
- * after: seconds. */
-static int fused_step(kiln_ctx *ctx, kiln_tensor *x, double *secs) {
+ * after: seconds, and the page faults it took added to *faults. */
+static int fused_step(kiln_ctx *ctx, kiln_tensor *x, double *secs, long *faults) {
     kiln_scope_begin(ctx);
+    long f0 = minor_faults();
     double t0 = bench_now();
     kiln_tensor *y = kiln_add_scalar(kiln_mul_scalar(x, 2.0), 1.0);
     kiln_status st = kiln_realize(y);
     *secs = bench_now() - t0;
+    *faults += minor_faults() - f0;
     if (st != KILN_OK)
         fail(y, "64 MB output");
     kiln_scope_end(ctx);
@@ -177,20 +186,22 @@ static int fresh_outputs(void) {
         kiln_tensor *xf = kiln_randn(fresh, KILN_F32, 1, &n, 3);
         kiln_tensor *xr = kiln_randn(reused, KILN_F32, 1, &n, 3);
         double tf[STEPS], tr[STEPS], dt;
+        long ff = 0, fr = 0, skip = 0;
         rc = kiln_realize(xf) != KILN_OK || kiln_realize(xr) != KILN_OK;
         for (int s = -2; s < STEPS && !rc; s++) {
-            rc |= fused_step(fresh, xf, &dt);
+            rc |= fused_step(fresh, xf, &dt, s >= 0 ? &ff : &skip);
             if (s >= 0)
                 tf[s] = dt;
-            rc |= fused_step(reused, xr, &dt);
+            rc |= fused_step(reused, xr, &dt, s >= 0 ? &fr : &skip);
             if (s >= 0)
                 tr[s] = dt;
         }
         if (!rc) {
             double f = bench_median(tf, STEPS), r = bench_median(tr, STEPS);
             printf("fresh: 2x + 1 into a 64 MB output: fresh memory %.2f ms, a reused buffer "
-                   "%.2f ms, fresh/reused %.2f (median of %d steps each, alternating)\n",
-                   f * 1e3, r * 1e3, f / r, STEPS);
+                   "%.2f ms, fresh/reused %.2f (median of %d steps each, alternating); page "
+                   "faults per step %ld fresh, %ld reused (16384 would be a 4 KiB page each)\n",
+                   f * 1e3, r * 1e3, f / r, STEPS, ff / STEPS, fr / STEPS);
         }
     }
     kiln_ctx_free(fresh);

@@ -64,7 +64,7 @@ bazel=${BAZEL:-bazel}
 "$bazel" "${startup[@]+"${startup[@]}"}" build "${build[@]+"${build[@]}"}" \
     --ui_event_filters=-info --noshow_progress //bench:ops //bench:nn //bench:compile_cost \
     //bench:embedding //bench:gpt2 //bench:dynamic //bench:conv //bench:cuda_host //bench:overhead \
-    //tests:libfake_cuda.so
+    //bench:cnn_epoch //tests:libfake_cuda.so
 bin=$("$bazel" "${startup[@]+"${startup[@]}"}" info "${build[@]+"${build[@]}"}" bazel-bin 2>/dev/null)
 
 base_bin=
@@ -148,6 +148,14 @@ stage "cuda_host"
             "$bin/bench/cuda_host" --layers 12 --steps 30
     done
 } >bench/results_cuda_host.txt || echo "bench/cuda_host failed" >&2
+# A Fashion-MNIST CNN epoch, kiln against PyTorch eager run alternately, three
+# rounds (text beside RESULTS.md, with the load average at its start and end;
+# --quick: the first 100 batches of the epoch's 468).
+stage "cnn epoch"
+cnn_args=()
+[[ $quick == true ]] && cnn_args=(--batches 100)
+"$venv/bin/python" bench/cnn_epoch.py "$bin/bench/cnn_epoch" --rounds 3 \
+    "${cnn_args[@]+"${cnn_args[@]}"}" >bench/results_cnn.txt || echo "bench/cnn_epoch failed" >&2
 # The peers get their best: as many threads as kiln, and a current NumPy or
 # PyTorch with its bundled OpenBLAS is slowed by these two settings.
 peer_env=(env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OMP_NUM_THREADS="$threads"
