@@ -99,20 +99,6 @@ static kiln_tensor *forward(kiln_tensor *const *p, kiln_tensor *x) {
     return kiln_linear(kiln_reshape(h, DIMS(batch, -1)), p[4], p[5]);
 }
 
-/* The example's fixed-seed Fisher-Yates shuffle (a 64-bit LCG); the peer
- * draws the same order from the same seed, so both train on the same
- * batches. */
-static void shuffle(int64_t *idx, int64_t n, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int64_t i = n - 1; i > 0; i--) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        int64_t j = (int64_t)(((s >> 32) * (uint64_t)(i + 1)) >> 32);
-        int64_t t = idx[i];
-        idx[i] = idx[j];
-        idx[j] = t;
-    }
-}
-
 static int load(const char *dir, const char *name, int ndim, idx_array *out) {
     char path[4096], err[4352];
     snprintf(path, sizeof path, "%s/%s", dir, name);
@@ -193,7 +179,7 @@ int main(int argc, char **argv) {
     }
     for (int64_t i = 0; i < n; i++)
         order[i] = i;
-    shuffle(order, n, 1); /* the example's first epoch */
+    idx_shuffle(order, n, 1); /* the example's first epoch */
 
     double first_step = 0, t_warm = 0, first_loss = NAN, tail = 0;
     int64_t built = 0, kernels = 0;

@@ -230,18 +230,6 @@ static void fill_batch(const dataset *d, const int64_t *idx, int n, float *x, in
     }
 }
 
-/* A fixed-seed Fisher-Yates shuffle, from a 64-bit LCG (Knuth's MMIX). */
-static void shuffle(int64_t *idx, int64_t n, uint64_t seed) {
-    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
-    for (int64_t i = n - 1; i > 0; i--) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        int64_t j = (int64_t)(((s >> 32) * (uint64_t)(i + 1)) >> 32);
-        int64_t t = idx[i];
-        idx[i] = idx[j];
-        idx[j] = t;
-    }
-}
-
 /* ---- the model ------------------------------------------------------------- */
 
 static void die_kiln(kiln_ctx *ctx, const char *what) {
@@ -479,7 +467,7 @@ int main(int argc, char **argv) {
     enum { TAIL = 10 };
     int64_t tail_n = 0;
     for (int epoch = 1; epoch <= opt.epochs; epoch++) {
-        shuffle(order, ntrain, (uint64_t)epoch);
+        idx_shuffle(order, ntrain, (uint64_t)epoch);
         double t0 = now(), shown = 0, loss_sum = 0;
         for (int64_t s = 0; s < steps_per_epoch; s++, step++) {
             const int64_t batch = s + 1 < steps_per_epoch || !last_batch ? opt.batch : last_batch;

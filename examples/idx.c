@@ -117,3 +117,14 @@ void idx_free(idx_array *a) {
     free(a->data);
     memset(a, 0, sizeof *a);
 }
+
+void idx_shuffle(int64_t *idx, int64_t n, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (int64_t i = n - 1; i > 0; i--) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        int64_t j = (int64_t)(((s >> 32) * (uint64_t)(i + 1)) >> 32);
+        int64_t t = idx[i];
+        idx[i] = idx[j];
+        idx[j] = t;
+    }
+}

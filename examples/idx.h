@@ -26,4 +26,10 @@ int idx_load(const char *path, int want_ndim, idx_array *out, char *err, size_t 
 /* Frees the data of an array from idx_load and empties it. */
 void idx_free(idx_array *a);
 
+/* Puts idx[0..n) in the examples' training order for seed: a fixed-seed
+ * Fisher-Yates shuffle from a 64-bit LCG (Knuth's MMIX), so that
+ * bench/cnn_epoch.c (and its PyTorch peer, which ports it) trains on the
+ * batches examples/fashion_mnist.c does. */
+void idx_shuffle(int64_t *idx, int64_t n, uint64_t seed);
+
 #endif
