@@ -1,0 +1,70 @@
+/* render_c_test.c — what jit/cpu/render_c.c prints for kernels of very
+ * different sizes: a tiny kernel of fixed sizes is left scalar (no `omp
+ * simd`, no 512-bit target switch: compiling those cost gcc 12% more time
+ * for kernels that run in well under a microsecond), a large one keeps its
+ * vector loops. Checked on the source, since both compute the same values
+ * (the op suites check those). */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "graph/graph.h"
+#include "jit/cpu/cpu.h"
+#include "lower/lower.h"
+
+static graph_node *input(graph_ctx *g, int ndim, const int64_t *shape) {
+    graph_buffer *b = graph_buffer_new((size_t)graph_shape_numel(ndim, shape) * 4);
+    cr_assert(b);
+    graph_node *n = graph_buffer_node(g, KILN_F32, ndim, shape, b);
+    graph_buffer_unref(b);
+    cr_assert(n);
+    return n;
+}
+
+/* The C source of the program computing target (whose reference it takes),
+ * malloc'd into *src. */
+static void render(graph_node *target, char **src) {
+    lower_program *p = lower_schedule(1, &target, true);
+    cr_assert(p);
+    graph_unref(target);
+    lower_plan *plans = lower_plan_program(p, jit_cpu_target());
+    cr_assert(plans);
+    char msg[256];
+    cr_assert_eq(jit_cpu_render(p, plans, src, msg, sizeof msg), KILN_OK, "%s", msg);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+}
+
+Test(render_c, tiny_kernels_are_scalar_and_large_ones_vectorised) {
+    graph_ctx *g = graph_ctx_new();
+    const int64_t small[2] = {3, 7}, big[2] = {300, 40};
+    graph_node *a = input(g, 2, small), *b = input(g, 2, big);
+    struct {
+        graph_node *target;
+        bool simd;
+        const char *what;
+    } cases[] = {
+        {graph_unary(GRAPH_EXP, a), false, "exp over 21 elements"},
+        {graph_reduce(GRAPH_SUM, a, 2u, KILN_F32), false, "row sums of 3x7"},
+        {graph_reduce(GRAPH_RMAX, a, 2u, KILN_F32), false, "row maxima of 3x7"},
+        {graph_unary(GRAPH_EXP, b), true, "exp over 12000 elements"},
+        {graph_reduce(GRAPH_SUM, b, 2u, KILN_F32), true, "row sums of 300x40"},
+        {graph_reduce(GRAPH_RMAX, b, 2u, KILN_F32), true, "row maxima of 300x40"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *src = NULL;
+        render(cases[i].target, &src);
+        /* after the prelude: the kernel's own text */
+        const char *k = strstr(src, JIT_CPU_KERNEL_MARK);
+        cr_assert(k, "%s: no kernel in the source", cases[i].what);
+        bool simd = strstr(k, "#pragma omp simd") != NULL;
+        cr_assert_eq(simd, cases[i].simd, "%s: omp simd %s", cases[i].what,
+                     simd ? "present" : "missing");
+        if (!cases[i].simd)
+            cr_assert(!strstr(k, "prefer-vector-width"), "%s: a target switch", cases[i].what);
+        free(src);
+    }
+    graph_unref(a);
+    graph_unref(b);
+    graph_ctx_free(g);
+}
