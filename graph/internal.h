@@ -12,7 +12,8 @@ graph_node *graph_intern(graph_ctx *g, const graph_node *proto);
 
 /* Makes *p a prototype with op, dtype and shape set and everything else
  * zero. Filled in place: returned by value it was a memset into a temporary
- * and a 450-byte `rep movsq` out of it (a third of recording a scalar op). */
+ * and a 450-byte `rep movsq` out of it (recording a scalar op in a 1000-op
+ * chain: 208 -> 158 ns). */
 static inline void graph_proto(graph_node *p, graph_op op, kiln_dtype dt, int ndim,
                                const int64_t *shape) {
     memset(p, 0, sizeof *p);
