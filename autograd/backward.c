@@ -8,7 +8,7 @@
 
 #include "autograd/internal.h"
 
-bool autograd_is_detached(const graph_node *n) { return n->op == GRAPH_CAT && n->nsrc == 1; }
+bool autograd_is_detached(const graph_node *n) { return graph_is_identity(n); }
 
 graph_node *autograd_detach(graph_node *n) {
     /* A view of a detached node or of a constant is cut off already: no

@@ -245,6 +245,9 @@ bool graph_op_is_collective(graph_op op);
 /* Whether op computes values (a kernel in eager mode): views and constants
  * do not, the op that reads them does. */
 bool graph_op_computes(graph_op op);
+/* Whether n is an identity: a one-source cat, the same values as its
+ * source (what autograd's detach and no-grad record). */
+bool graph_is_identity(const graph_node *n);
 
 /* Turns a realized node into a plain buffer leaf and lets go of the graph
  * that computed it: for values nothing will differentiate through, such as

@@ -509,6 +509,7 @@ bool graph_op_is_collective(graph_op op) {
 bool graph_op_is_attention(graph_op op) {
     return op >= GRAPH_ATTENTION && op <= GRAPH_ATTENTION_DKV;
 }
+bool graph_is_identity(const graph_node *n) { return n->op == GRAPH_CAT && n->nsrc == 1; }
 bool graph_op_computes(graph_op op) {
     return op != GRAPH_VIEW && op != GRAPH_CONST && op != GRAPH_BUFFER;
 }

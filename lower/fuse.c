@@ -10,9 +10,6 @@
 
 #include "lower/sched.h"
 
-/* A one-source cat: the identity autograd's detach and no-grad record. */
-static bool identity_cat(const graph_node *n) { return n->op == GRAPH_CAT && n->nsrc == 1; }
-
 /* Leaves, and views of leaves or of nodes already materialised, cost
  * nothing to read again in every consumer: a view is index arithmetic over
  * a buffer. (A layer-norm's row statistic broadcast over its rows, read by
@@ -30,7 +27,7 @@ static bool cheap(const sched *s, const graph_node *n) {
     int budget = CHEAP_CONE_NODES;
     if (shared && cheap_cone(s, n, &budget))
         return true;
-    while ((n->op == GRAPH_VIEW || identity_cat(n)) && sched_pending(n)) {
+    while ((n->op == GRAPH_VIEW || graph_is_identity(n)) && sched_pending(n)) {
         n = n->src[0];
         if (sched_pending(n) && sched_of(s, n)->materialized &&
             (shared || n->op != GRAPH_MATMUL))
@@ -78,7 +75,7 @@ static bool cheap_cone_of(const sched *s, const graph_node *n, int64_t numel, in
         return 2 * graph_numel(n) <= numel || ++*big <= 1;
     if (sched_of(s, n)->requested || --*budget < 0)
         return false;
-    if (n->op == GRAPH_VIEW || identity_cat(n))
+    if (n->op == GRAPH_VIEW || graph_is_identity(n))
         return cheap_cone_of(s, n->src[0], numel, budget, big);
     if (!cheap_op(n->op))
         return false;
@@ -278,7 +275,7 @@ static bool through_pad(const graph_node *v, const graph_node *p, split_axes *a,
  * no-grad records after an op) that no kernel stores: reading the source is
  * reading n. */
 static graph_node *past_identity(const sched *s, graph_node *n) {
-    if (n->op == GRAPH_CAT && n->nsrc == 1 && sched_pending(n) && !sched_of(s, n)->materialized)
+    if (graph_is_identity(n) && sched_pending(n) && !sched_of(s, n)->materialized)
         return n->src[0];
     return n;
 }

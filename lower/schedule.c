@@ -17,7 +17,7 @@ bool sched_same_shape(const graph_node *a, const graph_node *b) {
 
 bool sched_elementwise(const graph_node *x) {
     return graph_op_is_unary(x->op) || graph_op_is_binary(x->op) || x->op == GRAPH_WHERE ||
-           (x->op == GRAPH_CAT && x->nsrc == 1);
+           graph_is_identity(x);
 }
 
 static size_t index_hash(const graph_node *n) {
