@@ -97,29 +97,29 @@ bool graph_view_is_reshape(const graph_node *v) {
            graph_numel(v) == graph_numel(v->src[0]);
 }
 
+/* The view node of the given shape and view over base. */
+static graph_node *view_node(graph_node *base, kiln_dtype dt, int ndim, const int64_t *shape,
+                             const graph_view *v) {
+    graph_node p;
+    graph_proto(&p, GRAPH_VIEW, dt, ndim, shape);
+    p.p.view = *v;
+    graph_node *srcs[1] = {base};
+    p.nsrc = 1;
+    p.src = srcs;
+    return graph_intern(base->g, &p);
+}
+
 static graph_node *finish(view_state *s, kiln_dtype dt) {
     canonicalize(s);
     graph_node *b = s->base;
     if (s->ndim == b->ndim && !memcmp(s->shape, b->shape, sizeof(int64_t) * (size_t)s->ndim) &&
         reads_in_order(s->ndim, s->shape, &s->v))
         return graph_ref(b);
-    graph_node p;
-    graph_proto(&p, GRAPH_VIEW, dt, s->ndim, s->shape);
-    p.p.view = s->v;
-    graph_node *srcs[1] = {b};
-    p.nsrc = 1;
-    p.src = srcs;
-    return graph_intern(b->g, &p);
+    return view_node(b, dt, s->ndim, s->shape, &s->v);
 }
 
 graph_node *graph_view_over(const graph_node *v, graph_node *base) {
-    graph_node p;
-    graph_proto(&p, GRAPH_VIEW, v->dtype, v->ndim, v->shape);
-    p.p.view = v->p.view;
-    graph_node *srcs[1] = {base};
-    p.nsrc = 1;
-    p.src = srcs;
-    return graph_intern(base->g, &p);
+    return view_node(base, v->dtype, v->ndim, v->shape, &v->p.view);
 }
 
 graph_node *graph_permute(graph_node *a, const int *perm) {
