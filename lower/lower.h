@@ -456,6 +456,12 @@ void lower_plans_free(lower_plan *plans, int n);
 /* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
  * and plan print the same text, which is what cache keys hash. */
 void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
+/* Whether a CPU kernel's loops are left scalar (the C renderer marks them
+ * for no vectorising; LLVM's passes decide for themselves): tiny kernels (at
+ * most a few thousand elements of work) of fixed sizes, whose vector loops
+ * cost more to compile than they save (see plan.c). A kernel with run-time
+ * sizes (lower_sizes_mark) never is: it may later run large ones. */
+bool lower_plan_scalar(const lower_kernel *k, const lower_plan *plan);
 
 /* ---- run-time sizes: one compiled program for graphs that differ in sizes
  * (lower/sizes.c) ----

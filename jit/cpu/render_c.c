@@ -150,20 +150,8 @@ static void parallel_for(sbuf *b, const lower_kernel *k, const lower_plan *plan)
         cstyle_put(b, "  #pragma omp parallel for schedule(static) num_threads(nthreads)\n");
 }
 
-/* Kernels of at most TINY_WORK elements of work (outputs times reduced
- * elements) and fixed sizes are left scalar: they run in well under a
- * microsecond either way, while compiling their `omp simd` loops cost gcc
- * 12% more time (1000 small reductions of random inputs at one sync, each
- * a kernel with the Philox generator inlined: 0.59 -> 0.51 s of cc1 per 32
- * kernels). A kernel shared by several sizes may later run large ones. */
-enum { TINY_WORK = 4096 };
-
-static bool tiny_kernel(const lower_kernel *k) {
-    return k->nsizes == 0 && k->numel >= 0 && k->rnumel >= 0 &&
-           (double)k->numel * (double)(k->rnumel > 0 ? k->rnumel : 1) <= TINY_WORK;
-}
-
-/* `#pragma omp simd` and its clauses, unless the kernel is left scalar. */
+/* `#pragma omp simd` and its clauses, unless the plan leaves the kernel
+ * scalar (lower_plan_scalar). */
 static void simd(sbuf *b, const char *indent, const char *clauses) {
     if (!b->scalar)
         cstyle_put(b, "%s#pragma omp simd%s\n", indent, clauses);
@@ -409,7 +397,7 @@ static void wide_end(sbuf *b, const lower_plan *plan) {
 }
 
 static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
-    b->scalar = tiny_kernel(k);
+    b->scalar = lower_plan_scalar(k, plan);
     if (!b->scalar)
         wide_begin(b, plan);
     params(b, k);
