@@ -114,27 +114,11 @@ static double node_bytes(const graph_node *n) {
     return (double)graph_numel(n) * (double)graph_dtype_size(n->dtype);
 }
 
-/* The dtype of a matmul's operands where both have it and they accumulate
- * in f32 (halves do: the planner's condition for tensor cores, in
- * lower/plan.c), else -1. */
-static int product_dtype(const lower_kernel *k) {
-    if (k->kind != LOWER_MATMUL)
-        return -1;
-    kiln_dtype a = k->inputs[k->a.buf - k->nouts]->dtype,
-               b = k->inputs[k->b.buf - k->nouts]->dtype, acc = k->out->dtype;
-    for (int i = 0; i < k->nins; i++)
-        if (k->ins[i].op == UOP_ACC)
-            acc = k->ins[i].dt;
-    bool f32_acc = acc == KILN_F32 || acc == KILN_F16 || acc == KILN_BF16;
-    return a == b && f32_acc && (a == KILN_F32 || a == KILN_F16 || a == KILN_BF16) ? (int)a
-                                                                                   : -1;
-}
-
 static jit_kernel_cost kernel_cost(const lower_kernel *k) {
     jit_kernel_cost c = {0, 0, -1};
     if (!lower_kind_has_code(k->kind))
         return c;
-    c.product_dtype = product_dtype(k);
+    c.product_dtype = lower_mm_tensor_dtype(k);
     /* a scatter's inner instructions run in its copy pass or its scatter
      * passes: counted over the longer */
     double outer = (double)k->numel,

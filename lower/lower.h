@@ -462,6 +462,11 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
  * cost more to compile than they save (see plan.c). A kernel with run-time
  * sizes (lower_sizes_mark) never is: it may later run large ones. */
 bool lower_plan_scalar(const lower_kernel *k, const lower_plan *plan);
+/* The operands' dtype of a matmul kernel that tensor cores can run (equal
+ * f32, f16 or bf16 operands accumulating in f32; f32 only as TF32, where the
+ * target allows it), or -1: what a GPU plan's mm.mma and the profiler's
+ * rating of a product against the tensor-core peak both follow. */
+int lower_mm_tensor_dtype(const lower_kernel *k);
 
 /* ---- run-time sizes: one compiled program for graphs that differ in sizes
  * (lower/sizes.c) ----

@@ -260,6 +260,16 @@ static kiln_dtype operand_dtype(const lower_kernel *k, const lower_operand *o) {
     return k->inputs[o->buf - k->nouts]->dtype;
 }
 
+int lower_mm_tensor_dtype(const lower_kernel *k) {
+    if (k->kind != LOWER_MATMUL)
+        return -1;
+    kiln_dtype a = operand_dtype(k, &k->a), b = operand_dtype(k, &k->b);
+    return a == b && mm_acc_type(k) == KILN_F32 &&
+                   (a == KILN_F32 || a == KILN_F16 || a == KILN_BF16)
+               ? (int)a
+               : -1;
+}
+
 /* A GotoBLAS-style blocking for a CPU. The register tile: MR x NV vector
  * accumulators, NV loads of B and a broadcast of A fit the vector register
  * file (6 x 4 with AVX-512's 32 registers, 6 x 2 with 16). The output is cut
@@ -626,10 +636,8 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
                                ceil_div(k->m, GPU_MM_TILE));
             p->block_threads = GPU_MM_THREADS;
             {
-                kiln_dtype at = k->inputs[k->a.buf - k->nouts]->dtype,
-                           bt = k->inputs[k->b.buf - k->nouts]->dtype;
-                p->mm.mma = t->mma && p->mm.acc == KILN_F32 && at == bt &&
-                            (at == KILN_F16 || at == KILN_BF16 || (at == KILN_F32 && t->tf32));
+                int pd = lower_mm_tensor_dtype(k);
+                p->mm.mma = t->mma && pd >= 0 && (pd != KILN_F32 || t->tf32);
                 if (p->mm.mma)
                     p->block_threads = GPU_MMA_THREADS;
             }
