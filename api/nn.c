@@ -184,6 +184,37 @@ kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int64_t
     return api_finish(ctx, api_conv(x, w, b, 2, stride, pad, pad, dil, groups));
 }
 
+/* Windows that tile the input (stride = kernel, no padding): the input,
+ * cut to whole windows, is viewed as [..., oh, kh, ow, kw] and reduced over
+ * each window's two axes. One reduction kernel forward, and the max's backward
+ * is one compare against the broadcast maximum per element (ties share the
+ * gradient evenly, as kiln_max's); the chain of kh*kw taps below costs a
+ * where per tap in the backward: in the CNN benchmark's two 2x2 pools, 9.6 of
+ * a 27 ms training step. */
+static kiln_tensor *tiled_pool(kiln_tensor *x, bool is_max, int64_t kh, int64_t kw, int64_t oh,
+                               int64_t ow) {
+    int nd = kiln_ndim(x);
+    const int64_t *shape = kiln_shape(x);
+    if (shape[nd - 2] != oh * kh)
+        x = kiln_slice(x, nd - 2, 0, oh * kh, 1);
+    if (shape[nd - 1] != ow * kw)
+        x = kiln_slice(x, nd - 1, 0, ow * kw, 1);
+    int64_t win[KILN_MAX_DIMS + 2], pooled[KILN_MAX_DIMS];
+    for (int d = 0; d < nd - 2; d++)
+        win[d] = pooled[d] = shape[d];
+    win[nd - 2] = oh;
+    win[nd - 1] = kh;
+    win[nd] = ow;
+    win[nd + 1] = kw;
+    pooled[nd - 2] = oh;
+    pooled[nd - 1] = ow;
+    const int axes[2] = {nd - 1, nd + 1};
+    kiln_tensor *v = kiln_reshape(x, nd + 2, win);
+    kiln_tensor *r = is_max ? kiln_max(v, 2, axes, false)
+                            : api_div_literal(kiln_sum(v, 2, axes, false), (double)(kh * kw));
+    return kiln_reshape(r, nd, pooled);
+}
+
 static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t kh, int64_t kw,
                            int64_t sh, int64_t sw, int64_t ph, int64_t pw) {
     const nn_arg args[] = {{x, "input", false, false}};
@@ -211,6 +242,8 @@ static kiln_tensor *pool2d(const char *op, bool is_max, kiln_tensor *x, int64_t 
                         (long long)pw);
     int64_t oh = (h + 2 * ph - kh) / sh + 1, ow = (wd + 2 * pw - kw) / sw + 1;
     kiln_scope_begin(ctx);
+    if (sh == kh && sw == kw && ph == 0 && pw == 0 && kh * kw > 1)
+        return api_finish(ctx, tiled_pool(x, is_max, kh, kw, oh, ow));
     kiln_tensor *xp = pad_hw(x, ph, pw, is_max ? -INFINITY : 0.0);
     kiln_tensor *acc = NULL;
     for (int64_t i = 0; i < kh; i++)

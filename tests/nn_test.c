@@ -241,12 +241,32 @@ TU_TEST(nn, max_pool2d) {
     check_pool(ctx, &r, true, 2, 3, 7, 8, 3, 3, 2, 2, 1, 1);
     check_pool(ctx, &r, true, 1, 2, 6, 6, 2, 2, 2, 2, 0, 0);
     check_pool(ctx, &r, true, 1, 2, 5, 7, 3, 2, 1, 2, 1, 1);
+    /* Windows that tile the input (one window reduction): cut to whole
+     * windows (7x9 -> 6x9 by 2x3) and not cut. */
+    check_pool(ctx, &r, true, 2, 3, 7, 9, 2, 3, 2, 3, 0, 0);
+    check_pool(ctx, &r, true, 1, 1, 8, 8, 4, 1, 4, 1, 0, 0);
+}
+
+/* Tied maxima in tiled windows (a ReLU's zeros) share the gradient evenly, as
+ * kiln_max's do: a window of four zeros gives each a quarter. */
+TU_TEST(nn, max_pool2d_ties) {
+    static const double xv[16] = {0, 0, 1, 3,  0, 0, 3, -2, /* */
+                                  5, 5, 0, 0,  5, -1, 0, 0};
+    static const double gv[4] = {4, 8, 12, 16};
+    static const double want[16] = {1, 1, 0, 4, 1, 1, 4, 0, 4, 4, 4, 4, 4, 0, 4, 4};
+    kiln_tensor *x = kiln_from_data(ctx, KILN_F64, TU_S(1, 1, 4, 4), xv);
+    kiln_tensor *g = kiln_from_data(ctx, KILN_F64, TU_S(1, 1, 2, 2), gv), *dx;
+    TU_ASSERT_OK(x);
+    cr_assert_eq(kiln_gradients(kiln_max_pool2d(x, 2, 2, 2, 2, 0, 0), g, 1, &x, &dx), KILN_OK,
+                 "%s", kiln_ctx_last_error(ctx));
+    TU_EXPECT(dx, KILN_F64, want, 16);
 }
 
 TU_TEST(nn, avg_pool2d) {
     TU_RNG(r);
     check_pool(ctx, &r, false, 2, 3, 7, 8, 3, 3, 2, 2, 1, 1);
     check_pool(ctx, &r, false, 1, 2, 5, 7, 3, 2, 1, 2, 1, 1);
+    check_pool(ctx, &r, false, 2, 3, 7, 9, 2, 3, 2, 3, 0, 0);
     /* 3-d input */
     static double x[2 * 4 * 4], y[2 * 2 * 2];
     kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(2, 4, 4), -1, 1, x);
@@ -861,6 +881,16 @@ TU_TEST(nn_grad, finite_differences) {
                    &mp);
         grad_check(ctx, &r, "avg_pool2d", kiln_avg_pool2d(x.t, 3, 3, 2, 2, 1, 1), 1, &x, gc_pool,
                    &ap);
+    }
+    {
+        /* tiled windows, the last row and column cut off */
+        GC_IN(x, 2 * 7 * 5, -1, 1, 2, 7, 5);
+        static const pool_cfg mp = {true, 2, 7, 5, 2, 2, 2, 2, 0, 0};
+        static const pool_cfg ap = {false, 2, 7, 5, 3, 2, 3, 2, 0, 0};
+        grad_check(ctx, &r, "max_pool2d tiled", kiln_max_pool2d(x.t, 2, 2, 2, 2, 0, 0), 1, &x,
+                   gc_pool, &mp);
+        grad_check(ctx, &r, "avg_pool2d tiled", kiln_avg_pool2d(x.t, 3, 2, 3, 2, 0, 0), 1, &x,
+                   gc_pool, &ap);
     }
     {
         GC_IN(x, 18, -2, 2, 3, 6);
