@@ -427,7 +427,8 @@ typedef struct lower_plan {
     bool split;         /* few long rows: each pass over a row is split across threads
                            (a GPU: across row_blocks program instances) */
     int64_t columns;    /* a sum down columns (every load contiguous along the outputs,
-                           strided along the reduced elements: a bias gradient): the
+                           strided along the reduced elements: a bias gradient), or a
+                           sum, max or min over a small fixed window (pooling): the
                            outputs in chunks of this many, each chunk's partial sums a
                            row in cache that the input's rows are added into, rather
                            than one strided walk per output; 0: per output */

@@ -1095,11 +1095,11 @@ static LLVMValueRef gep(gen *g, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i) {
     return L_->LLVMBuildInBoundsGEP2(B, t, p, &i, 1, "");
 }
 
-/* A sum down columns (plan->columns), as render_c.c renders it: outputs
- * [lo, hi) in chunks of partial sums (double, or uint64 for integers) that
- * each input row is added into, the loop over a chunk contiguous so that it
- * widens; then each output's value from its partial sum. Each output still
- * adds its elements in order. */
+/* A sum, max or min down columns (plan->columns), as render_c.c renders
+ * it: outputs [lo, hi) in chunks of partial results (double, or 64-bit
+ * integers) that each input row is taken into, the loop over a chunk
+ * contiguous so that it widens; then each output's value from its partial
+ * result. Each output still takes its elements in order; a NaN sticks. */
 static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
     const jit_llvm_api *L = g->L;
     const lower_kernel *k = g->k;
@@ -1111,7 +1111,10 @@ static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *
     racc proto = racc_new(g, rb->reduce); /* its accumulator type and the value's finish */
     LLVMValueRef parta = var(g, L->LLVMArrayType(proto.t, (unsigned)plan->columns), NULL);
     LLVMValueRef part = L->LLVMBuildBitCast(B, parta, L->LLVMPointerType(proto.t, 0), "");
-    LLVMValueRef zero = proto.fl ? cf(g, g->f64, 0.0) : i64c(g, 0);
+    bool mx = k->ins[rb->reduce].gop == GRAPH_RMAX;
+    LLVMValueRef zero = proto.sum ? (proto.fl ? cf(g, g->f64, 0.0) : i64c(g, 0))
+                        : proto.fl ? cf(g, g->f64, mx ? -INFINITY : INFINITY)
+                                   : i64c(g, mx ? INT64_MIN : INT64_MAX);
     LLVMValueRef cw = i64c(g, plan->columns);
     loop ch;
     /* chunk index q over ceil((hi - lo) / cw) */
@@ -1134,7 +1137,16 @@ static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *
     v = proto.fl ? to_f64(g, v, proto.in) : wide(g, v, proto.in);
     LLVMValueRef slot = gep(g, proto.t, part, L->LLVMBuildSub(B, g->gidx, start, ""));
     LLVMValueRef cur = get(g, proto.t, slot);
-    set(g, slot, proto.fl ? L->LLVMBuildFAdd(B, cur, v, "") : L->LLVMBuildAdd(B, cur, v, ""));
+    if (proto.sum) {
+        set(g, slot, proto.fl ? L->LLVMBuildFAdd(B, cur, v, "") : L->LLVMBuildAdd(B, cur, v, ""));
+    } else {
+        LLVMValueRef take =
+            proto.fl ? band(g, fcmp(g, LLVMRealOEQ, cur, cur),
+                            bor(g, fcmp(g, LLVMRealUNE, v, v),
+                                fcmp(g, mx ? LLVMRealOGT : LLVMRealOLT, v, cur)))
+                     : icmp(g, mx ? LLVMIntSGT : LLVMIntSLT, v, cur);
+        set(g, slot, sel(g, take, v, cur));
+    }
     loop_close(g, &cols, true);
     loop_close(g, &rows, false);
     loop outs;

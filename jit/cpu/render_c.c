@@ -284,11 +284,13 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
     cstyle_put(b, "    }\n");
 }
 
-/* A sum down columns (plan->columns): per chunk of outputs, a row of
- * partial sums in double (in L1) that each input row is added into, its
- * loop over the chunk vectorised; then the chunk's results. The outer
- * values the pass reads are recomputed per element (index arithmetic, as
- * cheap as keeping them). Each output still adds its elements in order. */
+/* A sum, max or min down columns (plan->columns): per chunk of outputs, a
+ * row of partial results (in L1) that each input row is taken into, its
+ * loop over the chunk vectorised; then the chunk's results. Sums are
+ * partial in double (uint64 for integers), extremes in the input's float
+ * type (int64 for integers), a NaN sticking once taken. The outer values
+ * the pass reads are recomputed per element (index arithmetic, as cheap as
+ * keeping them). Each output still takes its elements in order. */
 static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
     const char *ix = counter(b);
     int red = -1;
@@ -297,27 +299,36 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
             red = i;
     const lower_ins *x = &k->ins[plan->blocks[red].reduce];
     kiln_dtype in = k->ins[x->a].dt;
-    const char *acc = is_float(in) ? "double" : "uint64_t";
+    bool sum = x->gop == GRAPH_SUM, mx = x->gop == GRAPH_RMAX, f = is_float(in);
+    const char *acc = sum ? (f ? "double" : "uint64_t") : f ? ctype(in) : "int64_t";
+    const char *init = sum ? "0" : f ? (mx ? "-INFINITY" : "INFINITY") : mx ? "INT64_MIN" : "INT64_MAX";
     cstyle_put(b, "  const %s N = %s, R = %s, CW = %lldLL;\n", ix, cstyle_size(b, k, &k->numel),
                cstyle_size(b, k, &k->rnumel), (long long)plan->columns);
     parallel_for(b, k, plan);
     cstyle_put(b, "  for (%s c0 = 0; c0 < N; c0 += CW) {\n", ix);
     cstyle_put(b, "    const %s c1 = c0 + CW < N ? c0 + CW : N;\n", ix);
     cstyle_put(b, "    %s part[%lld];\n", acc, (long long)plan->columns);
-    cstyle_put(b, "    for (%s g = c0; g < c1; g++) part[g - c0] = 0;\n", ix);
+    cstyle_put(b, "    for (%s g = c0; g < c1; g++) part[g - c0] = %s;\n", ix, init);
     cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
     simd(b, "      ", "");
     cstyle_put(b, "      for (%s g = c0; g < c1; g++) {\n", ix);
     for (int i = 0; i < red; i++)
         block_stmts(b, k, &plan->blocks[i]);
     block_stmts(b, k, &plan->blocks[red]);
-    cstyle_put(b, "        part[g - c0] += (%s)v%d;\n", acc, x->a);
+    if (sum)
+        cstyle_put(b, "        part[g - c0] += (%s)v%d;\n", acc, x->a);
+    else
+        cstyle_put(b,
+                   "        const %s c = part[g - c0], w = (%s)v%d;\n"
+                   "        part[g - c0] = %sw %s c%s ? w : c;\n",
+                   acc, acc, x->a, f ? "(c == c && (w != w || " : "(", mx ? ">" : "<",
+                   f ? "))" : ")");
     cstyle_put(b, "      }\n    }\n");
     cstyle_put(b, "    for (%s g = c0; g < c1; g++) {\n", ix);
     for (int i = 0; i < red; i++)
         block_stmts(b, k, &plan->blocks[i]);
-    cstyle_put(b, "      %s v%d;\n      {\n        const %s acc = part[g - c0];\n", ctype(x->dt),
-               plan->blocks[red].reduce, acc);
+    cstyle_put(b, "      %s v%d;\n      {\n        const %s %s = part[g - c0];\n", ctype(x->dt),
+               plan->blocks[red].reduce, acc, sum ? "acc" : "best");
     reduce_result(b, x, plan->blocks[red].reduce);
     cstyle_put(b, "      }\n");
     for (int i = red + 1; i < plan->nblocks; i++)
