@@ -281,30 +281,53 @@ static bool sum_terms(const ir_builder *b, int x, int *id, int64_t *f, int *n) {
  * were, which programs shared between sizes depend on. */
 static bool has_lane(const ir_builder *b, int x) { return b->ins[x].lane; }
 
-/* (v / c) c f + (v % c) f = v f (true of C's truncating division for
- * every v): a coordinate split by unflatten and put back together by a
- * load's strides (the rows and columns of a tile, h * W + w) becomes the
- * index it came from, linear again. True, with the sum of x and y in *out,
- * when x + y holds such a pair. */
+/* Index value x as (v / d) % m: its v and d (1 when x is no quotient), m
+ * (0 when x is no remainder). A plain value is (v / 1), m 0. */
+static void digit_of(const ir_builder *b, int x, int *v, int64_t *d, int64_t *m) {
+    const lower_ins *xi = &b->ins[x];
+    *m = 0;
+    if (xi->op == UOP_IMOD && is_imm(b, xi->b, m))
+        xi = &b->ins[x = xi->a];
+    *d = 1;
+    *v = x;
+    if (xi->op == UOP_IDIV && is_imm(b, xi->b, d) && *d >= 2)
+        *v = xi->a;
+    else
+        *d = 1;
+}
+
+/* Two digits of one value, the lower (v / d) % c times f and the next
+ * (v / (d c)) % m times c f (or v / (d c) itself: m 0), are one:
+ * (v / d) % (c m) times f (or v / d). True of C's truncating division for
+ * every v (u % c + (u / c % m) c = u % (c m)). A coordinate split by unflatten and put back
+ * together by a load's strides (the rows and columns of a tile, h * W + w;
+ * every axis of a contiguous 4-d operand, which was a gather in each lane
+ * of an optimiser's update) becomes the index it came from, linear again.
+ * True, with the sum of x and y in *out, when x + y holds such a pair (the
+ * sum is built through ir_iadd, so that a third digit joins the merged
+ * two). */
 static bool recombine(ir_builder *b, int x, int y, int *out) {
     int id[SPLIT_TERMS], n = 0;
     int64_t f[SPLIT_TERMS];
     if (b->failed || !collect_terms(b, x, 1, true, id, f, &n) ||
         !collect_terms(b, y, 1, true, id, f, &n))
         return false;
-    int64_t c;
-    for (int i = 0; i < n; i++) {
-        if (id[i] < 0 || b->ins[id[i]].op != UOP_IDIV || !is_imm(b, b->ins[id[i]].b, &c) || c < 2)
+    for (int j = 0; j < n; j++) {
+        int v, hv;
+        int64_t d, c, hd, hm;
+        if (id[j] < 0)
             continue;
-        int v = b->ins[id[i]].a;
-        if (!has_lane(b, v))
+        digit_of(b, id[j], &v, &d, &c);
+        if (c < 2 || !has_lane(b, v))
             continue;
-        for (int j = 0; j < n; j++) {
-            int64_t cm;
-            if (j == i || id[j] < 0 || b->ins[id[j]].op != UOP_IMOD || b->ins[id[j]].a != v ||
-                !is_imm(b, b->ins[id[j]].b, &cm) || cm != c || f[i] != f[j] * c)
+        for (int i = 0; i < n; i++) {
+            if (i == j || id[i] < 0 || f[i] != f[j] * c)
                 continue;
-            int sum = ir_imul(b, v, f[j]);
+            digit_of(b, id[i], &hv, &hd, &hm);
+            if (hv != v || hd != d * c || hm == 1)
+                continue;
+            int low = ir_idiv(b, v, d);
+            int sum = ir_imul(b, hm ? ir_imod(b, low, c * hm) : low, f[j]);
             for (int t = 0; t < n; t++)
                 if (t != i && t != j)
                     sum = ir_iadd(b, sum, id[t] < 0 ? ir_index(b, f[t]) : ir_imul(b, id[t], f[t]));

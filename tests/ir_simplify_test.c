@@ -229,3 +229,34 @@ Test(ir_simplify, sums_split_over_the_divisor) {
     cr_assert(!b.failed);
     ir_free(&b);
 }
+
+/* A contiguous [32, 16, 3, 3] operand read in an elementwise kernel: its
+ * four coordinates, split from the flat index and put back by its strides,
+ * recombine into the flat index itself, summed in either order (an
+ * optimiser's update read each such operand as a gather); a digit skipped
+ * or a stride wrong leaves the sum alone. */
+Test(ir_simplify, digits_recombine_into_the_index) {
+    ir_builder b;
+    ir_init(&b);
+    int g = ir_tiled_gidx(&b, 32 * 16 * 9, 1024);
+    int w = ir_imod(&b, g, 3), h = ir_imod(&b, ir_idiv(&b, g, 3), 3);
+    int c = ir_imod(&b, ir_idiv(&b, g, 9), 16), n = ir_idiv(&b, g, 144);
+    int hs = ir_imul(&b, h, 3), cs = ir_imul(&b, c, 9), ns = ir_imul(&b, n, 144);
+    cr_assert_eq(ir_iadd(&b, ir_iadd(&b, ir_iadd(&b, w, hs), cs), ns), g);
+    cr_assert_eq(ir_iadd(&b, w, ir_iadd(&b, hs, ir_iadd(&b, cs, ns))), g);
+    cr_assert_eq(ir_iadd(&b, ir_iadd(&b, ns, hs), ir_iadd(&b, cs, w)), g);
+    /* the low two digits alone: the flat index modulo 9 */
+    cr_assert_eq(ir_iadd(&b, hs, w), ir_imod(&b, g, 9));
+    /* [32, 16, 3, 3] scaled by 2 throughout: twice the index */
+    int two = ir_iadd(&b, ir_iadd(&b, ir_imul(&b, w, 2), ir_imul(&b, h, 6)),
+                      ir_iadd(&b, ir_imul(&b, c, 18), ir_imul(&b, n, 288)));
+    cr_assert_eq(two, ir_imul(&b, g, 2));
+    /* no h: w + c * 9 + n * 144 is no digit chain */
+    int skip = ir_iadd(&b, ir_iadd(&b, w, cs), ns);
+    cr_assert(skip != g && b.ins[skip].op == UOP_IADD);
+    /* a transposed stride (h * 4) does not merge */
+    int bad = ir_iadd(&b, w, ir_imul(&b, h, 4));
+    cr_assert(b.ins[bad].op == UOP_IADD);
+    cr_assert(!b.failed);
+    ir_free(&b);
+}
