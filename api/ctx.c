@@ -310,25 +310,39 @@ kiln_status api_read(const graph_node *n, size_t offset, void *dst, size_t nbyte
 kiln_status api_realize(kiln_ctx *ctx, int n, graph_node *const *nodes, kiln_tensor *who) {
     int total = n + ctx->npending;
     graph_node *stackv[16];
+    bool forgetv[16];
     graph_node **all = total <= 16 ? stackv : malloc(sizeof *all * (size_t)total);
-    if (!all) {
+    bool *forgets = total <= 16 ? forgetv : malloc(sizeof *forgets * (size_t)total);
+    if (!all || !forgets) {
+        if (all != stackv)
+            free(all);
+        if (forgets != forgetv)
+            free(forgets);
         if (who)
             set_error(who, KILN_ERR_OOM, "kiln_realize: out of memory");
         return KILN_ERR_OOM;
     }
     int m = 0;
     for (int i = 0; i < n; i++)
-        if (!nodes[i]->buf)
+        if (!nodes[i]->buf) {
+            forgets[m] = false;
             all[m++] = nodes[i];
+        }
+    /* what the loop below drops the history of: the runtime may then give
+     * a leaf read only by them (an optimiser's old moment) to an output */
     for (int i = 0; i < ctx->npending; i++)
-        if (!ctx->pending[i]->buf)
+        if (!ctx->pending[i]->buf) {
+            forgets[m] = autograd_is_detached(ctx->pending[i]);
             all[m++] = ctx->pending[i];
+        }
     char msg[512] = "";
     kiln_status st = KILN_OK;
     if (m)
-        st = jit_realize(ctx->rt, m, all, ctx->mode == KILN_LAZY, msg, sizeof msg);
+        st = jit_realize(ctx->rt, m, all, forgets, ctx->mode == KILN_LAZY, msg, sizeof msg);
     if (all != stackv)
         free(all);
+    if (forgets != forgetv)
+        free(forgets);
     if (st != KILN_OK) {
         if (who)
             set_error(who, st, msg);

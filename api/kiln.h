@@ -1510,6 +1510,9 @@ typedef struct kiln_stats {
     int64_t memory_retries; /* allocations the device refused until the pooled bytes were
                                given back (then asked once more: out of memory only if
                                that failed too) */
+    int64_t buffers_donated; /* outputs computed into the buffer of a tensor that nothing
+                                could read after their sync (an optimiser's old moments,
+                                replaced by kiln_assign): no allocation of their own */
 } kiln_stats;
 /* The counters of ctx (all zero for KILN_REF, which compiles nothing, except
  * the collectives'). */

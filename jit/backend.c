@@ -17,6 +17,7 @@
 #include "jit/collective.h"
 #include "jit/cuda/cuda.h"
 #include "jit/device.h"
+#include "jit/donate.h"
 #include "jit/graph_cache.h"
 #include "jit/jit.h"
 #include "jit/profile.h"
@@ -307,6 +308,7 @@ typedef struct compiled {
     int64_t sized;        /* numbers its code reads at run time (share_sizes) */
     jit_prog_facts facts;
     jit_collectives coll; /* the kernels dist/ runs */
+    jit_donations dn;     /* outputs that may take a dying leaf's buffer (jit/donate.c) */
 } compiled;
 
 static void compiled_free(void *v) {
@@ -321,6 +323,7 @@ static void compiled_free(void *v) {
     free(c->bound);
     free(c->facts.cost);
     jit_collectives_free(&c->coll);
+    jit_donations_free(&c->dn);
     if (c->prog)
         lower_plans_free(c->plans, c->prog->nkernels);
     lower_program_free(c->prog);
@@ -358,6 +361,17 @@ static bool bind(compiled *c, const graph_capture *cap) {
     }
     for (int r = 0; ok && r < cap->ntargets; r++)
         last[cap->targets[r]] = -1;
+    if (ok) {
+        int64_t **outs = malloc(sizeof *outs * (size_t)(p->nkernels ? p->nkernels : 1));
+        int64_t **ins = malloc(sizeof *ins * (size_t)(p->nkernels ? p->nkernels : 1));
+        for (int i = 0; outs && ins && i < p->nkernels; i++) {
+            outs[i] = c->bound[i].outs;
+            ins[i] = c->bound[i].inputs;
+        }
+        ok = outs && ins && jit_donations_plan(&c->dn, p, cap, outs, ins, last);
+        free(outs);
+        free(ins);
+    }
     for (int i = 0; ok && i < p->nkernels; i++) {
         lower_kernel *k = &p->kernels[i];
         for (int o = 0; o < k->nouts && !k->region; o++) { /* a cat's regions: once */
@@ -688,7 +702,7 @@ static void device_times(jit_backend *j, const compiled *c, bool hit, timed_run 
 }
 
 static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *cap, bool hit,
-                       char *msg, size_t mcap) {
+                       const bool *forgets, char *msg, size_t mcap) {
     const lower_program *p = c->prog;
     jit_device *d = j->dev;
     graph_node *const *nodes = cap->nodes;
@@ -713,6 +727,14 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
         tr.on = false; /* the profile loses this run; the run goes on */
     d->time_launches = tr.on;
     tr.t0 = tr.on ? jit_now_ms() : 0;
+    /* Outputs that take the buffer of a leaf that dies with the run; none
+     * when the picking runs out of memory (each then allocates). */
+    bool *pick = c->dn.n && st == KILN_OK ? malloc(sizeof *pick * (size_t)c->dn.n) : NULL;
+    if (pick && !jit_donations_pick(&c->dn, cap, forgets, pick)) {
+        free(pick);
+        pick = NULL;
+    }
+    int next_donation = 0, donated = 0;
     for (int done = 0; st == KILN_OK && done < p->nkernels; done++) {
         const lower_kernel *k = &p->kernels[done];
         const bound_kernel *bk = &c->bound[done];
@@ -733,8 +755,18 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
                 graph_node *x = kn[o] = nodes[bk->outs[o]];
                 size_t bytes = (size_t)graph_numel(x) * graph_dtype_size(x->dtype);
-                if (!k->region && !(x->buf = buffer_new(j, bytes)))
+                while (pick && next_donation < c->dn.n && (c->dn.d[next_donation].kernel < done ||
+                                                           (c->dn.d[next_donation].kernel == done &&
+                                                            c->dn.d[next_donation].out < o)))
+                    next_donation++;
+                const jit_donation *dd = pick && next_donation < c->dn.n ? &c->dn.d[next_donation]
+                                                                           : NULL;
+                if (dd && dd->kernel == done && dd->out == o && pick[next_donation]) {
+                    x->buf = graph_buffer_ref(nodes[dd->leaf]->buf);
+                    donated++;
+                } else if (!k->region && !(x->buf = buffer_new(j, bytes))) {
                     st = oom(msg, mcap, x, bytes);
+                }
             }
             if (st != KILN_OK)
                 break;
@@ -770,8 +802,13 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
         st = d->ops->sync(d, msg, mcap);
     if (tr.on)
         device_times(j, c, hit, &tr, st == KILN_OK);
-    /* A half-run program leaves nothing behind: its outputs so far go. */
-    for (int i = 0; st != KILN_OK && i < p->nkernels; i++)
+    free(pick);
+    j->stats.buffers_donated += donated;
+    /* A half-run program leaves nothing behind: its outputs so far go.
+     * Unless a leaf's buffer was donated: the leaf's old value is gone, and
+     * the outputs computed so far are what a second attempt starts from
+     * (every kernel that read the leaf has run: its last reader donated). */
+    for (int i = 0; st != KILN_OK && !donated && i < p->nkernels; i++)
         for (int o = 0; o < p->kernels[i].nouts; o++) {
             graph_node *x = nodes[c->bound[i].outs[o]];
             graph_buffer_unref(x->buf);
@@ -799,8 +836,8 @@ static const char *sized_note(const compiled *c, bool hit, char *buf, size_t len
     return buf;
 }
 
-kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
-                        size_t mcap) {
+kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, const bool *forgets,
+                        bool fuse, char *msg, size_t mcap) {
     char note[200];
     graph_capture cap;
     if (graph_capture_new(n, nodes, &cap) != KILN_OK) {
@@ -836,7 +873,14 @@ kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fu
         if (!hit)
             c->facts.build_ms = t1 - t0;
         j->stats.syncs++;
-        st = run(j, c, &cap, hit, msg, mcap);
+        /* which capture nodes drop their sources after the run */
+        bool *fg = NULL;
+        for (int r = 0; forgets && c->dn.n && r < n; r++)
+            if (forgets[r] && (fg || (fg = calloc((size_t)cap.npending + (size_t)cap.nleaves,
+                                                   sizeof *fg))))
+                fg[cap.targets[r]] = true;
+        st = run(j, c, &cap, hit, fg, msg, mcap);
+        free(fg);
         double t2 = jit_now_ms();
         jit_watch_sync(&j->watch, t0, t1, t2, hit, c->prog->nkernels, cap.npending);
         if (j->watch.debug >= 1)

@@ -65,9 +65,12 @@ graph_buffer *jit_backend_adopt(jit_backend *j, void *data, size_t nbytes,
 
 /* Realizes the n nodes by compiling and running kernels: fused, or with
  * fuse false one kernel per op (eager mode). Nodes already realized stay so
- * on failure, and the message names what failed. */
-kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, bool fuse, char *msg,
-                        size_t msgcap);
+ * on failure, and the message names what failed. forgets[i] (NULL: none)
+ * promises that nodes[i] drops its sources once this succeeds (an assigned
+ * update without history): a leaf read only through such nodes dies with
+ * the run, and an output may take its buffer (jit/donate.c). */
+kiln_status jit_realize(jit_backend *j, int n, graph_node *const *nodes, const bool *forgets,
+                        bool fuse, char *msg, size_t msgcap);
 
 kiln_stats jit_stats(const jit_backend *j);
 /* Compiled programs kept in the whole-graph cache (at most
