@@ -42,6 +42,7 @@
  * 2048. */
 #define MM_MC 720
 #define MM_NC 512
+#define MM_MIN_MC_LONG_K 24
 
 /* Marks in `in` the instructions that `target` needs. Dead ones are never
  * rendered: a load that simplification left unused cannot read out of bounds.
@@ -291,6 +292,20 @@ static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_ta
         mm->mr = mm->mr * mm->nv / nv < 12 ? mm->mr * mm->nv / nv : 12;
         mm->nv = nv;
     }
+    /* Wide outputs: 8 rows of 3 vectors where that pads the product by a
+     * tenth less than 6 rows of 4 (144 columns are 3 panels of 48, or 2.25
+     * of 64; 32 rows 4 tiles of 8, or 5.3 of 6): the same 24 accumulators.
+     * A conv weight gradient 32 x 25088 @ 25088 x 144 2.1 -> 1.4 ms; where
+     * it saves less, 6x4 ran a few percent faster (64 x 4096 @ 4096^2). */
+    if (mm->nv == 4 && k->m > 0 && k->n > 0) {
+        int64_t l = mm->lanes;
+        int64_t pad64 = ceil_div(k->n, 6) * 6 * ceil_div(k->m, 4 * l) * 4 * l;
+        int64_t pad83 = ceil_div(k->n, 8) * 8 * ceil_div(k->m, 3 * l) * 3 * l;
+        if (10 * pad83 < 9 * pad64) {
+            mm->mr = 8;
+            mm->nv = 3;
+        }
+    }
     int64_t nr = (int64_t)mm->lanes * mm->nv;
     /* KC x NR of B is about 64 KiB: long enough runs of k to hide the C
      * tile's load and store. */
@@ -299,14 +314,19 @@ static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_ta
     mm->kc = even_block(k->k, kc, 1);
     mm->mc = even_block(k->n, MM_MC, mm->mr);
     mm->nc = even_block(k->m, MM_NC, nr);
-    /* Blocks shrink until there are enough tasks to balance the threads. */
+    /* Blocks shrink until there are enough tasks to balance the threads.
+     * Where k takes several KC blocks, a task repacks its B panel for each,
+     * once per mc rows of A: rows of at least MM_MIN_MC_LONG_K keep that
+     * packing below the products (a weight gradient, 32 x 25088 @ 25088 x
+     * 144, cut to 6-row tasks ran at 40 GFLOP/s, its B packed 6 times over). */
     int64_t nb = batch_count(k);
+    int64_t min_mc = k->k > mm->kc ? MM_MIN_MC_LONG_K : 0;
     for (int it = 0; it < 16 && nb * ceil_div(k->n, mm->mc) * ceil_div(k->m, mm->nc) < 8; it++) {
-        if (mm->mc >= mm->nc / 2 && mm->mc > 2 * mm->mr)
+        if (mm->mc >= mm->nc / 2 && mm->mc > 2 * mm->mr && mm->mc / 2 >= min_mc)
             mm->mc = even_block(k->n, mm->mc / 2, mm->mr);
         else if (mm->nc > nr)
             mm->nc = even_block(k->m, mm->nc / 2, nr);
-        else if (mm->mc > mm->mr)
+        else if (mm->mc > mm->mr && mm->mc / 2 >= min_mc)
             mm->mc = even_block(k->n, mm->mc / 2, mm->mr);
         else
             break;

@@ -379,6 +379,31 @@ Test(plan, matmul_blocking_follows_the_vectors) {
               plans[0].mm.nv);
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
+    /* A conv weight gradient, 32 x 25088 @ 25088 x 144: 8 rows of 3
+     * vectors (144 columns are 3 panels of 48), and tasks of at least 24
+     * rows, since k takes many blocks and each task repacks B for each;
+     * 64 x 4096 @ 4096 x 4096 keeps 6 x 4 (8 x 3 would save too little). */
+    int64_t sg[2] = {32, 25088}, sc[2] = {25088, 144}, sw[2] = {64, 4096}, sq[2] = {4096, 4096};
+    graph_node *gr = input(g, KILN_F32, 2, sg), *co = input(g, KILN_F32, 2, sc);
+    p = schedule(graph_matmul(gr, co));
+    plans = lower_plan_program(p, &cpu512);
+    mm = &plans[0].mm;
+    cr_assert(mm->mr == 8 && mm->nv == 3, "%d x %d", mm->mr, mm->nv);
+    cr_assert(mm->mc >= 24 && mm->kc < 25088, "mc %lld, kc %lld", (long long)mm->mc,
+              (long long)mm->kc);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_node *wi = input(g, KILN_F32, 2, sw), *sqr = input(g, KILN_F32, 2, sq);
+    p = schedule(graph_matmul(wi, sqr));
+    plans = lower_plan_program(p, &cpu512);
+    cr_assert(plans[0].mm.mr == 6 && plans[0].mm.nv == 4, "%d x %d", plans[0].mm.mr,
+              plans[0].mm.nv);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(gr);
+    graph_unref(co);
+    graph_unref(wi);
+    graph_unref(sqr);
     graph_unref(a);
     graph_unref(b);
     graph_unref(v);
