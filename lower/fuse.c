@@ -395,6 +395,64 @@ static void boundary_gather_sources(sched *s) {
     }
 }
 
+/* A value that reads several stored tensors of at least its own size, read
+ * through a view that repeats its elements (a broadcast: the view has at
+ * least twice its elements), is materialised: computed inside the view's
+ * reader, its reads would be repeated for every copy. A max-pool's backward
+ * spreads each window's gradient (a conv's col2im, a sum of 9 taps of the
+ * stored column gradient, divided by the window's count of ties) over the
+ * window's 4 elements: 4 times the taps, 2.4 ms of a CNN step at 12 GB/s.
+ * Reductions end the walk, and values made only from them (a layer-norm
+ * backward's per-row coefficients, a few multiplies of row sums) stay in
+ * their row kernels: there they cost arithmetic, not reads. */
+enum { REPEAT_MIN_READS = 2, REPEAT_WALK = 64 };
+
+static bool stored_here(const sched *s, const graph_node *x) {
+    return !sched_pending(x) || sched_of(s, x)->materialized;
+}
+
+/* Adds to seen[*n] the distinct reads of stored tensors of at least numel
+ * elements that x's kernel would make, up to REPEAT_MIN_READS of them: a
+ * read is a stored node, or a view of one (a conv's col2im reads 9 views of
+ * its column gradient: 9 reads; x * x reads x once). */
+static void cone_reads(const sched *s, const graph_node *x, int64_t numel, int *walk,
+                       const graph_node **seen, int *n) {
+    if (x->op == GRAPH_CONST || *n >= REPEAT_MIN_READS || --*walk < 0)
+        return;
+    const graph_node *base = x;
+    while (base->op == GRAPH_VIEW && !stored_here(s, base))
+        base = base->src[0];
+    if (stored_here(s, base)) {
+        for (int i = 0; i < *n; i++)
+            if (seen[i] == x)
+                return;
+        if (graph_numel(base) >= numel)
+            seen[(*n)++] = x;
+        return;
+    }
+    if (graph_op_is_reduce(x->op))
+        return;
+    for (int i = 0; i < x->nsrc; i++)
+        cone_reads(s, x->src[i], numel, walk, seen, n);
+}
+
+static void boundary_repeated_work(sched *s) {
+    for (int64_t i = 0; i < s->count; i++) {
+        graph_node *v = s->order[i];
+        if (v->op != GRAPH_VIEW || !sched_pending(v))
+            continue;
+        graph_node *x = v->src[0];
+        if (!sched_pending(x) || x->op == GRAPH_VIEW || graph_op_is_reduce(x->op) ||
+            sched_of(s, x)->materialized || graph_numel(v) < 2 * graph_numel(x))
+            continue;
+        int walk = REPEAT_WALK, n = 0;
+        const graph_node *seen[REPEAT_MIN_READS];
+        cone_reads(s, x, graph_numel(x), &walk, seen, &n);
+        if (n >= REPEAT_MIN_READS)
+            sched_of(s, x)->materialized = true;
+    }
+}
+
 /* A matmul (and fused attention) reads its operands as strides over a buffer: an operand that
  * strides cannot describe is computed first. Reverse post-order, so that a
  * materialised operand is decided before a view of it is examined. */
@@ -944,6 +1002,8 @@ void sched_fuse(sched *s, int n, graph_node *const *targets, bool fuse) {
             s->nodes[i].materialized = true;
     boundary_collective_sources(s);
     boundary_gather_sources(s);
+    if (fuse)
+        boundary_repeated_work(s);
     settle(s);
     if (!fuse)
         return;

@@ -268,6 +268,39 @@ Test(fusion, a_broadcast_read_by_two_kernels_is_not_copied) {
     kiln_ctx_free(ref);
 }
 
+/* A value made from two stored tensors of its size, spread over windows of
+ * 4 (an upsampling: each element read 4 times), then scaled by a third.
+ * With reads = 1, the value reads one stored tensor only. */
+static kiln_tensor *spread_over_windows(kiln_ctx *ctx, int reads) {
+    const int64_t d[3] = {16, 12, 10}, up[5] = {16, 12, 2, 10, 2}, s5[5] = {16, 12, 1, 10, 1};
+    const int64_t full[4] = {16, 24, 20};
+    float *a = random_data(16 * 12 * 10, 61), *b = random_data(16 * 12 * 10, 62),
+          *c = random_data(16 * 24 * 20, 63);
+    kiln_tensor *A = kiln_from_data(ctx, KILN_F32, 3, d, a), *B = kiln_from_data(ctx, KILN_F32, 3, d, b);
+    kiln_tensor *C = kiln_from_data(ctx, KILN_F32, 3, full, c);
+    free(a);
+    free(b);
+    free(c);
+    kiln_tensor *x = reads == 2 ? kiln_add(kiln_mul(A, B), kiln_tanh(A)) : kiln_tanh(kiln_mul(A, A));
+    kiln_tensor *v = kiln_expand(kiln_reshape(x, 5, s5), 5, up);
+    return kiln_mul(kiln_reshape(v, 3, full), C);
+}
+
+Test(fusion, a_value_read_repeatedly_through_a_broadcast_is_stored) {
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    /* stored at its own size (one kernel), then spread (another): computed
+     * in the spreading kernel it would read A and B 4 times each */
+    kiln_tensor *y = spread_over_windows(ctx, 2);
+    cr_assert_eq(kernels_for(ctx, y), 2);
+    expect_like_ref(y, spread_over_windows(ref, 2));
+    /* reading one stored tensor, it is recomputed: one kernel */
+    y = spread_over_windows(ctx, 1);
+    cr_assert_eq(kernels_for(ctx, y), 1);
+    expect_like_ref(y, spread_over_windows(ref, 1));
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+}
+
 /* A cat of three elementwise chains over leaves of their own (one of them a
  * transposed view), joined along axis ax of [4, 9s, 40]. */
 static kiln_tensor *cat_of_chains(kiln_ctx *ctx, int64_t s, int ax) {

@@ -324,6 +324,9 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
                    acc, acc, x->a, f ? "(c == c && (w != w || " : "(", mx ? ">" : "<",
                    f ? "))" : ")");
     cstyle_put(b, "      }\n    }\n");
+    /* vectorised too: what follows the reduction may be most of the work
+     * (a max-pool backward's col2im divided by its window's tie count) */
+    simd(b, "    ", "");
     cstyle_put(b, "    for (%s g = c0; g < c1; g++) {\n", ix);
     for (int i = 0; i < red; i++)
         block_stmts(b, k, &plan->blocks[i]);
