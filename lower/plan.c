@@ -292,15 +292,16 @@ static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_ta
         mm->mr = mm->mr * mm->nv / nv < 12 ? mm->mr * mm->nv / nv : 12;
         mm->nv = nv;
     }
-    /* Wide outputs: 8 rows of 3 vectors where that pads the product by a
+    /* Wide outputs: 8 rows of 3 vectors where that pads the columns by a
      * tenth less than 6 rows of 4 (144 columns are 3 panels of 48, or 2.25
-     * of 64; 32 rows 4 tiles of 8, or 5.3 of 6): the same 24 accumulators.
-     * A conv weight gradient 32 x 25088 @ 25088 x 144 2.1 -> 1.4 ms; where
-     * it saves less, 6x4 ran a few percent faster (64 x 4096 @ 4096^2). */
-    if (mm->nv == 4 && k->m > 0 && k->n > 0) {
+     * of 64): the same 24 accumulators. A conv weight gradient 32 x 25088 @
+     * 25088 x 144 2.1 -> 1.4 ms; where it saves less, 6x4 ran a few percent
+     * faster (64 x 4096 @ 4096^2). Columns only: the rows are what a
+     * sequence or a batch changes, and a plan that changed with them would
+     * part programs that differ only in those sizes (dynamic_test). */
+    if (mm->nv == 4 && k->m > 0) {
         int64_t l = mm->lanes;
-        int64_t pad64 = ceil_div(k->n, 6) * 6 * ceil_div(k->m, 4 * l) * 4 * l;
-        int64_t pad83 = ceil_div(k->n, 8) * 8 * ceil_div(k->m, 3 * l) * 3 * l;
+        int64_t pad64 = ceil_div(k->m, 4 * l) * 4 * l, pad83 = ceil_div(k->m, 3 * l) * 3 * l;
         if (10 * pad83 < 9 * pad64) {
             mm->mr = 8;
             mm->nv = 3;
