@@ -90,6 +90,12 @@ static graph_node *node_alloc(graph_ctx *g) {
     }
     graph_node *n = g->free_nodes;
     g->free_nodes = n->hnext;
+    /* the next node's lines, for writing: a recycled node is rarely in
+     * cache, and copying a prototype into it missed on each of its 7 lines
+     * (recording along a 100000-op chain 238-256 -> 209-222 ns an op) */
+    if (g->free_nodes)
+        for (size_t off = 0; off < sizeof(graph_node); off += 64)
+            __builtin_prefetch((const char *)g->free_nodes + off, 1);
     return n;
 #else
     (void)g;
