@@ -820,7 +820,10 @@ KILN_API kiln_tensor *kiln_conv2d(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b
  * padded by pad_h and pad_w on both sides: OH = (H + 2*pad_h - kernel_h) /
  * stride_h + 1 (rounded down), OW likewise. Kernel sizes and strides must be
  * >= 1 and each padding at most half its kernel size (KILN_ERR_ARG), as in
- * PyTorch. kiln_max_pool2d pads with -inf, so padding never wins a window.
+ * PyTorch. kiln_max_pool2d pads with -inf, so padding never wins a window;
+ * the elements that tie for a window's maximum share its gradient (evenly
+ * where the windows tile the input, stride = kernel and no padding, as
+ * kiln_max's; kiln_max_pool2d_ex gives it to the first, as PyTorch does).
  * kiln_avg_pool2d pads with zeros and always divides by kernel_h*kernel_w,
  * counting the padding (PyTorch's count_include_pad=True). */
 KILN_API kiln_tensor *kiln_max_pool2d(kiln_tensor *x, int64_t kernel_h, int64_t kernel_w,

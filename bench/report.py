@@ -427,9 +427,10 @@ WHY_MISSED = [
      "into the output), the division; without the e^x the same kernel takes 6.8 ms (67% of "
      "triad), and the correctly rounded division is 1 ms of it (a reciprocal times each "
      "element would be 1.5 ulp)."),
-    ("the 11-op chain", "compute-bound: two e^x, two divisions and tanh's Taylor branch for "
-     "every element (sigmoid now divides once); the eager mode's eleven memory-bound passes "
-     "got faster with that too, so the eager/lazy ratio sits near 4."),
+    ("the 11-op chain", "compute-bound: two e^x, two divisions and both of tanh's branches "
+     "(a degree-5 fit below 0.55, 1 - 2/(e^2|x| + 1) above) for every element; tanh's cheaper "
+     "form took the chain from 18.5 to 15.4-16.1 ms and its eager/lazy ratio past 4, but the "
+     "arithmetic still outlasts the 16 bytes an element."),
     ("a fused op into a fresh", "no page-fault storm is left (huge pages: 34 faults a step, "
      "not 16384); the rest is the kernel zeroing the 64 MB it hands out, a write stream more "
      "for a kernel that reads 64 MB and writes 64 MB (with write-allocate, about 4/3 of its "
@@ -444,20 +445,25 @@ WHY_MISSED = [
      "matmuls at 50-62% of the FMA peak and the fused attention at about 40%); what remains "
      "is the matmul micro-kernel itself (register tiles 6x4, 8x3 and 12x2 vectors measured "
      "level) and the attention kernels."),
-    ("Fashion-MNIST CNN", "max-pool's backward goes through the where-chain of its taps: "
-     "every input element evaluates each tap's masked, strided loads (6.4 + 3.2 ms of a "
-     "27 ms step at about 4 GB/s), and the training convolution's im2col is copied (two "
-     "readers: the forward and the weight gradient), 2.9 ms."),
+    ("Fashion-MNIST CNN", "level with PyTorch eager now (a 14-15 ms step, from 27): the "
+     "convolutions' products are batched per image (32x144 @ 144x196: 130-170 GFLOP/s, a "
+     "third of the FMA peak), the training im2col is still copied for its two readers (2 ms: "
+     "the weight gradient's transposed read has runs of 3 along k, too short for a split "
+     "operand), and the col2im under the max-pool's backward reads 9 masked taps (1.3 ms at "
+     "9 GB/s). Folding the batch into one product per layer was tried: its forward ran 1.5x "
+     "faster, but its weight gradient, one 32 x 25088 @ 25088 x 144 product, ran slower than "
+     "the batch of small ones and a sum, and the step lost 2 ms."),
     ("recording an op", "in a 1000-op graph it is met; along a 100000-op chain the 448-byte "
-     "nodes and the 4 MB interning table no longer fit in cache, and each new node costs a "
-     "miss on its table slot and on its own lines."),
+     "nodes and the 4 MB interning table no longer fit in cache: each new node misses on its "
+     "table slot (43% of graph_intern's time). The node's own lines are prefetched now "
+     "(259 -> 220-225 ns); a tag byte per slot, probed instead of the slots, measured slower, "
+     "and copying the prototype while the slot came in cost more on the hits than it hid."),
     ("matmul, square", "OpenBLAS's SkylakeX kernel is level with kiln's at most sizes; the "
      "quick run's 3 steps move either by 10-20%."),
-    ("GPT-2 step: peak memory", "the 124M model's step writes each parameter's new value "
-     "and moments beside the old ones (their buffers are not handed to the outputs), and the "
-     "figures fit that: parameters, gradients and moments 1979 MB, the three new copies "
-     "1485 MB more, activations 255 MB, together 3719 MB of the 3813 MB peak; the 16M "
-     "model, whose activations weigh more beside its parameters, stays at 1.25."),
+    ("GPT-2 step: peak memory", "the new parameters are still written beside the old ones: "
+     "the loss, read at the step's sync, keeps the forward graph and so the old parameters; "
+     "the moments' buffers are donated (jit/donate.c), which took the 124M step from 1.71 to "
+     "1.34."),
     ("GPT-2 step L12", "not comparable here: the tree of the day the goal was set has no "
      "such benchmark, and its API (kiln_item, kiln_adamw_new) differs from the one "
      "bench/gpt2.c is written against."),
