@@ -1,8 +1,10 @@
 /* node.c — graph nodes' life: the graph context, reference counting, buffers,
  * and the hash-consing table that makes the same op on the same sources one
  * node. */
+#define _GNU_SOURCE /* madvise */
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "graph/graph.h"
 #include "graph/internal.h"
@@ -32,11 +34,28 @@ typedef struct slot {
 #ifndef NODE_SLABS
 #define NODE_SLABS 1
 #endif
-enum { SLAB_NODES = 256 };
+enum { SLAB_NODES = 256, SMALL_SLABS = 8 };
 typedef struct slab {
     struct slab *next;
-    graph_node nodes[SLAB_NODES];
+    graph_node nodes[];
 } slab;
+
+/* Large blocks (a table of 100000 nodes' slots, nodes by the thousand) on
+ * 2 MB pages where the kernel grants them (advice only): their 4 KB pages,
+ * touched at random, cost a TLB miss on most of a long chain's ops. */
+enum { HUGE_PAGE = 2 << 20 };
+static void *huge_zalloc(size_t bytes) {
+    void *p = NULL;
+#ifdef MADV_HUGEPAGE
+    size_t whole = (bytes + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
+    if (bytes >= HUGE_PAGE / 2 && (p = aligned_alloc(HUGE_PAGE, whole))) {
+        madvise(p, whole, MADV_HUGEPAGE);
+        memset(p, 0, bytes);
+        return p;
+    }
+#endif
+    return calloc(1, bytes);
+}
 
 struct graph_ctx {
     int64_t live;
@@ -45,6 +64,7 @@ struct graph_ctx {
     size_t cap;   /* power of two */
     size_t count; /* interned nodes */
     slab *slabs;
+    int nslabs;
     graph_node *free_nodes; /* linked through hnext */
     graph_comm comm;
     bool has_comm;
@@ -78,12 +98,17 @@ void graph_ctx_free(graph_ctx *g) {
 static graph_node *node_alloc(graph_ctx *g) {
 #if NODE_SLABS
     if (!g->free_nodes) {
-        slab *s = malloc(sizeof *s);
+        /* a few small slabs, then 2 MB ones: a small graph stays small */
+        size_t n = g->nslabs < SMALL_SLABS ? SLAB_NODES
+                                           : (HUGE_PAGE - sizeof(slab)) / sizeof(graph_node);
+        slab *s = g->nslabs < SMALL_SLABS ? malloc(sizeof *s + n * sizeof(graph_node))
+                                          : huge_zalloc(sizeof *s + n * sizeof(graph_node));
         if (!s)
             return NULL;
+        g->nslabs++;
         s->next = g->slabs;
         g->slabs = s;
-        for (int i = SLAB_NODES - 1; i >= 0; i--) {
+        for (size_t i = n; i-- > 0;) {
             s->nodes[i].hnext = g->free_nodes;
             g->free_nodes = &s->nodes[i];
         }
@@ -361,7 +386,7 @@ static bool table_make_room(graph_ctx *g) {
     if (2 * (g->count + 1) <= g->cap)
         return true;
     size_t cap = g->cap * 2;
-    slot *t = calloc(cap, sizeof *t);
+    slot *t = huge_zalloc(cap * sizeof *t);
     if (!t)
         return g->count + 1 < g->cap;
     for (size_t i = 0; i < g->cap; i++)
