@@ -18,7 +18,8 @@ typedef struct moment {
     double *want; /* m after the steps so far, in float steps */
 } moment;
 
-static void moment_init(moment *s, tu_rng *r) {
+/* Fresh g and m0 (m's start), and the tensors m and g holding them. */
+static void moment_init(kiln_ctx *ctx, moment *s, tu_rng *r, kiln_tensor **m, kiln_tensor **g) {
     s->g = malloc(sizeof(float) * N);
     s->m0 = malloc(sizeof(float) * N);
     s->got = malloc(sizeof(float) * N);
@@ -29,6 +30,8 @@ static void moment_init(moment *s, tu_rng *r) {
         s->m0[i] = (float)tu_unif(r, -2, 2);
         s->want[i] = s->m0[i];
     }
+    *m = kiln_from_data(ctx, KILN_F32, TU_S(N), s->m0);
+    *g = kiln_from_data(ctx, KILN_F32, TU_S(N), s->g);
 }
 
 static void moment_free(moment *s) {
@@ -65,9 +68,8 @@ static bool donates(void) { return tu_cur_exec()->dev != KILN_REF && tu_cur_exec
 TU_TEST(donate, an_assigned_update_takes_the_old_buffer) {
     TU_RNG(r);
     moment s;
-    moment_init(&s, &r);
-    kiln_tensor *m = kiln_from_data(ctx, KILN_F32, TU_S(N), s.m0);
-    kiln_tensor *g = kiln_from_data(ctx, KILN_F32, TU_S(N), s.g);
+    kiln_tensor *m, *g;
+    moment_init(ctx, &s, &r, &m, &g);
     kiln_stats before = kiln_ctx_stats(ctx);
     for (int step = 0; step < 4; step++) {
         update(ctx, m, g, &s);
@@ -90,9 +92,8 @@ TU_TEST(donate, an_assigned_update_takes_the_old_buffer) {
 TU_TEST(donate, a_lazy_reader_of_the_old_value_keeps_it) {
     TU_RNG(r);
     moment s;
-    moment_init(&s, &r);
-    kiln_tensor *m = kiln_from_data(ctx, KILN_F32, TU_S(N), s.m0);
-    kiln_tensor *g = kiln_from_data(ctx, KILN_F32, TU_S(N), s.g);
+    kiln_tensor *m, *g;
+    moment_init(ctx, &s, &r, &m, &g);
     update(ctx, m, g, &s);
     expect_m(m, &s, 0);
     double *old = malloc(sizeof(double) * N);
@@ -127,9 +128,8 @@ TU_TEST(donate, a_lazy_reader_of_the_old_value_keeps_it) {
 TU_TEST(donate, a_kept_value_of_the_same_sync_keeps_it) {
     TU_RNG(r);
     moment s;
-    moment_init(&s, &r);
-    kiln_tensor *m = kiln_from_data(ctx, KILN_F32, TU_S(N), s.m0);
-    kiln_tensor *g = kiln_from_data(ctx, KILN_F32, TU_S(N), s.g);
+    kiln_tensor *m, *g;
+    moment_init(ctx, &s, &r, &m, &g);
     double want = 0;
     for (int i = 0; i < N; i++)
         want += s.m0[i];

@@ -347,6 +347,16 @@ Test(plan, wide_indices_stay_64_bit) {
     graph_ctx_free(g);
 }
 
+/* The 512-bit CPU plan of a @ b's kernel. */
+static lower_mm_plan cpu_mm_plan(graph_node *a, graph_node *b) {
+    lower_program *p = schedule(graph_matmul(a, b));
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    lower_mm_plan mm = plans[0].mm;
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    return mm;
+}
+
 Test(plan, matmul_blocking_follows_the_vectors) {
     graph_ctx *g = graph_ctx_new();
     int64_t sa[2] = {512, 256}, sb[2] = {256, 384}, sv[2] = {256, 3};
@@ -373,33 +383,20 @@ Test(plan, matmul_blocking_follows_the_vectors) {
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
     /* Three columns: one vector per row and more rows in the same registers. */
-    p = schedule(graph_matmul(a, v));
-    plans = lower_plan_program(p, &cpu512);
-    cr_assert(plans[0].mm.nv == 1 && plans[0].mm.mr == 12, "%d x %d", plans[0].mm.mr,
-              plans[0].mm.nv);
-    lower_plans_free(plans, p->nkernels);
-    lower_program_free(p);
+    lower_mm_plan q = cpu_mm_plan(a, v);
+    cr_assert(q.nv == 1 && q.mr == 12, "%d x %d", q.mr, q.nv);
     /* A conv weight gradient, 32 x 25088 @ 25088 x 144: 8 rows of 3
      * vectors (144 columns are 3 panels of 48), and tasks of at least 24
      * rows, since k takes many blocks and each task repacks B for each;
      * 64 x 4096 @ 4096 x 4096 keeps 6 x 4 (8 x 3 would save too little). */
     int64_t sg[2] = {32, 25088}, sc[2] = {25088, 144}, sw[2] = {64, 4096}, sq[2] = {4096, 4096};
     graph_node *gr = input(g, KILN_F32, 2, sg), *co = input(g, KILN_F32, 2, sc);
-    p = schedule(graph_matmul(gr, co));
-    plans = lower_plan_program(p, &cpu512);
-    mm = &plans[0].mm;
-    cr_assert(mm->mr == 8 && mm->nv == 3, "%d x %d", mm->mr, mm->nv);
-    cr_assert(mm->mc >= 24 && mm->kc < 25088, "mc %lld, kc %lld", (long long)mm->mc,
-              (long long)mm->kc);
-    lower_plans_free(plans, p->nkernels);
-    lower_program_free(p);
+    q = cpu_mm_plan(gr, co);
+    cr_assert(q.mr == 8 && q.nv == 3, "%d x %d", q.mr, q.nv);
+    cr_assert(q.mc >= 24 && q.kc < 25088, "mc %lld, kc %lld", (long long)q.mc, (long long)q.kc);
     graph_node *wi = input(g, KILN_F32, 2, sw), *sqr = input(g, KILN_F32, 2, sq);
-    p = schedule(graph_matmul(wi, sqr));
-    plans = lower_plan_program(p, &cpu512);
-    cr_assert(plans[0].mm.mr == 6 && plans[0].mm.nv == 4, "%d x %d", plans[0].mm.mr,
-              plans[0].mm.nv);
-    lower_plans_free(plans, p->nkernels);
-    lower_program_free(p);
+    q = cpu_mm_plan(wi, sqr);
+    cr_assert(q.mr == 6 && q.nv == 4, "%d x %d", q.mr, q.nv);
     graph_unref(gr);
     graph_unref(co);
     graph_unref(wi);
