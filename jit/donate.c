@@ -48,9 +48,13 @@ static bool reads_in_place(const lower_kernel *k, int in, const graph_node *leaf
     return read;
 }
 
-static bool read_by_collective(const lower_program *p, int64_t *const *inputs, int64_t x) {
+/* Whether x is read by a kernel that shares or hands over its buffer
+ * rather than reading it at its own time: an alias (a reshape whose output
+ * is x's buffer, read by later kernels that last[] does not count as x's
+ * readers) or a collective (held until its result is needed). */
+static bool shared_by_kernel(const lower_program *p, int64_t *const *inputs, int64_t x) {
     for (int i = 0; i < p->nkernels; i++)
-        if (p->kernels[i].kind == LOWER_COLLECTIVE)
+        if (p->kernels[i].kind == LOWER_COLLECTIVE || p->kernels[i].kind == LOWER_ALIAS)
             for (int in = 0; in < p->kernels[i].ninputs; in++)
                 if (inputs[i][in] == x)
                     return true;
@@ -68,7 +72,7 @@ bool jit_donations_plan(jit_donations *dn, const lower_program *p, const graph_c
         bool taken[64] = {false}; /* outputs already given a leaf */
         for (int in = 0; in < k->ninputs; in++) {
             int64_t x = inputs[i][in];
-            if (x < cap->npending || last[x] != i || read_by_collective(p, inputs, x))
+            if (x < cap->npending || last[x] != i || shared_by_kernel(p, inputs, x))
                 continue;
             for (int o = 0; o < k->nouts && o < 64; o++) {
                 if (taken[o] || !reads_in_place(k, in, cap->nodes[x], cap->nodes[outs[i][o]]))
