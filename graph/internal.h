@@ -14,9 +14,14 @@ graph_node *graph_intern(graph_ctx *g, const graph_node *proto);
  * zero. Filled in place: returned by value it was a memset into a temporary
  * and a 450-byte `rep movsq` out of it (recording a scalar op in a 1000-op
  * chain: 208 -> 158 ns). */
+/* libc's memset, called: gcc inlines a constant-size memset of a node
+ * (456 bytes) as `rep stosq`, whose start-up cost was 4% of recording an
+ * op (three prototypes an op), where the library's vector stores are not. */
+extern void *(*const volatile graph_zero)(void *, int, size_t);
+
 static inline void graph_proto(graph_node *p, graph_op op, kiln_dtype dt, int ndim,
                                const int64_t *shape) {
-    memset(p, 0, sizeof *p);
+    graph_zero(p, 0, sizeof *p);
     p->op = op;
     p->dtype = dt;
     p->ndim = ndim;

@@ -44,17 +44,18 @@ typedef struct slab {
  * 2 MB pages where the kernel grants them (advice only): their 4 KB pages,
  * touched at random, cost a TLB miss on most of a long chain's ops. */
 enum { HUGE_PAGE = 2 << 20 };
-static void *huge_zalloc(size_t bytes) {
+static void *huge_alloc(size_t bytes, bool zero) {
     void *p = NULL;
 #ifdef MADV_HUGEPAGE
     size_t whole = (bytes + HUGE_PAGE - 1) & ~(size_t)(HUGE_PAGE - 1);
     if (bytes >= HUGE_PAGE / 2 && (p = aligned_alloc(HUGE_PAGE, whole))) {
         madvise(p, whole, MADV_HUGEPAGE);
-        memset(p, 0, bytes);
+        if (zero)
+            memset(p, 0, bytes);
         return p;
     }
 #endif
-    return calloc(1, bytes);
+    return zero ? calloc(1, bytes) : malloc(bytes);
 }
 
 struct graph_ctx {
@@ -102,7 +103,7 @@ static graph_node *node_alloc(graph_ctx *g) {
         size_t n = g->nslabs < SMALL_SLABS ? SLAB_NODES
                                            : (HUGE_PAGE - sizeof(slab)) / sizeof(graph_node);
         slab *s = g->nslabs < SMALL_SLABS ? malloc(sizeof *s + n * sizeof(graph_node))
-                                          : huge_zalloc(sizeof *s + n * sizeof(graph_node));
+                                          : huge_alloc(sizeof *s + n * sizeof(graph_node), false);
         if (!s)
             return NULL;
         g->nslabs++;
@@ -139,6 +140,9 @@ static void node_release(graph_ctx *g, graph_node *n) {
     free(n);
 #endif
 }
+
+void *(*const volatile graph_zero)(void *, int, size_t) = memset;
+static void *(*const volatile graph_copy)(void *restrict, const void *restrict, size_t) = memcpy;
 
 int64_t graph_ctx_live_nodes(const graph_ctx *g) { return g ? g->live : 0; }
 
@@ -386,7 +390,7 @@ static bool table_make_room(graph_ctx *g) {
     if (2 * (g->count + 1) <= g->cap)
         return true;
     size_t cap = g->cap * 2;
-    slot *t = huge_zalloc(cap * sizeof *t);
+    slot *t = huge_alloc(cap * sizeof *t, true);
     if (!t)
         return g->count + 1 < g->cap;
     for (size_t i = 0; i < g->cap; i++)
@@ -412,7 +416,7 @@ graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
     graph_node *n = node_alloc(g);
     if (!n)
         return NULL;
-    *n = *proto;
+    graph_copy(n, proto, sizeof *n); /* not `rep movsq`: see graph_zero */
     n->src = n->src_inline;
     if (proto->nsrc > GRAPH_SRC_INLINE) {
         n->src = malloc(sizeof(graph_node *) * (size_t)proto->nsrc);
