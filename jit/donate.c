@@ -29,9 +29,25 @@
 
 static int64_t index_of(const graph_node *n) { return (int64_t)(intptr_t)n->scratch - 1; }
 
+/* Whether instruction i of k depends on a load of buffer buf (seen: the
+ * instructions visited, one flag each). */
+static bool depends_on_load(const lower_kernel *k, int i, int buf, bool *seen) {
+    if (i < 0 || seen[i])
+        return false;
+    seen[i] = true;
+    const lower_ins *x = &k->ins[i];
+    if (x->op == UOP_LOAD && x->buf == buf)
+        return true;
+    return depends_on_load(k, x->a, buf, seen) || depends_on_load(k, x->b, buf, seen) ||
+           depends_on_load(k, x->c, buf, seen);
+}
+
 /* Whether kernel k reads its input `in` only at its store index, unmasked,
- * and the input and output `out` hold as many elements of one dtype. */
-static bool reads_in_place(const lower_kernel *k, int in, const graph_node *leaf,
+ * and output o's value depends on that read: then every lane's store of o
+ * follows its load of the input by data dependence, whatever the compiler
+ * may reorder between pointers it was told do not alias. The input and the
+ * output hold as many elements of one dtype. */
+static bool reads_in_place(const lower_kernel *k, int in, int o, const graph_node *leaf,
                            const graph_node *out) {
     if (leaf->dtype != out->dtype || graph_numel(leaf) != graph_numel(out) || !leaf->buf)
         return false;
@@ -45,7 +61,18 @@ static bool reads_in_place(const lower_kernel *k, int in, const graph_node *leaf
             return false;
         read = true;
     }
-    return read;
+    if (!read)
+        return false;
+    bool *seen = calloc((size_t)k->nins, sizeof *seen);
+    bool dep = seen && depends_on_load(k, k->results[o], k->nouts + in, seen);
+    free(seen);
+    return dep;
+}
+
+static int by_kernel_and_output(const void *a, const void *b) {
+    const jit_donation *x = a, *y = b;
+    return x->kernel != y->kernel ? (x->kernel > y->kernel) - (x->kernel < y->kernel)
+                                  : (x->out > y->out) - (x->out < y->out);
 }
 
 /* Whether x is read by a kernel that shares or hands over its buffer
@@ -75,7 +102,7 @@ bool jit_donations_plan(jit_donations *dn, const lower_program *p, const graph_c
             if (x < cap->npending || last[x] != i || shared_by_kernel(p, inputs, x))
                 continue;
             for (int o = 0; o < k->nouts && o < 64; o++) {
-                if (taken[o] || !reads_in_place(k, in, cap->nodes[x], cap->nodes[outs[i][o]]))
+                if (taken[o] || !reads_in_place(k, in, o, cap->nodes[x], cap->nodes[outs[i][o]]))
                     continue;
                 if (dn->n == cap_d) {
                     cap_d = cap_d ? 2 * cap_d : 16;
@@ -94,13 +121,15 @@ bool jit_donations_plan(jit_donations *dn, const lower_program *p, const graph_c
     }
     if (!dn->n)
         return true;
+    /* in the order the run allocates outputs */
+    qsort(dn->d, (size_t)dn->n, sizeof *dn->d, by_kernel_and_output);
     /* the structure the run's sweep walks */
     int64_t np = dn->npending = cap->npending, edges = 0;
     for (int64_t i = 0; i < np; i++)
         edges += cap->nodes[i]->nsrc;
     dn->src_off = malloc(sizeof *dn->src_off * ((size_t)np + 1));
-    dn->src_idx = malloc(sizeof *dn->src_idx * (size_t)(edges ? edges : 1));
-    dn->stored = calloc((size_t)(np ? np : 1), sizeof *dn->stored);
+    dn->src_idx = malloc(sizeof *dn->src_idx * (edges > 0 ? (size_t)edges : 1));
+    dn->stored = calloc(np > 0 ? (size_t)np : 1, sizeof *dn->stored);
     if (!dn->src_off || !dn->src_idx || !dn->stored) {
         jit_donations_free(dn);
         return false;
