@@ -431,8 +431,10 @@ static int64_t plan_columns(const lower_plan *p, const lower_kernel *k) {
      * changed with the outputs' count (a batch of rows, each reducing its
      * 10 classes) would part programs that differ only in the batch. A
      * window that grows past WINDOW_MAX does change the plan: its own
-     * program, as a batch of one is (dynamic_test). */
-    bool window = k->numel >= 2 && k->rnumel <= WINDOW_MAX && lower_size_index(k, &k->rnumel) < 0;
+     * program, as a batch of one is (dynamic_test). Plans come before any
+     * size is read at run time; a window's count that later is one still
+     * runs right here, the columns loop reading it. */
+    bool window = k->numel >= 2 && k->rnumel <= WINDOW_MAX;
     if (p->split || (k->numel < COLUMN_MIN_OUTPUTS && !window) || k->rnumel < 2)
         return 0;
     const lower_block *red = NULL;
