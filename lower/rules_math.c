@@ -41,25 +41,32 @@ static int pow2(ir_builder *b, int n) {
     return rules_p1(b, PRIM_BITCAST, KILN_F32, rules_p2(b, PRIM_SHL, KILN_I32, e, rules_i(b, KILN_I32, 23)));
 }
 
-/* e^x 2^k in f32 from primitives that every target vectorises (no libm
- * call): n = round(x / ln 2), r = x - n ln 2 by fma against ln 2 in two
- * parts (|r| <= ln 2 / 2), e^r by its degree-7 Taylor polynomial
- * (truncation below 6e-9 there), scaled by 2^(n+k) as two factors so that
- * subnormal results round once. Outside the range where the result is
- * finite and nonzero the argument is clamped and the result set by selects;
- * NaN passes through. k > 0 keeps a tiny e^x normal for a caller that
- * scales back after more products (gelu's tail). Bound: 2 ulp (measured in
- * tests/rules_test.c through exp, tanh, sigmoid, silu and gelu). */
-static int exp_f32k(ir_builder *b, int x, int k) {
+/* e^x = e^r 2^n for x in f32's finite range: n = round(x / ln 2) (in *n),
+ * r = x - n ln 2 by fma against ln 2 in two parts (|r| <= ln 2 / 2), and
+ * e^r, returned, by its degree-7 Taylor polynomial (truncation below 6e-9
+ * there). The scaling by 2^n is the caller's. */
+static int exp_f32_reduced(ir_builder *b, int x, int *n) {
     static const double taylor[] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040};
+    *n = rules_p1(b, PRIM_FLOOR, KILN_F32, fma3(b, x, f(b, 1.44269504088896341), f(b, 0.5)));
+    int r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, *n), f(b, 0.693145751953125), x);
+    r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, *n), f(b, 1.428606765330187e-06), r);
+    return horner(b, r, taylor, 8);
+}
+
+/* e^x 2^k in f32 from primitives that every target vectorises (no libm
+ * call): e^r 2^n as exp_f32_reduced gives them, scaled by 2^(n+k) as two
+ * factors so that subnormal results round once. Outside the range where
+ * the result is finite and nonzero the argument is clamped and the result
+ * set by selects; NaN passes through. k > 0 keeps a tiny e^x normal for a
+ * caller that scales back after more products (gelu's tail). Bound: 2 ulp
+ * (measured in tests/rules_test.c through exp, tanh, sigmoid, silu and
+ * gelu). */
+static int exp_f32k(ir_builder *b, int x, int k) {
     double lo = -103.972084045410156 - k * LN2, hi = 88.72283935546875 - k * LN2;
     int nan = rules_test(b, PRIM_NE, x, x);
     int xc = rules_p2(b, PRIM_MIN, KILN_F32, rules_p2(b, PRIM_MAX, KILN_F32, x, f(b, lo - 1)), f(b, hi + 1));
     xc = rules_sel(b, KILN_F32, nan, f(b, 0.0), xc);
-    int n = rules_p1(b, PRIM_FLOOR, KILN_F32, fma3(b, xc, f(b, 1.44269504088896341), f(b, 0.5)));
-    int r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 0.693145751953125), xc);
-    r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 1.428606765330187e-06), r);
-    int p = horner(b, r, taylor, 8);
+    int n, p = exp_f32_reduced(b, xc, &n);
     if (k)
         n = add(b, n, f(b, k));
     int n1 = rules_p1(b, PRIM_FLOOR, KILN_F32, mul(b, n, f(b, 0.5)));
@@ -105,14 +112,11 @@ static int tanh_f32(ir_builder *b, int x) {
     static const double fit[] = {0.9999999990656853,  -0.3333331096516599,
                                  0.13332460877373492, -0.053842716847029674,
                                  0.02103970670171234, -0.006235596562756528};
-    static const double taylor[] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040};
     int y = rules_p1(b, PRIM_ABS, KILN_F32, x);
     int small = mul(b, y, horner(b, mul(b, y, y), fit, 6));
-    int z = rules_p2(b, PRIM_MIN, KILN_F32, add(b, y, y), f(b, 40.0));
-    int n = rules_p1(b, PRIM_FLOOR, KILN_F32, fma3(b, z, f(b, 1.44269504088896341), f(b, 0.5)));
-    int r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 0.693145751953125), z);
-    r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 1.428606765330187e-06), r);
-    int e = mul(b, horner(b, r, taylor, 8), pow2(b, n));
+    int n, z = rules_p2(b, PRIM_MIN, KILN_F32, add(b, y, y), f(b, 40.0));
+    int er = exp_f32_reduced(b, z, &n);
+    int e = mul(b, er, pow2(b, n));
     int big = rules_p2(b, PRIM_SUB, KILN_F32, f(b, 1.0),
                        rules_p2(b, PRIM_DIV, KILN_F32, f(b, 2.0), add(b, e, f(b, 1.0))));
     int t = rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, y, f(b, 0.55)), small, big);
