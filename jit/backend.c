@@ -296,6 +296,8 @@ typedef struct bound_kernel {
     int64_t *outs, *inputs; /* capture indices */
     int nrelease;
     int64_t *release;       /* intermediates whose last reader this kernel is */
+    int *donor;             /* per output: its candidate in compiled.dn (-1: none);
+                               NULL where no output has one */
 } bound_kernel;
 
 typedef struct compiled {
@@ -319,6 +321,7 @@ static void compiled_free(void *v) {
         free(c->bound[i].outs);
         free(c->bound[i].inputs);
         free(c->bound[i].release);
+        free(c->bound[i].donor);
     }
     free(c->bound);
     free(c->facts.cost);
@@ -371,6 +374,15 @@ static bool bind(compiled *c, const graph_capture *cap) {
         ok = outs && ins && jit_donations_plan(&c->dn, p, cap, outs, ins, last);
         free(outs);
         free(ins);
+        for (int d = 0; ok && d < c->dn.n; d++) {
+            bound_kernel *bk = &c->bound[c->dn.d[d].kernel];
+            int nouts = p->kernels[c->dn.d[d].kernel].nouts;
+            if (!bk->donor && (ok = (bk->donor = malloc(sizeof *bk->donor * (size_t)nouts)) != NULL))
+                for (int o = 0; o < nouts; o++)
+                    bk->donor[o] = -1;
+            if (ok)
+                bk->donor[c->dn.d[d].out] = d;
+        }
     }
     for (int i = 0; ok && i < p->nkernels; i++) {
         lower_kernel *k = &p->kernels[i];
@@ -734,7 +746,7 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
         free(pick);
         pick = NULL;
     }
-    int next_donation = 0, donated = 0;
+    int donated = 0;
     for (int done = 0; st == KILN_OK && done < p->nkernels; done++) {
         const lower_kernel *k = &p->kernels[done];
         const bound_kernel *bk = &c->bound[done];
@@ -755,14 +767,9 @@ static kiln_status run(jit_backend *j, const compiled *c, const graph_capture *c
             for (int o = 0; o < k->nouts && st == KILN_OK; o++) {
                 graph_node *x = kn[o] = nodes[bk->outs[o]];
                 size_t bytes = (size_t)graph_numel(x) * graph_dtype_size(x->dtype);
-                while (pick && next_donation < c->dn.n && (c->dn.d[next_donation].kernel < done ||
-                                                           (c->dn.d[next_donation].kernel == done &&
-                                                            c->dn.d[next_donation].out < o)))
-                    next_donation++;
-                const jit_donation *dd = pick && next_donation < c->dn.n ? &c->dn.d[next_donation]
-                                                                           : NULL;
-                if (dd && dd->kernel == done && dd->out == o && pick[next_donation]) {
-                    x->buf = graph_buffer_ref(nodes[dd->leaf]->buf);
+                int dd = pick && bk->donor ? bk->donor[o] : -1;
+                if (dd >= 0 && pick[dd]) {
+                    x->buf = graph_buffer_ref(nodes[c->dn.d[dd].leaf]->buf);
                     donated++;
                 } else if (!k->region && !(x->buf = buffer_new(j, bytes))) {
                     st = oom(msg, mcap, x, bytes);

@@ -69,12 +69,6 @@ static bool reads_in_place(const lower_kernel *k, int in, int o, const graph_nod
     return dep;
 }
 
-static int by_kernel_and_output(const void *a, const void *b) {
-    const jit_donation *x = a, *y = b;
-    return x->kernel != y->kernel ? (x->kernel > y->kernel) - (x->kernel < y->kernel)
-                                  : (x->out > y->out) - (x->out < y->out);
-}
-
 /* Whether x is read by a kernel that shares or hands over its buffer
  * rather than reading it at its own time: an alias (a reshape whose output
  * is x's buffer, read by later kernels that last[] does not count as x's
@@ -121,8 +115,6 @@ bool jit_donations_plan(jit_donations *dn, const lower_program *p, const graph_c
     }
     if (!dn->n)
         return true;
-    /* in the order the run allocates outputs */
-    qsort(dn->d, (size_t)dn->n, sizeof *dn->d, by_kernel_and_output);
     /* the structure the run's sweep walks */
     int64_t np = dn->npending = cap->npending, edges = 0;
     for (int64_t i = 0; i < np; i++)

@@ -19,7 +19,7 @@ typedef struct jit_donation {
 
 typedef struct jit_donations {
     int n;
-    jit_donation *d;     /* in kernel order */
+    jit_donation *d;
     int64_t npending;    /* the capture's pending nodes, then its leaves */
     int64_t *src_off;    /* per pending node i: its sources' capture indices are */
     int64_t *src_idx;    /*   src_idx[src_off[i] .. src_off[i + 1]) */
