@@ -18,6 +18,8 @@
 #include "jit/cuda/half.h"
 #include "lower/lower.h"
 
+#include "graph_util.h"
+
 typedef uint16_t kh_u16;
 typedef uint32_t kh_u32;
 typedef int32_t kh_i32;
@@ -109,13 +111,7 @@ static void teardown(void) {
 }
 
 static graph_node *leaf(kiln_dtype dt, int ndim, const int64_t *shape) {
-    int64_t n = graph_shape_numel(ndim, shape);
-    graph_buffer *b = graph_buffer_new((size_t)(n ? n : 1) * kiln_dtype_size(dt));
-    cr_assert(b);
-    memset(b->data, 0, (size_t)n * kiln_dtype_size(dt));
-    graph_node *x = graph_buffer_node(g, dt, ndim, shape, b);
-    graph_buffer_unref(b);
-    return x;
+    return tu_leaf(g, dt, ndim, shape);
 }
 
 /* Takes the reference to target; returns its program. */

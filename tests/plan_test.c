@@ -10,18 +10,12 @@
 #include "graph/graph.h"
 #include "lower/lower.h"
 
+#include "graph_util.h"
+
 static const lower_target cpu512 = {.name = "cpu", .vector_bytes = 64};
 static const lower_target cpu256 = {.name = "cpu", .vector_bytes = 32};
 static const lower_target gpu = {.name = "cuda", .gpu = true, .block_threads = 256};
 
-static graph_node *input(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *shape) {
-    graph_buffer *b = graph_buffer_new((size_t)graph_shape_numel(ndim, shape) * 8);
-    cr_assert(b);
-    graph_node *n = graph_buffer_node(g, dt, ndim, shape, b);
-    graph_buffer_unref(b);
-    cr_assert(n);
-    return n;
-}
 
 /* Takes the reference to target; returns its program (one reference kept). */
 static lower_program *schedule(graph_node *target) {
@@ -57,7 +51,7 @@ static void check_blocks(const lower_kernel *k, const lower_plan *p) {
 Test(plan, elementwise_is_one_outer_block) {
     graph_ctx *g = graph_ctx_new();
     int64_t n = 1 << 16;
-    graph_node *a = input(g, KILN_F32, 1, &n), *b = input(g, KILN_F32, 1, &n);
+    graph_node *a = tu_leaf(g, KILN_F32, 1, &n), *b = tu_leaf(g, KILN_F32, 1, &n);
     lower_program *p = schedule(graph_unary(GRAPH_EXP, graph_binary(GRAPH_MUL, a, b)));
     cr_assert_eq(p->nkernels, 1);
     lower_plan *plans = lower_plan_program(p, &cpu512);
@@ -120,7 +114,7 @@ static void check_stash(const lower_kernel *k, const lower_plan *p) {
 Test(plan, softmax_is_two_passes_and_a_store) {
     graph_ctx *g = graph_ctx_new();
     int64_t shape[2] = {64, 1000};
-    graph_node *x = input(g, KILN_F32, 2, shape);
+    graph_node *x = tu_leaf(g, KILN_F32, 2, shape);
     graph_node *mx = graph_reduce(GRAPH_RMAX, x, 2u, KILN_F32);
     int64_t full[2] = {64, 1000};
     graph_node *mxe = graph_expand(mx, full);
@@ -191,8 +185,8 @@ static bool any_stash(const lower_plan *p) {
 Test(plan, stash_only_where_it_saves_work) {
     graph_ctx *g = graph_ctx_new();
     int64_t shape[2] = {64, 1000}, longrow[2] = {2, 1 << 19};
-    graph_node *x = input(g, KILN_F32, 2, shape), *h = input(g, KILN_F16, 2, shape);
-    graph_node *l = input(g, KILN_F32, 2, longrow);
+    graph_node *x = tu_leaf(g, KILN_F32, 2, shape), *h = tu_leaf(g, KILN_F16, 2, shape);
+    graph_node *l = tu_leaf(g, KILN_F32, 2, longrow);
     graph_node *m = graph_expand(graph_reduce(GRAPH_SUM, x, 2u, KILN_F32), shape);
     graph_node *c = graph_binary(GRAPH_SUB, x, m);
     lower_program *p = schedule(graph_binary(GRAPH_MUL, c, graph_expand(graph_reduce(GRAPH_SUM, c, 2u, KILN_F32), shape)));
@@ -217,7 +211,7 @@ Test(plan, stash_only_where_it_saves_work) {
      * computed after the values (renderers compute a block in order): a
      * stash is only taken after its index. */
     int64_t tall[2] = {1000, 64};
-    graph_node *t = input(g, KILN_F32, 2, tall);
+    graph_node *t = tu_leaf(g, KILN_F32, 2, tall);
     graph_node *tt = graph_permute(x, (const int[]){1, 0});
     graph_node *cols[3] = {softmax_columns(t), softmax_rows(tt), softmax_columns(tt)};
     graph_unref(t);
@@ -253,7 +247,7 @@ Test(plan, stash_only_where_it_saves_work) {
 Test(plan, long_rows_split_on_cpu_threads_and_gpu_blocks) {
     graph_ctx *g = graph_ctx_new();
     int64_t n = 1 << 20, small = 1000;
-    graph_node *x = input(g, KILN_F32, 1, &n), *y = input(g, KILN_F32, 1, &small);
+    graph_node *x = tu_leaf(g, KILN_F32, 1, &n), *y = tu_leaf(g, KILN_F32, 1, &small);
     lower_program *p = schedule(graph_reduce(GRAPH_SUM, x, 1u, KILN_F32));
     lower_plan *plans = lower_plan_program(p, &cpu512);
     cr_assert(plans[0].split && !plans[0].parallel && plans[0].row_blocks == 0);
@@ -287,10 +281,10 @@ Test(plan, long_rows_split_on_cpu_threads_and_gpu_blocks) {
 Test(plan, column_sums_accumulate_rows) {
     graph_ctx *g = graph_ctx_new();
     int64_t shape[2] = {300, 40}, cube[3] = {3, 500, 37}, rows[3] = {3, 500, 1}, cols[3] = {1, 1, 37};
-    graph_node *x = input(g, KILN_F32, 2, shape), *c = input(g, KILN_F32, 3, cube);
+    graph_node *x = tu_leaf(g, KILN_F32, 2, shape), *c = tu_leaf(g, KILN_F32, 3, cube);
     /* a layer-norm weight's gradient: x times a row statistic broadcast
      * along the rows and a per-column weight, summed over the rows */
-    graph_node *r = input(g, KILN_F32, 3, rows), *w = input(g, KILN_F32, 3, cols);
+    graph_node *r = tu_leaf(g, KILN_F32, 3, rows), *w = tu_leaf(g, KILN_F32, 3, cols);
     graph_node *re = graph_expand(r, cube), *we = graph_expand(w, cube);
     graph_node *cr = graph_binary(GRAPH_MUL, c, re), *crw = graph_binary(GRAPH_MUL, cr, we);
     /* and a load that runs along the rows: not down columns */
@@ -335,7 +329,7 @@ Test(plan, column_sums_accumulate_rows) {
 Test(plan, wide_indices_stay_64_bit) {
     graph_ctx *g = graph_ctx_new();
     int64_t shape[2] = {(int64_t)1 << 16, (int64_t)1 << 16};
-    graph_node *x = input(g, KILN_U8, 1, (int64_t[]){1});
+    graph_node *x = tu_leaf(g, KILN_U8, 1, (int64_t[]){1});
     graph_node *big = graph_expand(graph_reshape(x, 2, (int64_t[]){1, 1}), shape);
     lower_program *p = schedule(graph_unary(GRAPH_NEG, graph_cast(big, KILN_I32)));
     lower_plan *plans = lower_plan_program(p, &cpu512);
@@ -360,8 +354,8 @@ static lower_mm_plan cpu_mm_plan(graph_node *a, graph_node *b) {
 Test(plan, matmul_blocking_follows_the_vectors) {
     graph_ctx *g = graph_ctx_new();
     int64_t sa[2] = {512, 256}, sb[2] = {256, 384}, sv[2] = {256, 3};
-    graph_node *a = input(g, KILN_F32, 2, sa), *b = input(g, KILN_F32, 2, sb);
-    graph_node *v = input(g, KILN_F32, 2, sv);
+    graph_node *a = tu_leaf(g, KILN_F32, 2, sa), *b = tu_leaf(g, KILN_F32, 2, sb);
+    graph_node *v = tu_leaf(g, KILN_F32, 2, sv);
     lower_program *p = schedule(graph_matmul(a, b));
     cr_assert_eq(p->kernels[0].kind, LOWER_MATMUL);
     lower_plan *plans = lower_plan_program(p, &cpu512);
@@ -390,11 +384,11 @@ Test(plan, matmul_blocking_follows_the_vectors) {
      * rows, since k takes many blocks and each task repacks B for each;
      * 64 x 4096 @ 4096 x 4096 keeps 6 x 4 (8 x 3 would save too little). */
     int64_t sg[2] = {32, 25088}, sc[2] = {25088, 144}, sw[2] = {64, 4096}, sq[2] = {4096, 4096};
-    graph_node *gr = input(g, KILN_F32, 2, sg), *co = input(g, KILN_F32, 2, sc);
+    graph_node *gr = tu_leaf(g, KILN_F32, 2, sg), *co = tu_leaf(g, KILN_F32, 2, sc);
     q = cpu_mm_plan(gr, co);
     cr_assert(q.mr == 8 && q.nv == 3, "%d x %d", q.mr, q.nv);
     cr_assert(q.mc >= 24 && q.kc < 25088, "mc %lld, kc %lld", (long long)q.mc, (long long)q.kc);
-    graph_node *wi = input(g, KILN_F32, 2, sw), *sqr = input(g, KILN_F32, 2, sq);
+    graph_node *wi = tu_leaf(g, KILN_F32, 2, sw), *sqr = tu_leaf(g, KILN_F32, 2, sq);
     q = cpu_mm_plan(wi, sqr);
     cr_assert(q.mr == 6 && q.nv == 4, "%d x %d", q.mr, q.nv);
     graph_unref(gr);
@@ -426,7 +420,7 @@ static bool lane_divided(const lower_kernel *k, int i, bool under_div) {
  * so that the loop's load is a plain (masked) vector load, not a gather. */
 Test(plan, image_views_load_linear_in_the_lane) {
     graph_ctx *g = graph_ctx_new();
-    graph_node *x = input(g, KILN_F32, 4, (int64_t[]){2, 3, 32, 32});
+    graph_node *x = tu_leaf(g, KILN_F32, 4, (int64_t[]){2, 3, 32, 32});
     graph_node *xp = graph_pad(x, (int64_t[]){0, 0, 1, 1}, (int64_t[]){0, 0, 1, 1});
     graph_node *u = graph_unfold(graph_unfold(xp, 2, 3, 1), 3, 3, 1); /* [2,3,32,32,3,3] */
     graph_node *cols = graph_permute(u, (int[]){0, 1, 4, 5, 2, 3});

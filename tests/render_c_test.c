@@ -12,14 +12,8 @@
 #include "jit/cpu/cpu.h"
 #include "lower/lower.h"
 
-static graph_node *input(graph_ctx *g, int ndim, const int64_t *shape) {
-    graph_buffer *b = graph_buffer_new((size_t)graph_shape_numel(ndim, shape) * 4);
-    cr_assert(b);
-    graph_node *n = graph_buffer_node(g, KILN_F32, ndim, shape, b);
-    graph_buffer_unref(b);
-    cr_assert(n);
-    return n;
-}
+#include "graph_util.h"
+
 
 /* The C source of the program computing target (whose reference it takes),
  * malloc'd into *src. */
@@ -38,7 +32,7 @@ static void render(graph_node *target, char **src) {
 Test(render_c, tiny_kernels_are_scalar_and_large_ones_vectorised) {
     graph_ctx *g = graph_ctx_new();
     const int64_t small[2] = {3, 7}, big[2] = {300, 40};
-    graph_node *a = input(g, 2, small), *b = input(g, 2, big);
+    graph_node *a = tu_leaf(g, KILN_F32, 2, small), *b = tu_leaf(g, KILN_F32, 2, big);
     struct {
         graph_node *target;
         bool simd;
