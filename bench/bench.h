@@ -56,6 +56,12 @@ void bench_emit_error(const char *suite, const char *workload, const char *shape
 /* Prints the machine's measurement as a JSON line ("suite":"machine"). */
 void bench_emit_machine(const kiln_machine *m);
 
+/* The rest of a training step whose forward pass gave loss: the backward
+ * pass, the optimiser's update and its gradients zeroed, then the step's
+ * one sync point, the loss read into *l. KILN_OK, or the first failure with
+ * *what naming its stage (kiln_ctx_last_error says why). */
+kiln_status bench_train_step(kiln_tensor *loss, kiln_optim *o, double *l, const char **what);
+
 /* The gradients of y (seeded by ones) with respect to the n xs, each
  * flattened, joined into one tensor: what a workload with a backward pass
  * returns for lazy and eager to compare. y itself when they fail. */

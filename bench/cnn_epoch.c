@@ -38,9 +38,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "api/kiln.h"
+#include "bench/bench.h"
 #include "examples/idx.h"
 
 #define DEFAULT_DATA_DIR "/usr/share/datasets/fashion-mnist"
@@ -56,12 +56,6 @@ static const float PIXEL_MEAN = 0.2860f, PIXEL_STD = 0.3530f;
 enum { TAIL = 20 };
 /* Warm steps profiled with --profile: enough for stable per-kernel means. */
 enum { PROFILED = 20 };
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(kiln_ctx *ctx, const char *what) {
     fprintf(stderr, "cnn_epoch: %s: %s\n", what,
@@ -185,11 +179,11 @@ int main(int argc, char **argv) {
     int64_t built = 0, kernels = 0;
     for (int64_t s = 0; s < steps; s++) {
         if (s == 1)
-            t_warm = now();
+            t_warm = bench_now();
         if (profile && s == (steps - PROFILED > 1 ? steps - PROFILED : 1) &&
             kiln_profile_begin(ctx) != KILN_OK)
             die(ctx, "kiln_profile_begin");
-        double t0 = now();
+        double t0 = bench_now();
         /* Gathering and normalising the batch is part of the step, as it is
          * of the peer's: a real epoch pays for it. */
         for (int i = 0; i < BATCH; i++) {
@@ -206,21 +200,17 @@ int main(int argc, char **argv) {
         kiln_tensor *xt = kiln_from_data(ctx, KILN_F32, DIMS(BATCH, PIXELS), x);
         kiln_tensor *yt = kiln_from_data(ctx, KILN_I32, DIMS(BATCH), y);
         kiln_tensor *loss = kiln_cross_entropy(forward(p, xt), yt, KILN_REDUCTION_MEAN);
-        if (kiln_backward(loss) != KILN_OK)
-            die(ctx, "the backward pass");
-        if (kiln_optim_step(o) != KILN_OK)
-            die(ctx, "the optimiser step");
-        kiln_optim_zero_grad(o);
         double l;
-        if (kiln_item(loss, &l) != KILN_OK) { /* the step's one sync point */
-            fprintf(stderr, "cnn_epoch: step %lld failed: %s\n", (long long)s + 1,
-                    kiln_error_message(loss));
+        const char *what;
+        if (bench_train_step(loss, o, &l, &what) != KILN_OK) { /* the step's one sync point */
+            fprintf(stderr, "cnn_epoch: step %lld: %s failed: %s\n", (long long)s + 1, what,
+                    kiln_ctx_last_error(ctx));
             return 1;
         }
         kiln_stats after = kiln_ctx_stats(ctx);
         kiln_scope_end(ctx);
         if (s == 0) {
-            first_step = now() - t0;
+            first_step = bench_now() - t0;
             first_loss = l;
         } else {
             built += (after.compiles - before.compiles) + (after.disk_hits - before.disk_hits);
@@ -229,7 +219,7 @@ int main(int argc, char **argv) {
         if (s >= steps - TAIL)
             tail += l;
     }
-    const double warm = now() - t_warm;
+    const double warm = bench_now() - t_warm;
     if (profile && (kiln_profile_end(ctx) != KILN_OK || kiln_profile_print(ctx, stderr) != KILN_OK))
         die(ctx, "the profile");
     const int64_t warm_steps = steps - 1;

@@ -251,6 +251,21 @@ int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o
     return rc;
 }
 
+kiln_status bench_train_step(kiln_tensor *loss, kiln_optim *o, double *l, const char **what) {
+    kiln_status st;
+    if ((st = kiln_backward(loss)) != KILN_OK) {
+        *what = "the backward pass";
+        return st;
+    }
+    if ((st = kiln_optim_step(o)) != KILN_OK) {
+        *what = "the optimiser step";
+        return st;
+    }
+    kiln_optim_zero_grad(o);
+    *what = "the step";
+    return kiln_item(loss, l);
+}
+
 kiln_tensor *bench_gradients_joined(kiln_tensor *y, int n, kiln_tensor *const *xs) {
     kiln_tensor *g[16];
     if (n > 16 || kiln_gradients(y, NULL, n, xs, g) != KILN_OK)

@@ -30,10 +30,10 @@
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "api/kiln.h"
+#include "bench/bench.h"
 
 typedef struct gpt_cfg {
     const char *name;
@@ -51,12 +51,6 @@ typedef struct gpt {
     kiln_tensor *p[MAX_PARAMS]; /* wte, wpe, then per layer ln1 w b, qkv w b, proj w b,
                                    ln2 w b, fc w b, out w b; then lnf w b */
 } gpt;
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static void die(kiln_ctx *ctx, const char *what) {
     fprintf(stderr, "gpt2: %s: %s\n", what, ctx ? kiln_ctx_last_error(ctx) : kiln_last_ctx_error());
@@ -163,15 +157,10 @@ static double step(kiln_ctx *ctx, gpt *m, kiln_optim *o, const batch *b) {
     kiln_tensor *idx = kiln_from_data(ctx, KILN_I32, DIMS(c->batch, c->seq), b->idx);
     kiln_tensor *pos = kiln_from_data(ctx, KILN_I32, DIMS(c->batch, c->seq), b->pos);
     kiln_tensor *tg = kiln_from_data(ctx, KILN_I32, DIMS(c->batch * c->seq), b->targets);
-    kiln_tensor *loss = gpt_loss(m, idx, pos, tg);
-    if (kiln_backward(loss) != KILN_OK)
-        die(ctx, "the backward pass");
-    if (kiln_optim_step(o) != KILN_OK)
-        die(ctx, "the optimiser step");
-    kiln_optim_zero_grad(o);
     double l;
-    if (kiln_item(loss, &l) != KILN_OK)
-        die(ctx, "the step");
+    const char *what;
+    if (bench_train_step(gpt_loss(m, idx, pos, tg), o, &l, &what) != KILN_OK)
+        die(ctx, what);
     kiln_scope_end(ctx);
     return l;
 }
@@ -273,9 +262,9 @@ static void run(const char *self, gpt_cfg c, int steps, bool first_only) {
     if (kiln_adamw_new(ctx, m.n, m.p, 3e-4, 0.9, 0.95, 1e-8, 0.1, &o) != KILN_OK)
         die(ctx, "kiln_adamw_new");
     batch b = make_batch(&c);
-    double t0 = now();
+    double t0 = bench_now();
     double l0 = step(ctx, &m, o, &b);
-    double first = now() - t0;
+    double first = bench_now() - t0;
     if (first_only) {
         printf("%.6f %.0f\n", first, peak_resident());
     } else {
@@ -293,9 +282,9 @@ static void run(const char *self, gpt_cfg c, int steps, bool first_only) {
         for (int i = 0; i < steps; i++) {
             if (i == steps - 1 && kiln_profile_begin(ctx) != KILN_OK)
                 die(ctx, "kiln_profile_begin");
-            double a = now();
+            double a = bench_now();
             l = step(ctx, &m, o, &b);
-            t[i] = now() - a;
+            t[i] = bench_now() - a;
         }
         kiln_profile_end(ctx);
         kiln_stats s1 = kiln_ctx_stats(ctx);
