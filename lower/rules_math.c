@@ -36,64 +36,67 @@ static int horner(ir_builder *b, int x, const double *c, int n) {
     return p;
 }
 
-/* 2^n for an integral f32 n in [-126, 127], from its exponent bits. */
-static int pow2(ir_builder *b, int n) {
-    int e = rules_p1(b, PRIM_CAST, KILN_I32, add(b, n, f(b, 127.0)));
-    return rules_p1(b, PRIM_BITCAST, KILN_F32, rules_p2(b, PRIM_SHL, KILN_I32, e, rules_i(b, KILN_I32, 23)));
-}
-
-/* min(x, hi) for f32 x, NaN giving hi (not NaN as PRIM_MIN's): the result
- * reaches pow2's cast, which lower.h requires in range, so a rule that
- * clamps this way puts NaN back itself (or lets x carry it). */
+/* min(x, hi) for f32 x, NaN giving hi: one compare and one select, where
+ * PRIM_MIN's NaN-propagating form takes two of each; for a caller whose
+ * result carries a NaN x by other means. */
 static int below(ir_builder *b, int x, double hi) {
     return rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, x, f(b, hi)), x, f(b, hi));
 }
 
+/* The constant that rounds x / ln 2 to an integer n by one fma (1.5 2^23:
+ * its ulp is 1) and leaves n + 127 + bias in the low mantissa bits of the
+ * sum, so that those bits shifted into the exponent field are 2^(n + bias)
+ * (for n + 127 + bias in [1, 254]). */
+static int exp_magic(ir_builder *b, double bias) { return f(b, 0x1.8p23 + 127 + bias); }
+
 /* e^(x + xl) = e^r 2^n for x in f32's finite range, xl a small low part
- * (|xl| well below ulp(x); -1 for none): n = round(x / ln 2) (in *n),
- * r = x - n ln 2 + xl by fma against ln 2 in two parts (|r| <= ln 2 / 2),
- * and e^r, returned, by its degree-7 Taylor polynomial (truncation below
- * 6e-9 there). The scaling by 2^n is the caller's. */
-static int exp_f32_reduced(ir_builder *b, int x, int xl, int *n) {
-    static const double taylor[] = {1.0, 1.0, 1.0 / 2, 1.0 / 6, 1.0 / 24, 1.0 / 120, 1.0 / 720, 1.0 / 5040};
-    *n = rules_p1(b, PRIM_FLOOR, KILN_F32, fma3(b, x, f(b, 1.44269504088896341), f(b, 0.5)));
-    int r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, *n), f(b, 0.693145751953125), x);
-    r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, *n), f(b, 1.428606765330187e-06), r);
+ * (|xl| well below ulp(x); -1 for none): j = x / ln 2 + magic (exp_magic's,
+ * or a select of two), n = j - magic, r = x - n ln 2 + xl by fma against
+ * ln 2 in two parts (|r| <= ln 2 / 2), and e^r, returned, by a degree-6
+ * polynomial fitted here to e^r's relative error (3.1e-9 with its
+ * coefficients in f32 and the first two 1; the degree-7 Taylor series it
+ * replaces reached 6e-9 with one fma more). *scale is 2^(n + bias), from
+ * j's bits: no floor and no float-to-integer cast (which needed NaN kept
+ * away from it); the multiplying by it is the caller's. */
+static int exp_f32_reduced(ir_builder *b, int x, int xl, int magic, int *scale) {
+    static const double fit[] = {1.0, 1.0, 0x1.fffffcp-2, 0x1.555492p-3, 0x1.5558acp-5, 0x1.12397ep-7,
+                                 0x1.6a5186p-10};
+    int j = fma3(b, x, f(b, 1.44269504088896341), magic);
+    int n = rules_p2(b, PRIM_SUB, KILN_F32, j, magic);
+    int r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 0.693145751953125), x);
+    r = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, n), f(b, 1.428606765330187e-06), r);
     if (xl >= 0)
         r = add(b, r, xl);
-    return horner(b, r, taylor, 8);
+    *scale = rules_p1(b, PRIM_BITCAST, KILN_F32,
+                      rules_p2(b, PRIM_SHL, KILN_I32, rules_p1(b, PRIM_BITCAST, KILN_I32, j),
+                               rules_i(b, KILN_I32, 23)));
+    return horner(b, r, fit, 7);
 }
 
-/* e^x in f32 from primitives that every target vectorises (no libm call):
- * e^r 2^n as exp_f32_reduced gives them, scaled by 2^n as two factors so
- * that subnormal results round once. Outside the range where the result is
- * finite and nonzero the argument is clamped and the result set by selects;
- * NaN passes through. Bound: 2 ulp (measured in tests/rules_test.c through
- * exp, tanh, sigmoid and silu). */
 /* e^-y in f32 for y >= 0 or NaN (sigmoid's and silu's e^-|x|): exp_f32
- * without the overflow side and its range selects: y is clamped to 104,
- * where e^-y rounds to 0 as it does for every y beyond. 7 operations fewer,
- * on the chain sigmoid's division waits for. Bound: exp_f32's. */
+ * without its overflow side: y is clamped to 104, where e^-y rounds to 0 as
+ * for every y beyond, and the result is e^r 2^(n+64) 2^-64 (normal, then
+ * one rounding where it is subnormal). A NaN y flows through as NaN. */
 static int exp_nonpos_f32(ir_builder *b, int y) {
-    int n, p = exp_f32_reduced(b, rules_p1(b, PRIM_NEG, KILN_F32, below(b, y, 104.0)), -1, &n);
-    int n1 = rules_p1(b, PRIM_FLOOR, KILN_F32, mul(b, n, f(b, 0.5)));
-    int n2 = rules_p2(b, PRIM_SUB, KILN_F32, n, n1);
-    int v = mul(b, mul(b, p, pow2(b, n1)), pow2(b, n2));
-    return rules_sel(b, KILN_F32, rules_test(b, PRIM_NE, y, y), y, v);
+    int yc = rules_p2(b, PRIM_MIN, KILN_F32, y, f(b, 104.0));
+    int scale, p = exp_f32_reduced(b, rules_p1(b, PRIM_NEG, KILN_F32, yc), -1, exp_magic(b, 64), &scale);
+    return mul(b, mul(b, p, scale), f(b, 0x1p-64));
 }
 
+/* e^x in f32 from primitives that every target vectorises (no libm call).
+ * x is clamped to [-104.97, 89], past which e^x rounds to 0 and to inf as
+ * it does there; below 0 e^r 2^(n+64) 2^-64 (normal, then one rounding
+ * where it is subnormal), above e^r 2^(n-1) 2 (2^n itself has no exponent
+ * field at n = 128, and e^88.7 is finite). NaN flows through the clamps
+ * and the arithmetic: no selects of special values. 35 operations before,
+ * about 20 now (two floors, two casts, six selects gone). Bound: 2 ulp
+ * (measured in tests/rules_test.c through exp, tanh, sigmoid and silu). */
 static int exp_f32(ir_builder *b, int x) {
-    double lo = -103.972084045410156, hi = 88.72283935546875;
-    int nan = rules_test(b, PRIM_NE, x, x);
-    int xc = rules_p2(b, PRIM_MIN, KILN_F32, rules_p2(b, PRIM_MAX, KILN_F32, x, f(b, lo - 1)), f(b, hi + 1));
-    xc = rules_sel(b, KILN_F32, nan, f(b, 0.0), xc);
-    int n, p = exp_f32_reduced(b, xc, -1, &n);
-    int n1 = rules_p1(b, PRIM_FLOOR, KILN_F32, mul(b, n, f(b, 0.5)));
-    int n2 = rules_p2(b, PRIM_SUB, KILN_F32, n, n1);
-    int v = mul(b, mul(b, p, pow2(b, n1)), pow2(b, n2));
-    v = rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, f(b, hi), x), f(b, INFINITY), v);
-    v = rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, x, f(b, lo)), f(b, 0.0), v);
-    return rules_sel(b, KILN_F32, nan, x, v);
+    int xc = rules_p2(b, PRIM_MIN, KILN_F32, rules_p2(b, PRIM_MAX, KILN_F32, x, f(b, -104.97)), f(b, 89.0));
+    int neg = rules_test(b, PRIM_LT, x, f(b, 0.0));
+    int magic = rules_sel(b, KILN_F32, neg, exp_magic(b, 64), exp_magic(b, -1));
+    int scale, p = exp_f32_reduced(b, xc, -1, magic, &scale);
+    return mul(b, mul(b, p, scale), rules_sel(b, KILN_F32, neg, f(b, 0x1p-64), f(b, 2.0)));
 }
 
 /* exp: the rule above in f32; in f64 the primitive (libm's, below 1 ulp),
@@ -131,9 +134,9 @@ static int tanh_f32(ir_builder *b, int x) {
                                  0.02103970670171234, -0.006235596562756528};
     int y = rules_p1(b, PRIM_ABS, KILN_F32, x);
     int small = mul(b, y, horner(b, mul(b, y, y), fit, 6));
-    int n, z = below(b, add(b, y, y), 40.0);
-    int er = exp_f32_reduced(b, z, -1, &n);
-    int e = mul(b, er, pow2(b, n));
+    int scale, z = below(b, add(b, y, y), 40.0);
+    int e = exp_f32_reduced(b, z, -1, exp_magic(b, 0), &scale);
+    e = mul(b, e, scale);
     int big = rules_p2(b, PRIM_SUB, KILN_F32, f(b, 1.0),
                        rules_p2(b, PRIM_DIV, KILN_F32, f(b, 2.0), add(b, e, f(b, 1.0))));
     int t = rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, y, f(b, 0.55)), small, big);
@@ -236,8 +239,8 @@ static int gelu_f32(ir_builder *b, int x) {
     eps = fma3(b, rules_p1(b, PRIM_NEG, KILN_F32, dl), t, eps);
     int k = fma3(b, t, f(b, 1.336), f(b, 0.987));
     int lo = fma3(b, eps, k, rules_p1(b, PRIM_NEG, KILN_F32, l));
-    int n, e = exp_f32_reduced(b, rules_p1(b, PRIM_NEG, KILN_F32, h), lo, &n);
-    e = mul(b, e, pow2(b, add(b, n, f(b, 32.0))));
+    int scale, e = exp_f32_reduced(b, rules_p1(b, PRIM_NEG, KILN_F32, h), lo, exp_magic(b, 32), &scale);
+    e = mul(b, e, scale);
     int q = mul(b, r, e); /* Q(a) 2^32 */
     int down = f(b, 0x1p-32);
     int neg = rules_test(b, PRIM_LT, x, f(b, 0.0));
