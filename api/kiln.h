@@ -1027,8 +1027,10 @@ KILN_API kiln_tensor *kiln_batch_norm(kiln_tensor *x, kiln_tensor *running_mean,
                                       double eps);
 
 /* exp(x) / sum(exp(x)) along axis, and its logarithm, computed from x minus
- * its maximum along the axis so that large values do not overflow. Same
- * shape as x; an axis out of range is KILN_ERR_ARG. */
+ * its maximum along the axis so that large values do not overflow; softmax
+ * multiplies by the reciprocal of each sum (within 1.5 ulp of the quotient
+ * of the rounded exp and sum). Same shape as x; an axis out of range is
+ * KILN_ERR_ARG. */
 KILN_API kiln_tensor *kiln_softmax(kiln_tensor *x, int axis);
 KILN_API kiln_tensor *kiln_log_softmax(kiln_tensor *x, int axis);
 

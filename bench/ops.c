@@ -39,12 +39,11 @@ static kiln_tensor *column_sums(kiln_tensor *const *in, const void *arg) {
     return kiln_sum(in[0], 1, &ax, false);
 }
 
+/* The library's softmax, as the peers' (torch.softmax; NumPy's written out):
+ * the row max, e^(x - max) and its sum, times the sum's reciprocal. */
 static kiln_tensor *softmax_rows(kiln_tensor *const *in, const void *arg) {
     (void)arg;
-    int ax = 1;
-    kiln_tensor *m = kiln_max(in[0], 1, &ax, true);
-    kiln_tensor *e = kiln_exp(kiln_sub(in[0], m));
-    return kiln_div(e, kiln_sum(e, 1, &ax, true));
+    return kiln_softmax(in[0], 1);
 }
 
 static kiln_tensor *layer_norm_rows(kiln_tensor *const *in, const void *arg) {
