@@ -445,6 +445,11 @@ typedef struct lower_plan {
     int64_t row_chunk;  /* GPU, split: reduced elements per instance, a multiple of
                            block_threads */
     int vector_bytes;   /* the vectors the code should use */
+    int64_t prefetch;   /* CPU row kernel: 0, or chunk length: the pass prefetch_in runs its
+                           row in chunks of this many elements, each chunk first prefetching
+                           the next row's loads of pass prefetch_from (its first pass, which
+                           reads the row from memory) at the same places */
+    int prefetch_from, prefetch_in; /* blocks */
     lower_mm_plan mm;   /* LOWER_MATMUL */
     lower_att_plan att; /* LOWER_ATTENTION */
 } lower_plan;
@@ -453,6 +458,14 @@ typedef struct lower_plan {
  * alias kernel's is empty). NULL when out of memory. */
 lower_plan *lower_plan_program(const lower_program *p, const lower_target *t);
 void lower_plans_free(lower_plan *plans, int n);
+
+/* A plan's prefetch (lower_plan.prefetch): the loads of pass prefetch_from
+ * whose places the row and the element alone decide (not a gather's), into
+ * loads (room for k->nins), the index instructions computing those places
+ * marked in need (k->nins, false on entry), and in *step the elements a 64-byte
+ * line holds of the widest of them. Returns how many. */
+int lower_prefetch_loads(const lower_kernel *k, const lower_plan *p, bool *need, int *loads,
+                         int *step);
 
 /* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
  * and plan print the same text, which is what cache keys hash. */

@@ -730,6 +730,87 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
     }
 }
 
+/* A CPU row kernel of several passes reads its row from memory in the first
+ * and finds it in cache in the later ones, which compute: memory idled
+ * through them, and the next row's first pass waited on it (the prefetchers
+ * do not run ahead into a row not yet touched). So the first later pass
+ * that is a sum or the store pass prefetches the next row's first-pass
+ * loads, a chunk of PREFETCH_CHUNK elements at a time. kiln_softmax over
+ * 4096x4096, 2 threads: 7.4 -> 6.1-6.2 ms through C (10.3 -> 7.7-8.6
+ * through LLVM); the written-out softmax, with a division an element,
+ * 9.0-9.7 -> 7.2-7.5. Prefetching the whole next row at once (256
+ * prefetches in a burst) gained a fifth of that. Decided from the blocks
+ * alone, so that programs shared by several sizes keep one plan. */
+#define PREFETCH_CHUNK 256
+
+static void plan_prefetch(lower_plan *p, const lower_kernel *k, const lower_target *t) {
+    if (t->gpu || k->kind != LOWER_REDUCE || p->split || p->columns)
+        return;
+    int first = -1;
+    for (int i = 0; i < p->nblocks; i++) {
+        const lower_block *blk = &p->blocks[i];
+        if (blk->kind == LOWER_BLOCK_OUTER)
+            continue;
+        if (first < 0) {
+            if (blk->kind != LOWER_BLOCK_REDUCE)
+                return;
+            first = i;
+        } else if (blk->kind == LOWER_BLOCK_STORE ||
+                   (blk->kind == LOWER_BLOCK_REDUCE && k->ins[blk->reduce].gop == GRAPH_SUM)) {
+            p->prefetch = PREFETCH_CHUNK;
+            p->prefetch_from = first;
+            p->prefetch_in = i;
+            return;
+        }
+    }
+}
+
+/* Whether index value id is computed from the row, the element and
+ * immediates alone (no loaded value: a gather's coordinate is not), marking
+ * what computes it in need. */
+static bool index_only(const lower_kernel *k, int id, bool *need) {
+    const lower_ins *x = &k->ins[id];
+    bool ok;
+    switch (x->op) {
+    case UOP_GIDX:
+    case UOP_RIDX:
+        ok = true;
+        break;
+    case UOP_IMM:
+        ok = !graph_dtype_is_float(x->dt);
+        break;
+    case UOP_IADD:
+    case UOP_IMUL:
+    case UOP_IDIV:
+    case UOP_IMOD:
+    case UOP_ILT:
+    case UOP_AND:
+        ok = index_only(k, x->a, need) && index_only(k, x->b, need);
+        break;
+    default:
+        ok = false;
+    }
+    if (ok)
+        need[id] = true;
+    return ok;
+}
+
+int lower_prefetch_loads(const lower_kernel *k, const lower_plan *p, bool *need, int *loads,
+                         int *step) {
+    const lower_block *from = &p->blocks[p->prefetch_from];
+    int n = 0, size = 1;
+    for (int i = 0; i < from->n; i++) {
+        const lower_ins *x = &k->ins[from->ins[i]];
+        if (x->op == UOP_LOAD && index_only(k, x->a, need) && (x->b < 0 || index_only(k, x->b, need))) {
+            loads[n++] = from->ins[i];
+            int s = (int)graph_dtype_size(x->dt);
+            size = s > size ? s : size;
+        }
+    }
+    *step = 64 / size;
+    return n;
+}
+
 static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     memset(p, 0, sizeof *p);
     if (!lower_kind_has_code(k->kind))
@@ -743,7 +824,10 @@ static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target
     free(live);
     p->narrow = narrow_indices(k);
     plan_loops(p, k, t);
-    return ok && (k->kind != LOWER_REDUCE || plan_stash(p, k));
+    if (!ok || (k->kind == LOWER_REDUCE && !plan_stash(p, k)))
+        return false;
+    plan_prefetch(p, k, t);
+    return true;
 }
 
 void lower_plans_free(lower_plan *plans, int n) {
@@ -797,6 +881,9 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
     fprintf(f, "plan %s: grid %lld%s%s, %d-byte vectors, %s indices", k->name,
             (long long)p->grid, p->parallel ? ", parallel" : "", p->split ? ", rows split" : "",
             p->vector_bytes, p->narrow ? "int32" : "int64");
+    if (p->prefetch)
+        fprintf(f, ", the next row's pass %d prefetched during pass %d, %lld at a time",
+                p->prefetch_from, p->prefetch_in, (long long)p->prefetch);
     if (p->columns)
         fprintf(f, ", down columns in chunks of %lld", (long long)p->columns);
     if (lower_plan_scalar(k, p))

@@ -139,10 +139,16 @@ Test(plan, softmax_is_two_passes_and_a_store) {
     cr_assert(!plans[0].split, "64 rows keep the threads busy without splitting");
     cr_assert_eq(plans[0].grid, 64);
     check_stash(k, &plans[0]);
+    /* the sum pass prefetches the next row's max pass (the first pass) */
+    cr_assert_eq(plans[0].prefetch, 256);
+    cr_assert_eq(plans[0].blocks[plans[0].prefetch_from].kind, LOWER_BLOCK_REDUCE);
+    cr_assert_eq(k->ins[plans[0].blocks[plans[0].prefetch_from].reduce].gop, GRAPH_RMAX);
+    cr_assert_eq(k->ins[plans[0].blocks[plans[0].prefetch_in].reduce].gop, GRAPH_SUM);
     lower_plans_free(plans, p->nkernels);
     plans = lower_plan_program(p, &gpu);
     cr_assert(plans);
     cr_assert_eq(plans[0].block_threads, 256);
+    cr_assert_eq(plans[0].prefetch, 0, "a GPU has no next row to prefetch");
     check_stash(k, &plans[0]);
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);

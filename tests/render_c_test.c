@@ -62,3 +62,53 @@ Test(render_c, tiny_kernels_are_scalar_and_large_ones_vectorised) {
     graph_unref(b);
     graph_ctx_free(g);
 }
+
+static int count(const char *s, const char *what) {
+    int n = 0;
+    for (const char *at = strstr(s, what); at; at = strstr(at + 1, what))
+        n++;
+    return n;
+}
+
+/* A row kernel of several passes prefetches the next row's first-pass loads
+ * during its sum pass (plan.c: plan_prefetch), those whose places the row
+ * and the element decide: a gather's load, whose place is a loaded value,
+ * is not prefetched (nor computed ahead). A one-pass row sum prefetches
+ * nothing. */
+Test(render_c, row_kernels_prefetch_the_next_rows_plain_loads) {
+    graph_ctx *g = graph_ctx_new();
+    const int64_t shape[2] = {64, 1000};
+    graph_node *a = tu_leaf(g, KILN_F32, 2, shape), *idx = tu_leaf(g, KILN_I32, 2, shape);
+    struct {
+        graph_node *x;
+        int prefetches;
+        const char *what;
+    } cases[] = {
+        {a, 1, "softmax of a leaf"},
+        {graph_gather(a, 1, idx), 1, "softmax of a gather: its index only"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        graph_node *x = cases[i].x;
+        graph_node *m = graph_reduce(GRAPH_RMAX, x, 2u, KILN_F32), *mx = graph_expand(m, shape);
+        graph_node *d = graph_binary(GRAPH_SUB, x, mx), *e = graph_unary(GRAPH_EXP, d);
+        graph_node *sr = graph_reduce(GRAPH_SUM, e, 2u, KILN_F32), *s = graph_expand(sr, shape);
+        char *src = NULL;
+        render(graph_binary(GRAPH_DIV, e, s), &src);
+        graph_node *tmp[] = {m, mx, d, e, sr, s};
+        for (size_t j = 0; j < sizeof tmp / sizeof *tmp; j++)
+            graph_unref(tmp[j]);
+        if (x != a)
+            graph_unref(x);
+        const char *k = strstr(src, JIT_CPU_KERNEL_MARK);
+        cr_assert(k);
+        cr_assert_eq(count(k, "__builtin_prefetch("), cases[i].prefetches, "%s:\n%s", cases[i].what, k);
+        free(src);
+    }
+    char *src = NULL;
+    render(graph_reduce(GRAPH_SUM, a, 2u, KILN_F32), &src);
+    cr_assert_eq(count(src, "__builtin_prefetch("), 0, "a row sum prefetched");
+    free(src);
+    graph_unref(a);
+    graph_unref(idx);
+    graph_ctx_free(g);
+}

@@ -1017,6 +1017,79 @@ static void scatter_pass(gen *g, const lower_block *blk) {
     loop_close(g, &l, false);
 }
 
+/* The plan's prefetch (plan.c: plan_prefetch) before the chunk [c0, c1) of
+ * a pass, as render_c.c prints it: for row gidx + 1, when there is one,
+ * lower_prefetch_loads's loads at every step-th element of the chunk, each
+ * an llvm.prefetch (read, into L2, data). Their index values are computed
+ * for the next row and the current row's put back after. */
+static void prefetch_chunk(gen *g, const lower_plan *plan, LLVMValueRef c0, LLVMValueRef c1) {
+    const jit_llvm_api *L = g->L;
+    const lower_kernel *k = g->k;
+    bool *need = calloc((size_t)k->nins, sizeof *need);
+    int *loads = malloc((size_t)k->nins * sizeof *loads), step;
+    LLVMValueRef *saved = malloc((size_t)k->nins * sizeof *saved);
+    if (!need || !loads || !saved) {
+        g->failed = true;
+        free(need), free(loads), free(saved);
+        return;
+    }
+    int nl = lower_prefetch_loads(k, plan, need, loads, &step);
+    if (nl) {
+        LLVMValueRef next = add(g, g->gidx, i64c(g, 1)), gsave = g->gidx, rsave = g->ridx;
+        LLVMBasicBlockRef yes = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "prefetch");
+        LLVMBasicBlockRef done = L->LLVMAppendBasicBlockInContext(g->cx, g->fn, "prefetched");
+        L->LLVMBuildCondBr(B, icmp(g, LLVMIntSLT, next, szv(g, &k->numel)), yes, done);
+        L->LLVMPositionBuilderAtEnd(B, yes);
+        memcpy(saved, g->val, (size_t)k->nins * sizeof *saved);
+        g->gidx = next;
+        LLVMValueRef n = L->LLVMBuildSDiv(B, add(g, L->LLVMBuildSub(B, c1, c0, ""), i64c(g, step - 1)),
+                                          i64c(g, step), "");
+        loop l;
+        LLVMValueRef q = loop_open(g, &l, i64c(g, 0), n);
+        g->ridx = add(g, c0, mul(g, q, i64c(g, step)));
+        for (int id = 0; id < k->nins; id++)
+            if (need[id])
+                ins_value(g, id);
+        for (int i = 0; i < nl; i++) {
+            const lower_ins *x = &k->ins[loads[i]];
+            LLVMValueRef idx = g->val[x->a];
+            if (x->b >= 0)
+                idx = sel(g, icmp(g, LLVMIntNE, g->val[x->b], ci(g, g->i8, 0)), idx, i64c(g, 0));
+            LLVMValueRef args[4] = {
+                L->LLVMBuildBitCast(B, elem_ptr(g, x->buf, buf_dtype(k, x->buf), idx), g->i8p, ""),
+                ci(g, g->i32, 0), ci(g, g->i32, 2), ci(g, g->i32, 1)};
+            intrinsic(g, "llvm.prefetch", g->i8p, args, 4);
+        }
+        loop_close(g, &l, false);
+        memcpy(g->val, saved, (size_t)k->nins * sizeof *saved);
+        g->gidx = gsave, g->ridx = rsave;
+        L->LLVMBuildBr(B, done);
+        L->LLVMPositionBuilderAtEnd(B, done);
+    }
+    free(need), free(loads), free(saved);
+}
+
+/* A pass over the row's elements in the chunks of the plan's prefetch, each
+ * chunk led by prefetch_chunk: a sum (into a) or the store pass. */
+static void prefetching_pass(gen *g, const lower_plan *plan, const lower_block *blk, racc *a) {
+    LLVMValueRef R = szv(g, &g->k->rnumel), C = i64c(g, plan->prefetch);
+    loop cl;
+    LLVMValueRef ch = loop_open(g, &cl, i64c(g, 0), L_->LLVMBuildSDiv(B, add(g, R, i64c(g, plan->prefetch - 1)), C, ""));
+    LLVMValueRef c0 = mul(g, ch, C), c1 = add(g, c0, C);
+    c1 = sel(g, icmp(g, LLVMIntSLT, c1, R), c1, R);
+    prefetch_chunk(g, plan, c0, c1);
+    if (a) {
+        racc_pass(g, a, blk, c0, c1);
+    } else {
+        loop l;
+        g->ridx = loop_open(g, &l, c0, c1);
+        block_values(g, blk);
+        store_results(g);
+        loop_close(g, &l, false);
+    }
+    loop_close(g, &cl, false);
+}
+
 /* Reductions and row kernels: per output row, the plan's blocks in order:
  * outer values, passes that finish reductions, and in a row kernel a last
  * pass that stores. */
@@ -1032,9 +1105,20 @@ static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
             block_values(g, blk);
             break;
         case LOWER_BLOCK_REDUCE:
-            reduce(g, blk);
+            if (plan->prefetch && plan->prefetch_in == i) {
+                racc a = racc_new(g, blk->reduce);
+                prefetching_pass(g, plan, blk, &a);
+                g->val[blk->reduce] = racc_value(g, &a);
+            } else {
+                reduce(g, blk);
+            }
             break;
         case LOWER_BLOCK_STORE: {
+            if (plan->prefetch && plan->prefetch_in == i) {
+                prefetching_pass(g, plan, blk, NULL);
+                stored = true;
+                break;
+            }
             loop l;
             g->ridx = loop_open(g, &l, i64c(g, 0), szv(g, &k->rnumel));
             block_values(g, blk);

@@ -253,11 +253,77 @@ static void vector_extreme_pass(sbuf *b, const lower_kernel *k, const lower_bloc
         cstyle_put(b, "      if (nan != 0) best = NAN;\n");
 }
 
+/* The plan's prefetch (plan.c: plan_prefetch) at the top of a chunk of a
+ * later pass: lower_prefetch_loads's loads for row g + 1 at the chunk's
+ * elements (one a cache line), their index arithmetic printed again inside
+ * a scope whose g is the next row. Prints nothing when no load qualifies. */
+static void prefetch_next_row(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
+    bool *need = calloc((size_t)k->nins, sizeof *need);
+    int *loads = malloc((size_t)k->nins * sizeof *loads), width;
+    if (!need || !loads) {
+        free(need), free(loads);
+        cstyle_refuse_buf(b, "out of memory");
+        return;
+    }
+    int nl = lower_prefetch_loads(k, plan, need, loads, &width);
+    if (nl) {
+        const char *ix = counter(b);
+        cstyle_put(b, "      if (g + 1 < N) {\n        const %s gn = g + 1;\n        {\n", ix);
+        cstyle_put(b, "        const %s g = gn;\n", ix);
+        cstyle_put(b, "        for (%s r = c0; r < c1; r += %d) {\n", ix, width);
+        for (int id = 0; id < k->nins; id++)
+            if (need[id])
+                ins_stmt(b, k->ins, id);
+        for (int i = 0; i < nl; i++) {
+            const lower_ins *x = &k->ins[loads[i]];
+            if (x->b >= 0)
+                cstyle_put(b, "          __builtin_prefetch(&in%d[v%d ? v%d : 0], 0, 2);\n", x->buf,
+                           x->b, x->a);
+            else
+                cstyle_put(b, "          __builtin_prefetch(&in%d[v%d], 0, 2);\n", x->buf, x->a);
+        }
+        cstyle_put(b, "        }\n        }\n      }\n");
+    }
+    free(need), free(loads);
+}
+
+/* Whether block i of the plan runs in chunks that prefetch the next row. */
+static bool prefetching(const sbuf *b, const lower_plan *plan, int i) {
+    return plan->prefetch && plan->prefetch_in == i && !b->scalar;
+}
+
+/* The start of a pass's loop over the row's elements (its simd clauses, or
+ * NULL for none): r over [0, R), or, when the pass prefetches, over chunks
+ * [c0, c1), each led by its prefetch; pass_end closes it. */
+static void pass_begin(sbuf *b, const lower_kernel *k, const lower_plan *plan, int i,
+                       const char *clauses) {
+    const char *ix = counter(b);
+    if (prefetching(b, plan, i)) {
+        cstyle_put(b, "      for (%s c0 = 0; c0 < R; c0 += %lldLL) {\n", ix, (long long)plan->prefetch);
+        cstyle_put(b, "      const %s c1 = c0 + %lldLL < R ? c0 + %lldLL : R;\n", ix,
+                   (long long)plan->prefetch, (long long)plan->prefetch);
+        prefetch_next_row(b, k, plan);
+        if (clauses)
+            simd(b, "      ", clauses);
+        cstyle_put(b, "      for (%s r = c0; r < c1; r++) {\n", ix);
+    } else {
+        if (clauses)
+            simd(b, "      ", clauses);
+        cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", ix);
+    }
+}
+
+static void pass_end(sbuf *b, const lower_plan *plan, int i) {
+    cstyle_put(b, prefetching(b, plan, i) ? "      }}\n" : "      }\n");
+}
+
 /* A pass over the reduced elements that finishes one reduction. A sum may
  * run in SIMD lanes (a different order of additions, in double, well inside
  * every float tolerance); max/min and the arg reductions keep their order,
  * which decides ties and NaN. */
-static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, bool split) {
+static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_plan *plan, int bi) {
+    const lower_block *blk = &plan->blocks[bi];
+    bool split = plan->split;
     const lower_ins *x = &k->ins[blk->reduce];
     kiln_dtype in = k->ins[x->a].dt;
     cstyle_put(b, "    %s v%d;\n    {\n", ctype(x->dt), blk->reduce);
@@ -269,16 +335,20 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_block *blk, 
     } else if (extreme) {
         vector_extreme_pass(b, k, blk);
     } else {
-        if (x->gop == GRAPH_SUM && split)
+        if (x->gop == GRAPH_SUM && split) {
             cstyle_put(b, "      #pragma omp parallel for simd reduction(+:acc) "
                           "schedule(static) num_threads(nthreads)\n");
-        else if (x->gop == GRAPH_SUM)
-            simd(b, "      ", " reduction(+:acc)");
-        cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
+            cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
+        } else {
+            pass_begin(b, k, plan, bi, x->gop == GRAPH_SUM ? " reduction(+:acc)" : NULL);
+        }
         block_stmts(b, k, blk);
         stash_stmt(b, k, blk);
         reduce_step(b, x, in);
-        cstyle_put(b, "      }\n");
+        if (x->gop == GRAPH_SUM && split)
+            cstyle_put(b, "      }\n");
+        else
+            pass_end(b, plan, bi);
     }
     reduce_result(b, x, blk->reduce);
     cstyle_put(b, "    }\n");
@@ -357,7 +427,7 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
             block_stmts(b, k, blk);
             break;
         case LOWER_BLOCK_REDUCE:
-            reduce_pass(b, k, blk, plan->split);
+            reduce_pass(b, k, plan, i);
             break;
         case LOWER_BLOCK_SCATTER: {
             /* serial, in the source's order: an element may land where the
@@ -375,14 +445,18 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
             break;
         }
         case LOWER_BLOCK_STORE:
-            if (plan->split)
+            if (plan->split) {
                 cstyle_put(b, "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n");
-            else
-                simd(b, "    ", "");
-            cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
+                cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
+            } else {
+                pass_begin(b, k, plan, i, "");
+            }
             block_stmts(b, k, blk);
             store_stmt(b, k, "      ");
-            cstyle_put(b, "    }\n");
+            if (plan->split)
+                cstyle_put(b, "    }\n");
+            else
+                pass_end(b, plan, i);
             stored = true;
             break;
         }
