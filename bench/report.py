@@ -419,18 +419,20 @@ def goals_section(ops, machine, out_md, compile_ms):
 
 # The cause of each goal that runs have missed, keyed by the start of its row.
 WHY_MISSED = [
-    ("fused gelu", "compute-bound, not memory-bound: the erf form evaluates both of its "
-     "branches (a Taylor series below |x| = 1, the erfc fit with a division and an e^x above) "
-     "for every element in vector selects, about 60 vector operations and a 512-bit division "
-     "per 16 elements; the traffic alone would take about 9 ms."),
-    ("row softmax", "three passes over each row (in L1): the max, e^x with the sum (stored "
-     "into the output), the division; without the e^x the same kernel takes 6.8 ms (67% of "
-     "triad), and the correctly rounded division is 1 ms of it (a reciprocal times each "
-     "element would be 1.5 ulp)."),
-    ("the 11-op chain", "compute-bound: two e^x, two divisions and both of tanh's branches "
-     "(a degree-5 fit below 0.55, 1 - 2/(e^2|x| + 1) above) for every element; tanh's cheaper "
-     "form took the chain from 18.5 to 15.4-16.1 ms and its eager/lazy ratio past 4, but the "
-     "arithmetic still outlasts the 16 bytes an element."),
+    ("fused gelu", "compute-bound until this run: the erf form evaluated both of its "
+     "branches (a Taylor series below |x| = 1, an erfc fit with its exponent two-summed "
+     "above) for every element, about 100 operations; one fitted formula e^(-a^2) t P(t) now "
+     "serves every x in about 50 (lower/rules_math.c)."),
+    ("row softmax", "three passes over each row: the max (from memory), e^x with the sum, "
+     "the normalising; kiln_softmax now multiplies by each row's reciprocal (a division an "
+     "element issued every 10 cycles), and the sum pass prefetches the next row, which the "
+     "memory sat idle through before (plan.c: plan_prefetch)."),
+    ("the 11-op chain", "compute-bound: tanh (a fit below 0.55 and 1 - 2/(e^2|x| + 1) above, "
+     "both evaluated) and then sigmoid (e^-|x| and a division) form one dependent chain of "
+     "about 200 cycles per vector, which the out-of-order window overlaps only about three "
+     "vectors deep; the memory-bound part alone (a*b+c) takes 7.5-8 ms of its 12-13. Cheaper "
+     "e^x (no floor, no casts, a degree-6 fit) and sigmoid's e^-|x| without range selects "
+     "took it from 15.4-16 to 12.3-13 ms."),
     ("a fused op into a fresh", "no page-fault storm is left (huge pages: 34 faults a step, "
      "not 16384); the rest is the kernel zeroing the 64 MB it hands out, a write stream more "
      "for a kernel that reads 64 MB and writes 64 MB (with write-allocate, about 4/3 of its "
@@ -438,9 +440,12 @@ WHY_MISSED = [
      "(the reused column), which is what the goal's page faults were about."),
     ("conv2d 3x3 forward", "torch.compile calls oneDNN's direct convolution; kiln reads its "
      "im2col in place through the matmul micro-kernel at about 72% of the 1024 matmul's rate."),
-    ("attention forward", "the fused kernels' products run at about 85% of the FMA peak (their "
-     "share of a profile of the forward), but packing tiles, the online softmax of each "
-     "64-row tile and e^x take as long again: 37% of peak overall."),
+    ("attention forward", "the fused kernels' products run at about 85% of the FMA peak "
+     "and take about half of a profile of the forward and backward (perf, cpu-clock); the "
+     "rest is packing tiles (K transposed again for every query tile, Q and dO transposed and "
+     "not for every key block, element by element), the online softmax of each 64-row tile "
+     "(whose row sums end in a serial chain of 16 scalar adds per row, gcc's omp simd "
+     "epilogue) and the joined gradients' copy: 37% of peak overall."),
     ("transformer block forward+backward", "nine tenths of kiln's step are products (ten "
      "matmuls at 50-62% of the FMA peak and the fused attention at about 40%); what remains "
      "is the matmul micro-kernel itself (register tiles 6x4, 8x3 and 12x2 vectors measured "
