@@ -1046,6 +1046,19 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     for (int i = 0; i < plan->nblocks; i++)
         block_stmts(b, k, &plan->blocks[i]);
     cstyle_put(b, "      return v%d;\n}\n", k->results[0]);
+    /* A row's sum in vector lanes, the lanes then added as a tree: the
+     * `omp simd reduction` it replaces ended each 64-element row in 16
+     * dependent scalar adds (gcc's epilogue, the hottest instructions of the
+     * forward outside its products). With this session's cheaper e^x, the
+     * forward at b8 s256 d64 h8 went from 6.5-6.8 to 6.1-6.4 ms. */
+    cstyle_put(b,
+        "static inline %s %s_rowsum(const %s *restrict p, int64_t n) {\n"
+        "  %s_v a = {0};\n  int64_t j = 0;\n"
+        "  for (; j + %s_L <= n; j += %s_L) { %s_v x; memcpy(&x, p + j, sizeof x); a += x; }\n"
+        "  %s t[%s_L];\n  memcpy(t, &a, sizeof t);\n"
+        "  for (int w = %s_L / 2; w >= 1; w /= 2)\n    for (int l = 0; l < w; l++) t[l] += t[l + w];\n"
+        "  %s s = t[0];\n  for (; j < n; j++) s += p[j];\n  return s;\n}\n",
+        T, name, T, name, name, name, name, T, name, name, T);
     params(b, k);
     cstyle_put(b, "  typedef %s T;\n", T);
     cstyle_put(b, "  const int64_t NB = %s, L = %s, NK = %s, D = %lldLL, DV = %lldLL;\n",
@@ -1139,16 +1152,15 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
             "          continue;\n"
             "        }\n"
             "        const T mx = MN[i], corr = CR[i];\n"
-            "        T sum = 0;\n"
-            "        #pragma omp simd reduction(+:sum)\n"
-            "        for (int64_t jj = 0; jj < lim; jj++) { p[jj] = %s_exp(p[jj] - mx); sum += p[jj]; }\n"
+            "        #pragma omp simd\n"
+            "        for (int64_t jj = 0; jj < lim; jj++) p[jj] = %s_exp(p[jj] - mx);\n"
             "        for (int64_t jj = lim; jj < mk; jj++) p[jj] = 0;\n"
-            "        LS[i] = LS[i] * corr + sum;\n"
+            "        LS[i] = LS[i] * corr + %s_rowsum(p, lim);\n"
             "        M[i] = mx;\n"
             "        T *restrict o = O + i * DVP;\n"
             "        #pragma omp simd\n"
             "        for (int64_t c = 0; c < DVP; c++) o[c] *= corr;\n"
-            "      }\n", name, name);
+            "      }\n", name, name, name);
         cstyle_put(b, "      %s_gemm(m4, NVV, mk, P, BK, VR, DVP, O, DVP, 1);\n      }\n", name);
         cstyle_put(b, "      for (int64_t i = 0; i < mq; i++) {\n");
         cstyle_put(b, "        const int64_t row = (bt * L + i0 + i) * (DV + 1);\n");
