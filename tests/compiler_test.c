@@ -282,3 +282,36 @@ Test(compiler, a_failing_part_is_reported) {
     unsetenv("KILN_COMPILE_JOBS");
     unsetenv("KILN_CC");
 }
+
+/* The optimisation flags a logging KILN_CC (that then runs the real cc) was
+ * given while a program of n elements of exp compiled, into opt. */
+static void opt_levels_for(int64_t n, char *opt, size_t cap) {
+    fresh_dir();
+    char body[600];
+    snprintf(body, sizeof body,
+             "for a; do case \"$a\" in -O*) echo \"$a\" >> %s/opt;; esac; done\nexec cc \"$@\"", dir);
+    fake_cc(body);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    cr_assert(ctx);
+    kiln_tensor *a = kiln_randn(ctx, KILN_F32, 1, &n, 12);
+    cr_assert_eq(kiln_realize(kiln_exp(a)), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    kiln_ctx_free(ctx);
+    char path[300];
+    snprintf(path, sizeof path, "%s/opt", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "the compiler never ran");
+    size_t got = fread(opt, 1, cap - 1, f);
+    opt[got] = 0;
+    fclose(f);
+    unsetenv("KILN_CC");
+}
+
+/* A unit of only tiny kernels (the plan leaves them scalar) compiles at -O1,
+ * in two thirds of -O3's time; any other at -O3. */
+Test(compiler, tiny_kernels_compile_at_O1) {
+    char opt[256];
+    opt_levels_for(21, opt, sizeof opt);
+    cr_assert(strstr(opt, "-O1") && !strstr(opt, "-O3"), "a tiny program compiled with: %s", opt);
+    opt_levels_for(100000, opt, sizeof opt);
+    cr_assert(strstr(opt, "-O3") && !strstr(opt, "-O1"), "a large program compiled with: %s", opt);
+}

@@ -25,6 +25,9 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
  * program's text may be cut into translation units (the prelude, then a run
  * of kernels) that compile in parallel. */
 #define JIT_CPU_KERNEL_MARK "/* ---- kernel ---- */\n"
+/* The line after the mark of a kernel the plan leaves scalar (tiny: see
+ * lower_plan_scalar): a unit of only such kernels compiles at -O1. */
+#define JIT_CPU_TINY_MARK "/* tiny */\n"
 
 /* The command that compiles generated C ($KILN_CC, else cc). */
 const char *jit_cpu_compiler(void);

@@ -1267,7 +1267,8 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
     for (int i = 0; i < p->nkernels; i++) {
         const lower_kernel *k = &p->kernels[i];
         if (lower_kind_has_code(k->kind))
-            cstyle_put(&b, "%s", JIT_CPU_KERNEL_MARK);
+            cstyle_put(&b, "%s%s", JIT_CPU_KERNEL_MARK,
+                       lower_plan_scalar(k, &plans[i]) ? JIT_CPU_TINY_MARK : "");
         if (k->kind == LOWER_MATMUL)
             render_matmul(&b, k, &plans[i]);
         else if (k->kind == LOWER_ATTENTION) {
