@@ -1013,8 +1013,12 @@ static void att_pack(sbuf *b, const lower_kernel *k, int x, const char *name, co
 }
 
 /* The scratch arrays of each kernel: names and sizes in elements. */
+/* The forward's KT and VR hold the whole matrix's k (transposed) and v,
+ * NKB keys wide: packed once per matrix a thread visits (every query tile
+ * of the matrix reads them), where packing each key tile for each query
+ * tile repacked k and v L / BQ times over. */
 static const char *const att_fwd_arrays[][2] = {
-    {"Q", "BQ * DP"}, {"KT", "D * BK"}, {"VR", "BK * DVP"}, {"P", "BQ * BK"},
+    {"Q", "BQ * DP"}, {"KT", "D * NKB"}, {"VR", "NKB * DVP"}, {"P", "BQ * BK"},
     {"O", "BQ * DVP"}, {"M", "BQ"}, {"LS", "BQ"}, {"MN", "BQ"}, {"CR", "BQ"}};
 static const char *const att_dq_arrays[][2] = {
     {"Q", "BQ * DP"}, {"GO", "BQ * DVP"}, {"LSE", "BQ"}, {"DEL", "BQ"}, {"DQ", "BQ * DP"},
@@ -1068,7 +1072,8 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
                (long long)plan->att.bk, name);
     cstyle_put(b, "  const int64_t DP = (D + 15) / 16 * 16, DVP = (DV + 15) / 16 * 16;\n");
     cstyle_put(b, "  const int64_t NVD = (D + VL - 1) / VL, NVV = (DV + VL - 1) / VL;\n");
-    cstyle_put(b, "  (void)NVD; (void)NVV;\n");
+    cstyle_put(b, "  const int64_t NKB = (NK + BK - 1) / BK * BK;\n");
+    cstyle_put(b, "  (void)NVD; (void)NVV; (void)NKB;\n");
     cstyle_put(b, "  const T scale = (T)%.17g;\n  const int causal = %d;\n  (void)causal;\n",
                a->scale, a->causal);
     bool dkv = a->op == GRAPH_ATTENTION_DKV, fwd = a->op == GRAPH_ATTENTION;
@@ -1089,6 +1094,8 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "  if (mem) memset(mem, 0, total * sizeof(T));\n");
     for (int i = 0; i < narrays; i++)
         cstyle_put(b, "  T *const %s = mem ? mem + at_%s : NULL;\n", arrays[i][0], arrays[i][0]);
+    if (fwd)
+        cstyle_put(b, "  int64_t packed = -1; /* the matrix whose k and v KT and VR hold */\n");
     cstyle_put(b, "  #pragma omp for schedule(dynamic, 1)\n");
     cstyle_put(b, "  for (int64_t t = 0; t < TASKS; t++) {\n");
     cstyle_put(b, "    const int64_t bt = t / NU, u0 = t %% NU * %s;\n", dkv ? "BK" : "BQ");
@@ -1123,12 +1130,14 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         cstyle_put(b, "      for (int64_t i = 0; i < BQ; i++) {\n");
         cstyle_put(b, "        M[i] = -INFINITY; LS[i] = 0;\n");
         cstyle_put(b, "        for (int64_t c = 0; c < DVP; c++) O[i * DVP + c] = 0;\n      }\n");
+        cstyle_put(b, "      if (packed != bt) {\n");
+        att_pack(b, k, 1, "k", "KT", "0", "NK", "D", "NKB", true, "");
+        att_pack(b, k, 2, "v", "VR", "0", "NK", "DV", "DVP", false, "");
+        cstyle_put(b, "      packed = bt;\n      }\n");
         cstyle_put(b, "      const int64_t kend = causal && i0 + mq < NK ? i0 + mq : NK;\n");
         cstyle_put(b, "      for (int64_t j0 = 0; j0 < kend; j0 += BK) {\n");
         cstyle_put(b, "      const int64_t mk = kend - j0 < BK ? kend - j0 : BK;\n");
-        att_pack(b, k, 1, "k", "KT", "j0", "mk", "D", "BK", true, "");
-        att_pack(b, k, 2, "v", "VR", "j0", "mk", "DV", "DVP", false, "");
-        cstyle_put(b, "      %s_gemm(m4, BK / VL, D, Q, DP, KT, BK, P, BK, 0);\n", name);
+        cstyle_put(b, "      %s_gemm(m4, BK / VL, D, Q, DP, KT + j0, NKB, P, BK, 0);\n", name);
         /* The rows' new maxima first, then their corrections e^(m_old -
          * m_new) as one vector loop over the block's rows (a scalar e^x per
          * row and tile was 7% of the forward: b8 s256 d64 h8, 6.4 -> 5.95
@@ -1161,7 +1170,7 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
             "        #pragma omp simd\n"
             "        for (int64_t c = 0; c < DVP; c++) o[c] *= corr;\n"
             "      }\n", name, name, name);
-        cstyle_put(b, "      %s_gemm(m4, NVV, mk, P, BK, VR, DVP, O, DVP, 1);\n      }\n", name);
+        cstyle_put(b, "      %s_gemm(m4, NVV, mk, P, BK, VR + j0 * DVP, DVP, O, DVP, 1);\n      }\n", name);
         cstyle_put(b, "      for (int64_t i = 0; i < mq; i++) {\n");
         cstyle_put(b, "        const int64_t row = (bt * L + i0 + i) * (DV + 1);\n");
         cstyle_put(b, "        const T inv = 1 / LS[i];\n");
