@@ -127,9 +127,8 @@ static int log_rule(ir_builder *b, kiln_dtype dt, int x) {
  * m = e^z - 1 for z = 2|x|, one formula for every x: with z = r + n ln 2
  * (exp_reduce), m = 2^n (e^r - 1) + (2^n - 1), e^r - 1 = r Q(r) with
  * Q = 1 + r P(r) a degree-5 fit of (e^r - 1) / r (1.4e-8; its coefficients
- * in f32), so that
- * m keeps its relative accuracy as z goes to 0 (where n = 0 and m = r Q),
- * and 2^n - 1 is exact. z is clamped to 40 (tanh rounds to 1 from 9.02 on),
+ * in f32), so that m keeps its relative accuracy as z goes to 0 (where
+ * n = 0 and m = r Q), and 2^n - 1 is exact. z is clamped to 40 (tanh rounds to 1 from 9.02 on),
  * so no overflow and one scaling. The two branches it replaces (a fit of
  * tanh below 0.55, 1 - 2 / (e^z + 1) above, both evaluated) took 15
  * operations more: the 11-op chain with tanh and sigmoid over 16M, 2
