@@ -441,32 +441,37 @@ WHY_MISSED = [
     ("conv2d 3x3 forward", "torch.compile calls oneDNN's direct convolution; kiln reads its "
      "im2col in place through the matmul micro-kernel at about 72% of the 1024 matmul's rate."),
     ("attention forward", "the fused kernels' products run at about 85% of the FMA peak "
-     "and take about half of a profile of the forward and backward (perf, cpu-clock); the "
-     "rest is packing tiles (K transposed again for every query tile, Q and dO transposed and "
-     "not for every key block, element by element), the online softmax of each 64-row tile "
-     "(whose row sums end in a serial chain of 16 scalar adds per row, gcc's omp simd "
-     "epilogue) and the joined gradients' copy: 37% of peak overall."),
+     "and take about half of a profile of the forward and backward (perf, cpu-clock); of the "
+     "rest, the forward's serial row sums and its repacking of k and v per query tile are gone "
+     "(forward 6.5-6.8 -> 6.0-6.4 ms), while hoisting the backward's packing of q and dO out of "
+     "its key blocks measured level at 256 and 2048 keys and was not kept; the joined "
+     "gradients' copy (cat regions reading through index arithmetic, about 9% of the profile) "
+     "and the online softmax remain: 37-39% of peak overall."),
     ("transformer block forward+backward", "nine tenths of kiln's step are products (ten "
      "matmuls at 50-62% of the FMA peak and the fused attention at about 40%); what remains "
      "is the matmul micro-kernel itself (register tiles 6x4, 8x3 and 12x2 vectors measured "
      "level) and the attention kernels."),
-    ("Fashion-MNIST CNN", "level with PyTorch eager now (a 14-15 ms step, from 27): the "
-     "convolutions' products are batched per image (32x144 @ 144x196: 130-170 GFLOP/s, a "
-     "third of the FMA peak), the training im2col is still copied for its two readers (2 ms: "
-     "the weight gradient's transposed read has runs of 3 along k, too short for a split "
-     "operand), and the col2im under the max-pool's backward reads 9 masked taps (1.3 ms at "
-     "9 GB/s). Folding the batch into one product per layer was tried: its forward ran 1.5x "
-     "faster, but its weight gradient, one 32 x 25088 @ 25088 x 144 product, ran slower than "
-     "the batch of small ones and a sum, and the step lost 2 ms."),
-    ("recording an op", "in a 1000-op graph it is met; along a 100000-op chain the 448-byte "
-     "nodes and the 4 MB interning table no longer fit in cache: each new node misses on its "
-     "table slot (about 40% of graph_intern's time), and runs spread from 176 to 215 ns "
-     "(best of 5 chains each). The node's lines are prefetched, the table and node slabs take "
-     "2 MB pages, and prototypes are zeroed by libc's memset rather than an inlined rep stosq "
-     "(259 -> 176-215 ns); a tag byte per slot, 8-byte slots (an address and a hash tag), and "
-     "copying the prototype while the slot came in each measured level or slower."),
+    ("Fashion-MNIST CNN", "level with PyTorch eager to 1.2x (a 14 ms step): the "
+     "convolutions' products are batched per image (32x144 @ 144x196: 130-150 GFLOP/s, a "
+     "third of the FMA peak); the training im2col of the second convolution is copied for its "
+     "two readers in 2.0 ms at 8 GB/s, an elementwise kernel whose 1024-element tiles span rows "
+     "of 14, so that every element takes about ten divisions by constants and a gathered load "
+     "(kiln's profile, this session); the col2im under the max-pool's backward reads 9 masked "
+     "taps (1.3 ms at 9 GB/s). Folding the batch into one product per layer was tried: its "
+     "forward ran 1.5x faster, but its weight gradient, one 32 x 25088 @ 25088 x 144 product, "
+     "ran slower than the batch of small ones and a sum, and the step lost 2 ms."),
+    ("recording an op", "in a 1000-op graph it is met (128-140 ns); along a 100000-op chain "
+     "the 448-byte nodes and the 4 MB interning table no longer fit in cache: each new node "
+     "misses on its table slot (about 40% of graph_intern's time), and runs spread from 175 to "
+     "231 ns this session (best of 5 chains each; the recording code did not change). The node's "
+     "lines are prefetched, the table and node slabs take 2 MB pages, and prototypes are zeroed "
+     "by libc's memset rather than an inlined rep stosq (259 -> 176-215 ns); a tag byte per "
+     "slot, 8-byte slots (an address and a hash tag), and copying the prototype while the slot "
+     "came in each measured level or slower."),
     ("matmul, square", "OpenBLAS's SkylakeX kernel is level with kiln's at most sizes; the "
-     "quick run's 3 steps move either by 10-20%."),
+     "quick run's 3 steps of the 0.2 ms 256 product move it by up to 2x (this session, the same "
+     "build: 0.20, 0.36, 0.37, 0.42 ms lazy in four runs, 0.15-0.19 ms in a standalone loop, "
+     "against NumPy's 0.18-0.20); the kernel itself did not change."),
     ("GPT-2 step: peak memory", "the new parameters are still written beside the old ones: "
      "the loss, read at the step's sync, keeps the forward graph and so the old parameters; "
      "the moments' buffers are donated (jit/donate.c), which took the 124M step from 1.71 to "
