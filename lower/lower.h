@@ -466,6 +466,10 @@ void lower_plans_free(lower_plan *plans, int n);
  * line holds of the widest of them. Returns how many. */
 int lower_prefetch_loads(const lower_kernel *k, const lower_plan *p, bool *need, int *loads,
                          int *step);
+/* Whether block `block` of k's plan runs in the prefetch's chunks: the
+ * plan's prefetch_in, unless the kernel is tiny (lower_plan_scalar), where a
+ * next row's prefetch costs more code than the row's work. */
+bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block);
 
 /* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
  * and plan print the same text, which is what cache keys hash. */

@@ -811,6 +811,10 @@ int lower_prefetch_loads(const lower_kernel *k, const lower_plan *p, bool *need,
     return n;
 }
 
+bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block) {
+    return p->prefetch && p->prefetch_in == block && !lower_plan_scalar(k, p);
+}
+
 static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     memset(p, 0, sizeof *p);
     if (!lower_kind_has_code(k->kind))

@@ -839,17 +839,7 @@ static void extreme(gen *g, const lower_block *blk) {
     g->val[blk->reduce] = r;
 }
 
-/* A pass over the reduced elements that finishes reduction blk->reduce. */
-static void reduce(gen *g, const lower_block *blk) {
-    const lower_ins *x = &g->k->ins[blk->reduce];
-    if (x->gop == GRAPH_RMAX || x->gop == GRAPH_RMIN) {
-        extreme(g, blk);
-        return;
-    }
-    racc a = racc_new(g, blk->reduce);
-    racc_pass(g, &a, blk, i64c(g, 0), szv(g, &g->k->rnumel));
-    g->val[blk->reduce] = racc_value(g, &a);
-}
+
 
 /* ---- rows split across threads (the plan's `split`) ----
  * Each pass over a row runs as SPLIT_CHUNKS chunks spread over the threads by
@@ -1069,32 +1059,58 @@ static void prefetch_chunk(gen *g, const lower_plan *plan, LLVMValueRef c0, LLVM
     free(need), free(loads), free(saved);
 }
 
-/* A pass over the row's elements in the chunks of the plan's prefetch, each
- * chunk led by prefetch_chunk: a sum (into a) or the store pass. */
-static void prefetching_pass(gen *g, const lower_plan *plan, const lower_block *blk, racc *a) {
-    LLVMValueRef R = szv(g, &g->k->rnumel), C = i64c(g, plan->prefetch);
+/* The store pass over the row's elements [lo, hi). */
+static void store_pass(gen *g, const lower_block *blk, LLVMValueRef lo, LLVMValueRef hi) {
+    loop l;
+    g->ridx = loop_open(g, &l, lo, hi);
+    block_values(g, blk);
+    store_results(g);
+    loop_close(g, &l, false);
+}
+
+/* Pass i of the plan over the row's elements: a sum into a, or (a NULL)
+ * the store pass; where the pass prefetches (lower_plan_prefetches), in the
+ * prefetch's chunks, each led by prefetch_chunk. */
+static void row_pass(gen *g, const lower_plan *plan, int i, racc *a) {
+    const lower_block *blk = &plan->blocks[i];
+    LLVMValueRef R = szv(g, &g->k->rnumel);
+    if (!lower_plan_prefetches(g->k, plan, i)) {
+        if (a)
+            racc_pass(g, a, blk, i64c(g, 0), R);
+        else
+            store_pass(g, blk, i64c(g, 0), R);
+        return;
+    }
+    LLVMValueRef C = i64c(g, plan->prefetch);
     loop cl;
     LLVMValueRef ch = loop_open(g, &cl, i64c(g, 0), L_->LLVMBuildSDiv(B, add(g, R, i64c(g, plan->prefetch - 1)), C, ""));
     LLVMValueRef c0 = mul(g, ch, C), c1 = add(g, c0, C);
     c1 = sel(g, icmp(g, LLVMIntSLT, c1, R), c1, R);
     prefetch_chunk(g, plan, c0, c1);
-    if (a) {
+    if (a)
         racc_pass(g, a, blk, c0, c1);
-    } else {
-        loop l;
-        g->ridx = loop_open(g, &l, c0, c1);
-        block_values(g, blk);
-        store_results(g);
-        loop_close(g, &l, false);
-    }
+    else
+        store_pass(g, blk, c0, c1);
     loop_close(g, &cl, false);
+}
+
+/* Pass i of the plan, which finishes reduction blocks[i].reduce. */
+static void reduce(gen *g, const lower_plan *plan, int i) {
+    const lower_block *blk = &plan->blocks[i];
+    const lower_ins *x = &g->k->ins[blk->reduce];
+    if (x->gop == GRAPH_RMAX || x->gop == GRAPH_RMIN) {
+        extreme(g, blk);
+        return;
+    }
+    racc a = racc_new(g, blk->reduce);
+    row_pass(g, plan, i, &a);
+    g->val[blk->reduce] = racc_value(g, &a);
 }
 
 /* Reductions and row kernels: per output row, the plan's blocks in order:
  * outer values, passes that finish reductions, and in a row kernel a last
  * pass that stores. */
 static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *plan) {
-    const lower_kernel *k = g->k;
     loop rows;
     g->gidx = loop_open(g, &rows, lo, hi);
     bool stored = false;
@@ -1105,28 +1121,12 @@ static void phased(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
             block_values(g, blk);
             break;
         case LOWER_BLOCK_REDUCE:
-            if (plan->prefetch && plan->prefetch_in == i) {
-                racc a = racc_new(g, blk->reduce);
-                prefetching_pass(g, plan, blk, &a);
-                g->val[blk->reduce] = racc_value(g, &a);
-            } else {
-                reduce(g, blk);
-            }
+            reduce(g, plan, i);
             break;
-        case LOWER_BLOCK_STORE: {
-            if (plan->prefetch && plan->prefetch_in == i) {
-                prefetching_pass(g, plan, blk, NULL);
-                stored = true;
-                break;
-            }
-            loop l;
-            g->ridx = loop_open(g, &l, i64c(g, 0), szv(g, &k->rnumel));
-            block_values(g, blk);
-            store_results(g);
-            loop_close(g, &l, false);
+        case LOWER_BLOCK_STORE:
+            row_pass(g, plan, i, NULL);
             stored = true;
             break;
-        }
         case LOWER_BLOCK_SCATTER:
             scatter_pass(g, blk);
             break;

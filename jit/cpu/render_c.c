@@ -287,18 +287,18 @@ static void prefetch_next_row(sbuf *b, const lower_kernel *k, const lower_plan *
     free(need), free(loads);
 }
 
-/* Whether block i of the plan runs in chunks that prefetch the next row. */
-static bool prefetching(const sbuf *b, const lower_plan *plan, int i) {
-    return plan->prefetch && plan->prefetch_in == i && !b->scalar;
-}
-
-/* The start of a pass's loop over the row's elements (its simd clauses, or
- * NULL for none): r over [0, R), or, when the pass prefetches, over chunks
- * [c0, c1), each led by its prefetch; pass_end closes it. */
+/* The start of pass i's loop over the row's elements (its simd clauses,
+ * or NULL for none): r over [0, R), spread over the threads where the plan
+ * splits rows, or, where the pass prefetches (lower_plan_prefetches), over
+ * chunks [c0, c1), each led by its prefetch; pass_end closes it. */
 static void pass_begin(sbuf *b, const lower_kernel *k, const lower_plan *plan, int i,
                        const char *clauses) {
     const char *ix = counter(b);
-    if (prefetching(b, plan, i)) {
+    if (plan->split) {
+        cstyle_put(b, "      #pragma omp parallel for simd%s schedule(static) num_threads(nthreads)\n",
+                   clauses ? clauses : "");
+        cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", ix);
+    } else if (lower_plan_prefetches(k, plan, i)) {
         cstyle_put(b, "      for (%s c0 = 0; c0 < R; c0 += %lldLL) {\n", ix, (long long)plan->prefetch);
         cstyle_put(b, "      const %s c1 = c0 + %lldLL < R ? c0 + %lldLL : R;\n", ix,
                    (long long)plan->prefetch, (long long)plan->prefetch);
@@ -313,8 +313,8 @@ static void pass_begin(sbuf *b, const lower_kernel *k, const lower_plan *plan, i
     }
 }
 
-static void pass_end(sbuf *b, const lower_plan *plan, int i) {
-    cstyle_put(b, prefetching(b, plan, i) ? "      }}\n" : "      }\n");
+static void pass_end(sbuf *b, const lower_kernel *k, const lower_plan *plan, int i) {
+    cstyle_put(b, !plan->split && lower_plan_prefetches(k, plan, i) ? "      }}\n" : "      }\n");
 }
 
 /* A pass over the reduced elements that finishes one reduction. A sum may
@@ -335,20 +335,11 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_plan *plan, 
     } else if (extreme) {
         vector_extreme_pass(b, k, blk);
     } else {
-        if (x->gop == GRAPH_SUM && split) {
-            cstyle_put(b, "      #pragma omp parallel for simd reduction(+:acc) "
-                          "schedule(static) num_threads(nthreads)\n");
-            cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", counter(b));
-        } else {
-            pass_begin(b, k, plan, bi, x->gop == GRAPH_SUM ? " reduction(+:acc)" : NULL);
-        }
+        pass_begin(b, k, plan, bi, x->gop == GRAPH_SUM ? " reduction(+:acc)" : NULL);
         block_stmts(b, k, blk);
         stash_stmt(b, k, blk);
         reduce_step(b, x, in);
-        if (x->gop == GRAPH_SUM && split)
-            cstyle_put(b, "      }\n");
-        else
-            pass_end(b, plan, bi);
+        pass_end(b, k, plan, bi);
     }
     reduce_result(b, x, blk->reduce);
     cstyle_put(b, "    }\n");
@@ -445,18 +436,10 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
             break;
         }
         case LOWER_BLOCK_STORE:
-            if (plan->split) {
-                cstyle_put(b, "    #pragma omp parallel for simd schedule(static) num_threads(nthreads)\n");
-                cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
-            } else {
-                pass_begin(b, k, plan, i, "");
-            }
+            pass_begin(b, k, plan, i, "");
             block_stmts(b, k, blk);
             store_stmt(b, k, "      ");
-            if (plan->split)
-                cstyle_put(b, "    }\n");
-            else
-                pass_end(b, plan, i);
+            pass_end(b, k, plan, i);
             stored = true;
             break;
         }
@@ -1012,8 +995,8 @@ static void att_pack(sbuf *b, const lower_kernel *k, int x, const char *name, co
     cstyle_put(b, ";\n");
 }
 
-/* The scratch arrays of each kernel: names and sizes in elements. */
-/* The forward's KT and VR hold the whole matrix's k (transposed) and v,
+/* The scratch arrays of each kernel: names and sizes in elements. The
+ * forward's KT and VR hold the whole matrix's k (transposed) and v,
  * NKB keys wide: packed once per matrix a thread visits (every query tile
  * of the matrix reads them), where packing each key tile for each query
  * tile repacked k and v L / BQ times over. */
@@ -1053,8 +1036,9 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     /* A row's sum in vector lanes, the lanes then added as a tree: the
      * `omp simd reduction` it replaces ended each 64-element row in 16
      * dependent scalar adds (gcc's epilogue, the hottest instructions of the
-     * forward outside its products). With this session's cheaper e^x, the
-     * forward at b8 s256 d64 h8 went from 6.5-6.8 to 6.1-6.4 ms. */
+     * forward outside its products). With the e^x rule's cheaper form
+     * (lower/rules_math.c), the forward at b8 s256 d64 h8 went from 6.5-6.8
+     * to 6.1-6.4 ms. */
     cstyle_put(b,
         "static inline %s %s_rowsum(const %s *restrict p, int64_t n) {\n"
         "  %s_v a = {0};\n  int64_t j = 0;\n"
