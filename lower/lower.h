@@ -471,6 +471,17 @@ int lower_prefetch_loads(const lower_kernel *k, const lower_plan *p, bool *need,
  * next row's prefetch costs more code than the row's work. */
 bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block);
 
+/* The edges of a CPU matmul's register tiles (lower_mm_plan), where its
+ * sizes are literals: *rows, the rows of the last tile of a column of
+ * tiles (n % mr; 0 when every tile is whole), and *vecs, the vectors of
+ * the last tile of a row (0 when whole). MC and NC are whole tiles, so
+ * these are the only partial tiles. A renderer gives those tiles a
+ * micro-kernel of their own size instead of computing the zeros they are
+ * padded with: a batch of 32 x 144 @ 144 x 196 products (a convolution's)
+ * took as long as 36 x 144 @ 144 x 256. Run-time sizes (a program shared
+ * by several) have none: their tiles stay whole, padded. */
+void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *vecs);
+
 /* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
  * and plan print the same text, which is what cache keys hash. */
 void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);

@@ -811,6 +811,20 @@ int lower_prefetch_loads(const lower_kernel *k, const lower_plan *p, bool *need,
     return n;
 }
 
+void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *vecs) {
+    const lower_mm_plan *mm = &p->mm;
+    int64_t nr = (int64_t)mm->lanes * mm->nv;
+    *rows = *vecs = 0;
+    if (k->kind != LOWER_MATMUL || mm->mr < 1 || nr < 1)
+        return;
+    if (k->n > 0 && lower_size_index(k, &k->n) < 0)
+        *rows = (int)(k->n % mm->mr);
+    if (k->m > 0 && lower_size_index(k, &k->m) < 0) {
+        int v = (int)ceil_div(k->m % nr, mm->lanes);
+        *vecs = v < mm->nv ? v : 0;
+    }
+}
+
 bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block) {
     return p->prefetch && p->prefetch_in == block && !lower_plan_scalar(k, p);
 }

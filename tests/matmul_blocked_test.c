@@ -57,6 +57,17 @@ TU_TEST(matmul_blocked, long_k_and_partial_tiles) {
     check_plain(ctx, KILN_F64, 1, 61, 300, 37, -1, 1);
 }
 
+/* Partial register tiles run micro-kernels of their own sizes (lower.h's
+ * lower_mm_edges): the last rows (32 = 5 x 6 + 2), the last columns (196 =
+ * 3 x 64 + one vector) and the corner, over a batch (a convolution's
+ * products), and with a k that takes several blocks (the partial sums
+ * added into the C block by the same edge kernel). */
+TU_TEST(matmul_blocked, edge_tiles_of_their_own_size) {
+    check_plain(ctx, KILN_F32, 3, 32, 144, 196, -1, 1);
+    check_plain(ctx, KILN_F32, 1, 20, 900, 100, -1, 1);
+    check_plain(ctx, KILN_F64, 2, 7, 50, 41, -1, 1);
+}
+
 /* Narrow outputs take a taller, narrower register tile; a single row pads
  * the tile with zero rows. */
 TU_TEST(matmul_blocked, narrow_outputs) {

@@ -112,3 +112,33 @@ Test(render_c, row_kernels_prefetch_the_next_rows_plain_loads) {
     graph_unref(idx);
     graph_ctx_free(g);
 }
+
+/* A matmul whose rows and columns leave partial register tiles gets a
+ * micro-kernel for each kind of partial tile (lower_mm_edges: 32 rows are 5
+ * tiles of 6 and one of 2, 196 columns 3 panels of 64 and one of a vector),
+ * chosen per tile; one whose tiles are all whole gets only the one. */
+Test(render_c, partial_matmul_tiles_get_their_own_micro_kernels) {
+    graph_ctx *g = graph_ctx_new();
+    struct {
+        int64_t n, k, m;
+        int kernels;
+    } cases[] = {{32, 144, 196, 4}, {36, 144, 256, 1}, {32, 144, 256, 2}, {36, 144, 196, 2}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        const int64_t as[2] = {cases[i].n, cases[i].k}, bs[2] = {cases[i].k, cases[i].m};
+        graph_node *a = tu_leaf(g, KILN_F32, 2, as), *b = tu_leaf(g, KILN_F32, 2, bs);
+        char *src = NULL;
+        render(graph_matmul(a, b), &src);
+        const char *k = strstr(src, JIT_CPU_KERNEL_MARK);
+        cr_assert(k);
+        /* each micro-kernel's definition names it with its parameter list */
+        int n = count(k, "_ukr(int64_t kc") + count(k, "_ukr_r(int64_t kc") +
+                count(k, "_ukr_c(int64_t kc") + count(k, "_ukr_rc(int64_t kc");
+        cr_assert_eq(n, cases[i].kernels, "%lldx%lldx%lld: %d micro-kernels, want %d",
+                     (long long)cases[i].n, (long long)cases[i].k, (long long)cases[i].m, n,
+                     cases[i].kernels);
+        free(src);
+        graph_unref(a);
+        graph_unref(b);
+    }
+    graph_ctx_free(g);
+}

@@ -1144,7 +1144,8 @@ typedef struct mm {
     kiln_dtype at, bt;
     LLVMTypeRef acc, vec, accp;
     int64_t nr;
-    LLVMValueRef ukr;
+    LLVMValueRef ukr, ukr_r, ukr_c, ukr_rc; /* whole tiles; the partial ones' (lower_mm_edges) */
+    int erows, evecs;
     LLVMTypeRef ukr_t;
 } mm;
 
@@ -1252,27 +1253,27 @@ static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *
  * per step, rows rs apart, steps cs apart: packed, or the operand in place)
  * and packed B (NR values per step), then stored into, or added to, the C
  * block (rows ldc = NC apart). Products are contracted (llvm.fmuladd). */
-static void mm_micro_kernel(gen *g, mm *p) {
+static LLVMValueRef mm_micro_kernel(gen *g, mm *p, const char *suffix, int mr, int nv) {
     const jit_llvm_api *L = g->L;
     const lower_mm_plan *pl = p->plan;
     LLVMTypeRef params[8] = {g->i64, p->accp, g->i64, g->i64, p->accp, p->accp, g->i64, g->i1};
     p->ukr_t = L->LLVMFunctionType(g->vd, params, 8, 0);
     char name[128];
-    snprintf(name, sizeof name, "%s.ukr", g->k->name);
-    p->ukr = add_fn(g, name, p->ukr_t, true);
+    snprintf(name, sizeof name, "%s.ukr%s", g->k->name, suffix);
+    LLVMValueRef fn = add_fn(g, name, p->ukr_t, true);
     /* a, b and c (attribute indices count the return value first). */
-    fn_attr(g, p->ukr, 2, "noalias");
-    fn_attr(g, p->ukr, 5, "noalias");
-    fn_attr(g, p->ukr, 6, "noalias");
-    fn_begin(g, p->ukr);
-    LLVMValueRef kc = L->LLVMGetParam(p->ukr, 0), a = L->LLVMGetParam(p->ukr, 1);
-    LLVMValueRef rs = L->LLVMGetParam(p->ukr, 2), cs = L->LLVMGetParam(p->ukr, 3);
-    LLVMValueRef bp = L->LLVMGetParam(p->ukr, 4), c = L->LLVMGetParam(p->ukr, 5);
-    LLVMValueRef ldc = L->LLVMGetParam(p->ukr, 6), addp = L->LLVMGetParam(p->ukr, 7);
+    fn_attr(g, fn, 2, "noalias");
+    fn_attr(g, fn, 5, "noalias");
+    fn_attr(g, fn, 6, "noalias");
+    fn_begin(g, fn);
+    LLVMValueRef kc = L->LLVMGetParam(fn, 0), a = L->LLVMGetParam(fn, 1);
+    LLVMValueRef rs = L->LLVMGetParam(fn, 2), cs = L->LLVMGetParam(fn, 3);
+    LLVMValueRef bp = L->LLVMGetParam(fn, 4), c = L->LLVMGetParam(fn, 5);
+    LLVMValueRef ldc = L->LLVMGetParam(fn, 6), addp = L->LLVMGetParam(fn, 7);
     LLVMValueRef accs[12][4];
     LLVMValueRef zero = L->LLVMConstNull(p->vec);
-    for (int i = 0; i < pl->mr; i++)
-        for (int v = 0; v < pl->nv; v++)
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++)
             accs[i][v] = var(g, p->vec, zero);
     LLVMTypeRef vptr = L->LLVMPointerType(p->vec, 0);
     unsigned esz = p->acc == g->f32 ? 4 : 8;
@@ -1280,18 +1281,18 @@ static void mm_micro_kernel(gen *g, mm *p) {
     LLVMValueRef kk = loop_open(g, &kl, i64c(g, 0), kc);
     LLVMValueRef brow = gep(g, p->acc, bp, mul(g, kk, i64c(g, p->nr)));
     LLVMValueRef bv[4];
-    for (int v = 0; v < pl->nv; v++) {
+    for (int v = 0; v < nv; v++) {
         LLVMValueRef ptr = gep(g, p->acc, brow, i64c(g, (int64_t)v * pl->lanes));
         bv[v] = get(g, p->vec, L->LLVMBuildBitCast(B, ptr, vptr, ""));
         L->LLVMSetAlignment(bv[v], esz);
     }
     LLVMValueRef acol = mul(g, kk, cs);
     LLVMValueRef mask = L->LLVMConstNull(L->LLVMVectorType(g->i32, (unsigned)pl->lanes));
-    for (int i = 0; i < pl->mr; i++) {
+    for (int i = 0; i < mr; i++) {
         LLVMValueRef x = get(g, p->acc, gep(g, p->acc, a, add(g, mul(g, i64c(g, i), rs), acol)));
         x = L->LLVMBuildInsertElement(B, L->LLVMGetUndef(p->vec), x, i32c(g, 0), "");
         x = L->LLVMBuildShuffleVector(B, x, L->LLVMGetUndef(p->vec), mask, "");
-        for (int v = 0; v < pl->nv; v++) {
+        for (int v = 0; v < nv; v++) {
             LLVMValueRef cur = get(g, p->vec, accs[i][v]), r;
             if (p->acc == g->i64) {
                 r = add(g, mul(g, x, bv[v]), cur);
@@ -1303,8 +1304,8 @@ static void mm_micro_kernel(gen *g, mm *p) {
         }
     }
     loop_close(g, &kl, false);
-    for (int i = 0; i < pl->mr; i++)
-        for (int v = 0; v < pl->nv; v++) {
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++) {
             LLVMValueRef at = add(g, mul(g, i64c(g, i), ldc), i64c(g, (int64_t)v * pl->lanes));
             LLVMValueRef ptr = L->LLVMBuildBitCast(B, gep(g, p->acc, c, at), vptr, "");
             LLVMValueRef old = get(g, p->vec, ptr);
@@ -1315,6 +1316,7 @@ static void mm_micro_kernel(gen *g, mm *p) {
             L->LLVMSetAlignment(st, esz);
         }
     fn_end(g);
+    return fn;
 }
 
 /* Packs `rows` rows from `first` on (rows row_stride apart in buffer buf) and
@@ -1464,7 +1466,19 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
             cs = sel(g, in_place, CSA, cs);
         }
         LLVMValueRef ua[8] = {kc, aptr, rs, cs, bpanel, cptr, NC, addp};
-        L->LLVMBuildCall2(B, p->ukr_t, p->ukr, ua, 8, "");
+        /* a partial tile takes its own size's micro-kernel where there is one */
+        LLVMValueRef ukr = p->ukr, ukr_r = p->ukr_r;
+        if (p->evecs) {
+            LLVMValueRef ec = icmp(g, LLVMIntSLE, L->LLVMBuildSub(B, nc, jr, ""),
+                                   i64c(g, (int64_t)p->evecs * pl->lanes));
+            ukr = sel(g, ec, p->ukr_c, ukr);
+            if (p->erows)
+                ukr_r = sel(g, ec, p->ukr_rc, ukr_r);
+        }
+        if (p->erows)
+            ukr = sel(g, icmp(g, LLVMIntSLE, L->LLVMBuildSub(B, mc, ir, ""), i64c(g, p->erows)),
+                      ukr_r, ukr);
+        L->LLVMBuildCall2(B, p->ukr_t, ukr, ua, 8, "");
         loop_close(g, &jrl, false);
         loop_close(g, &irl, false);
         set(g, p0v, add(g, p0, KC));
@@ -1580,7 +1594,11 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     mm p;
     if (k->kind == LOWER_MATMUL) {
         mm_setup(g, plan, &p);
-        mm_micro_kernel(g, &p);
+        lower_mm_edges(k, plan, &p.erows, &p.evecs);
+        p.ukr = mm_micro_kernel(g, &p, "", plan->mm.mr, plan->mm.nv);
+        p.ukr_r = p.erows ? mm_micro_kernel(g, &p, ".r", p.erows, plan->mm.nv) : NULL;
+        p.ukr_c = p.evecs ? mm_micro_kernel(g, &p, ".c", plan->mm.mr, p.evecs) : NULL;
+        p.ukr_rc = p.erows && p.evecs ? mm_micro_kernel(g, &p, ".rc", p.erows, p.evecs) : NULL;
     }
     fn_begin(g, entry);
     LLVMValueRef bufs8 = L->LLVMGetParam(entry, 0);

@@ -497,12 +497,13 @@ typedef struct mm_shape {
  * step), then stored into, or added to, the thread's C block. ISO
  * C mode turns off contraction of a*b+c, so it is turned back on here alone:
  * the epilogue keeps the rounding of the unfused ops. */
-static void mm_micro_kernel(sbuf *b, const char *name, const char *e, mm_shape s) {
+static void mm_micro_kernel(sbuf *b, const char *name, const char *suffix, const char *e,
+                            mm_shape s) {
     cstyle_put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
     cstyle_put(b,
-        "static __attribute__((noinline)) void %s_ukr(int64_t kc, const %s *restrict a, "
+        "static __attribute__((noinline)) void %s_ukr%s(int64_t kc, const %s *restrict a, "
         "int64_t rs, int64_t cs, const %s *restrict b, %s *restrict c, int64_t ldc, int add) {\n",
-        name, e, e, e);
+        name, suffix, e, e, e);
     cstyle_put(b, "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
@@ -763,7 +764,17 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, name, s.vbytes);
     cstyle_put(b, "enum { %s_MR = %d, %s_L = %lld, %s_NR = %lld };\n", name, s.mr, name,
         (long long)lanes, name, (long long)nr);
-    mm_micro_kernel(b, name, e, s);
+    /* the partial tiles' own micro-kernels (lower_mm_edges): _r for the
+     * last rows, _c for the last columns, _rc for the corner */
+    int erows, evecs;
+    lower_mm_edges(k, plan, &erows, &evecs);
+    mm_micro_kernel(b, name, "", e, s);
+    if (erows)
+        mm_micro_kernel(b, name, "_r", e, (mm_shape){s.vbytes, erows, s.nv});
+    if (evecs)
+        mm_micro_kernel(b, name, "_c", e, (mm_shape){s.vbytes, s.mr, evecs});
+    if (erows && evecs)
+        mm_micro_kernel(b, name, "_rc", e, (mm_shape){s.vbytes, erows, evecs});
     char unit[128];
     snprintf(unit, sizeof unit, "%s_MR", name);
     mm_pack(b, name, "a", e, unit, at, k->a.buf, k->a.row_stride, k->a.col_stride);
@@ -855,12 +866,31 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "            %s_pack_a(ap + full * kc, in%d, oa + (i0 + full) * RSA + p0 * CSA, "
            "mc - full, kc, RSA, CSA);\n", name, k->a.buf);
     cstyle_put(b, "          for (int64_t ir = 0; ir < mc; ir += MR)\n");
-    cstyle_put(b, "            for (int64_t jr = 0; jr < nc; jr += NR)\n");
+    cstyle_put(b, "            for (int64_t jr = 0; jr < nc; jr += NR) {\n");
+    /* a partial tile (only ever past `full`, the rows A is read in place
+     * for) takes its own size's micro-kernel where there is one */
+    char u[160];
+    snprintf(u, sizeof u, "%s_ukr", name);
+    if (erows || evecs) {
+        cstyle_put(b, "              void (*const u)(int64_t, const %s *restrict, int64_t, int64_t, "
+                      "const %s *restrict, %s *restrict, int64_t, int) = ", e, e, e);
+        if (erows && evecs)
+            cstyle_put(b, "mc - ir <= %d ? (nc - jr <= %lld ? %s_ukr_rc : %s_ukr_r) : "
+                          "nc - jr <= %lld ? %s_ukr_c : %s_ukr;\n", erows,
+                       (long long)evecs * lanes, name, name, (long long)evecs * lanes, name, name);
+        else if (erows)
+            cstyle_put(b, "mc - ir <= %d ? %s_ukr_r : %s_ukr;\n", erows, name, name);
+        else
+            cstyle_put(b, "nc - jr <= %lld ? %s_ukr_c : %s_ukr;\n", (long long)evecs * lanes,
+                       name, name);
+        snprintf(u, sizeof u, "u");
+    }
     if (direct)
-        cstyle_put(b, "              if (ir < full) %s_ukr(kc, in%d + oa + (i0 + ir) * RSA + p0 * CSA, "
-               "RSA, CSA, bp + jr * kc, cb + ir * NC + jr, NC, p0 > 0); else\n", name, k->a.buf);
-    cstyle_put(b, "              %s_ukr(kc, ap + ir * kc, 1, MR, bp + jr * kc, cb + ir * NC + jr, NC, "
-        "p0 > 0);\n", name);
+        cstyle_put(b, "              if (ir < full) %s(kc, in%d + oa + (i0 + ir) * RSA + p0 * CSA, "
+               "RSA, CSA, bp + jr * kc, cb + ir * NC + jr, NC, p0 > 0); else\n", u, k->a.buf);
+    cstyle_put(b, "              %s(kc, ap + ir * kc, 1, MR, bp + jr * kc, cb + ir * NC + jr, NC, "
+        "p0 > 0);\n", u);
+    cstyle_put(b, "            }\n");
     cstyle_put(b, "        }\n");
     cstyle_put(b, "      if (cb)\n");
     cstyle_put(b, "        for (int64_t i = 0; i < mc; i++) {\n");
