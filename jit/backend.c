@@ -502,8 +502,9 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
          * operand */
         bool joint = j->dev->ops->joint_attention_grads && !j->check_cuda;
         bool split = j->dev->ops->split_operands && !j->check_cuda;
+        bool rows = j->dev->ops->row_tiles && !j->check_cuda;
         unsigned flags = (fuse ? LOWER_FUSE : 0u) | (joint ? LOWER_JOINT_ATTENTION_GRADS : 0u) |
-                         (split ? LOWER_SPLIT_OPERANDS : 0u);
+                         (split ? LOWER_SPLIT_OPERANDS : 0u) | (rows ? LOWER_ROW_TILES : 0u);
         *st = lower_schedule_program(cap->ntargets, targets, flags, &c->prog, msg, mcap);
     } else {
         snprintf(msg, mcap, "kiln_realize: out of memory while scheduling");

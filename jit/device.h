@@ -44,6 +44,8 @@ typedef struct jit_device_ops {
                                    (lower.h's LOWER_JOINT_ATTENTION_GRADS) */
     bool split_operands; /* its renderer packs split matmul operands (lower.h's
                             LOWER_SPLIT_OPERANDS) */
+    bool row_tiles; /* its elementwise kernels may take rows as tiles (lower.h's
+                       LOWER_ROW_TILES) */
 
     /* Opens the device; KILN_ERR_DEVICE (or OOM) with a message when it cannot. */
     kiln_status (*open)(const jit_device_config *cfg, jit_device **out, char *msg, size_t cap);

@@ -332,7 +332,15 @@ enum {
      * buffer's elements several times each (an im2col), is read in place
      * from that buffer instead of being copied out first. Only with
      * LOWER_FUSE. */
-    LOWER_SPLIT_OPERANDS = 4u
+    LOWER_SPLIT_OPERANDS = 4u,
+    /* The target runs an elementwise kernel's tiles as loops that vectorise
+     * well however short (a CPU): where a tile of ELEMENTWISE_TILE elements
+     * leaves an element's place in its tile divided (a view's coordinates
+     * recovered from the flat index: a convolution's im2col over rows of
+     * 14), the kernel's tile is one output row instead, so that those
+     * divisions are the row's, once per row, and the row's loads are plain
+     * vector loads rather than gathers (emit.c: row_tile). */
+    LOWER_ROW_TILES = 8u
 };
 enum { LOWER_JOINT_ATTENTION_BATCH = 16 };
 

@@ -55,6 +55,7 @@ typedef struct sched {
     size_t index_cap;    /* a power of two, or 0 when nothing is pending */
     bool joint_attention; /* LOWER_JOINT_ATTENTION_GRADS */
     bool split_operands;  /* LOWER_SPLIT_OPERANDS */
+    bool row_tiles;       /* LOWER_ROW_TILES */
 } sched;
 
 /* n's position in the run's post-order; -1 when n is not pending below the

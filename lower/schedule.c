@@ -162,6 +162,7 @@ kiln_status lower_schedule_program(int n, graph_node *const *targets, unsigned f
     bool fuse = flags & LOWER_FUSE;
     s.joint_attention = fuse && (flags & LOWER_JOINT_ATTENTION_GRADS);
     s.split_operands = fuse && (flags & LOWER_SPLIT_OPERANDS);
+    s.row_tiles = flags & LOWER_ROW_TILES;
     sched_fuse(&s, n, targets, fuse);
     kiln_status st;
     graph_node *retry;

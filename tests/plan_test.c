@@ -447,3 +447,54 @@ Test(plan, image_views_load_linear_in_the_lane) {
     graph_unref(x);
     graph_ctx_free(g);
 }
+
+/* The im2col of 14 x 14 images: rows of 14 do not tile 1024 elements, so
+ * that with the usual tile every element divides its lane (the image's
+ * coordinates) and loads through that. A target that takes rows as tiles
+ * (LOWER_ROW_TILES) gets the output's rows of 14 as the tile instead, and
+ * the load is linear in the lane again; a bias added over [2, 3, 14, 14]
+ * takes each channel's plane (196) as its tile, its bias one value per
+ * tile; a plain contiguous op keeps the usual tile. */
+Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
+    graph_ctx *g = graph_ctx_new();
+    graph_node *x = tu_leaf(g, KILN_F32, 4, (int64_t[]){2, 3, 14, 14});
+    graph_node *bias = tu_leaf(g, KILN_F32, 4, (int64_t[]){1, 3, 1, 1});
+    graph_node *xp = graph_pad(x, (int64_t[]){0, 0, 1, 1}, (int64_t[]){0, 0, 1, 1});
+    graph_node *u = graph_unfold(graph_unfold(xp, 2, 3, 1), 3, 3, 1); /* [2,3,14,14,3,3] */
+    graph_node *cols = graph_permute(u, (int[]){0, 1, 4, 5, 2, 3});
+    graph_node *plus = graph_binary(GRAPH_ADD, x, graph_expand(bias, (int64_t[]){2, 3, 14, 14}));
+    graph_node *plain = graph_unary(GRAPH_EXP, x);
+    struct {
+        graph_node *target;
+        unsigned flags;
+        int64_t tile;
+        bool divided;
+        const char *what;
+    } cases[] = {
+        {graph_unary(GRAPH_NEG, cols), LOWER_FUSE, 1024, true, "im2col, usual tile"},
+        {graph_unary(GRAPH_NEG, cols), LOWER_FUSE | LOWER_ROW_TILES, 14, false, "im2col, rows"},
+        {graph_ref(plus), LOWER_FUSE | LOWER_ROW_TILES, 196, false, "bias, rows"},
+        {graph_ref(plain), LOWER_FUSE | LOWER_ROW_TILES, 1024, false, "exp, rows"},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        lower_program *p = lower_schedule(1, &cases[c].target, cases[c].flags);
+        cr_assert(p);
+        graph_unref(cases[c].target);
+        cr_assert_eq(p->nkernels, 1, "%s", cases[c].what);
+        const lower_kernel *k = &p->kernels[0];
+        cr_assert_eq(k->kind, LOWER_ELEMENTWISE, "%s", cases[c].what);
+        cr_assert_eq(k->tile, cases[c].tile, "%s: tile %lld", cases[c].what, (long long)k->tile);
+        bool divided = false;
+        for (int i = 0; i < k->nins; i++)
+            if (k->ins[i].op == UOP_LOAD)
+                divided = divided || lane_divided(k, k->ins[i].a, false);
+        cr_assert_eq(divided, cases[c].divided, "%s: a load %s the lane", cases[c].what,
+                     divided ? "divides" : "does not divide");
+        lower_program_free(p);
+    }
+    graph_unref(plus);
+    graph_unref(plain);
+    graph_unref(x);
+    graph_unref(bias);
+    graph_ctx_free(g);
+}

@@ -169,6 +169,7 @@ const jit_device_ops jit_cc_device = {
     .run_time_sizes = true,
     .joint_attention_grads = true,
     .split_operands = true,
+    .row_tiles = true,
     .open = cc_open,
     .close = cpu_close,
     .set_threads = cpu_set_threads,
