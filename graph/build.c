@@ -282,10 +282,65 @@ static graph_node *reduce_constant_axes(graph_op op, graph_node *a, uint32_t axe
     return m;
 }
 
+/* A float sum over trailing axes and over others apart from them, with a
+ * kept axis between (a convolution bias's gradient: [N, C, H, W] over N, H
+ * and W) is the trailing axes' sum first, then the others': one kernel
+ * that sums contiguous rows and a small one over their sums, where one
+ * kernel walked every output's elements through a division per element
+ * (their coordinates in two runs) and a gather. The partial sums are kept
+ * in double, the precision f32 sums accumulate in anyway. Only where the
+ * rows are long (SPLIT_SUM_ROW elements): a short row's partial sums would
+ * be a pass over a large fraction of the input. [128, 16, 28, 28] over
+ * (0, 2, 3), 2 threads: 0.68 -> 0.26 ms (the CNN's first bias gradient), and
+ * [128, 32, 14, 14] 0.54 -> 0.15. Returns NULL
+ * when the rule does not apply. */
+enum { SPLIT_SUM_ROW = 64 };
+static graph_node *split_sum(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt) {
+    int nd = a->ndim;
+    if (op != GRAPH_SUM || !graph_dtype_is_float(dt) || nd < 3 || !(axes & (1u << (nd - 1))))
+        return NULL;
+    int lo = nd - 1;
+    while (lo > 0 && (axes & (1u << (lo - 1))))
+        lo--;
+    uint32_t inner = 0;
+    int64_t row = 1;
+    for (int d = lo; d < nd; d++) {
+        inner |= 1u << d;
+        row *= a->shape[d];
+    }
+    uint32_t outer = axes & ~inner;
+    if (!outer || row < SPLIT_SUM_ROW)
+        return NULL;
+    int top = 0; /* past the outer group's last axis */
+    for (int d = 0; d < lo; d++)
+        if (outer & (1u << d))
+            top = d + 1;
+    int64_t between = 1, reduced = 1;
+    for (int d = top; d < lo; d++)
+        between *= a->shape[d];
+    for (int d = 0; d < lo; d++)
+        if (outer & (1u << d))
+            reduced *= a->shape[d];
+    if (between < 2 || reduced < 2)
+        return NULL;
+    const kiln_dtype acc = KILN_F64;
+    graph_node *wide = a->dtype == acc ? graph_ref(a) : graph_cast(a, acc);
+    graph_node *rows = wide ? graph_reduce(GRAPH_SUM, wide, inner, acc) : NULL;
+    graph_node *sum = rows ? graph_reduce(GRAPH_SUM, rows, outer, acc) : NULL;
+    graph_node *r = sum ? (dt == acc ? graph_ref(sum) : graph_cast(sum, dt)) : NULL;
+    graph_unref(wide);
+    graph_unref(rows);
+    graph_unref(sum);
+    return r;
+}
+
 graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt) {
     graph_node *folded = reduce_constant_axes(op, a, axes, dt);
     if (folded)
         return folded;
+    graph_node *split = split_sum(op, a, axes, dt);
+    if (split)
+        return split;
     graph_node p;
     graph_proto(&p, op, dt, a->ndim, a->shape);
     for (int d = 0; d < a->ndim; d++)

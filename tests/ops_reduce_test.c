@@ -175,6 +175,28 @@ TU_TEST(reduce, column_sums_in_chunks) {
     free(in);
 }
 
+/* A sum over the trailing axes and an axis apart from them (a convolution
+ * bias's gradient, [N, C, H, W] over N, H and W) is a sum of rows and then
+ * of their sums (graph/build.c: split_sum); means too, every float dtype,
+ * keepdim or not, against the reference. Rows of 72 (split) and of 12 (one
+ * sum). */
+TU_TEST(reduce, trailing_and_leading_axes) {
+    TU_RNG(r);
+    const int64_t big[4] = {5, 3, 9, 8}, small[4] = {7, 2, 3, 4};
+    int nf;
+    const kiln_dtype *fl = tu_float_dtypes(&nf);
+    double in[5 * 3 * 9 * 8];
+    for (int k = 0; k < nf; k++)
+        for (int keep = 0; keep < 2; keep++) {
+            kiln_tensor *x = tu_rand_tensor(ctx, &r, fl[k], 4, big, -4, 4, in);
+            check_reduce(ctx, R_SUM, x, in, fl[k], 4, big, 3, (int[]){0, 2, 3}, keep);
+            check_reduce(ctx, R_MEAN, x, in, fl[k], 4, big, 3, (int[]){0, 2, 3}, keep);
+            check_reduce(ctx, R_SUM, x, in, fl[k], 4, big, 2, (int[]){0, 3}, keep);
+            kiln_tensor *y = tu_rand_tensor(ctx, &r, fl[k], 4, small, -4, 4, in);
+            check_reduce(ctx, R_SUM, y, in, fl[k], 4, small, 3, (int[]){0, 2, 3}, keep);
+        }
+}
+
 /* Reductions over small windows of a fixed few elements (lower/plan.c
  * takes them down columns: the outputs in chunks, the window's elements
  * rows taken into each chunk): a 2x3 pool's windows of [2, 3, 10, 2, 9, 3]

@@ -498,3 +498,29 @@ Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
     graph_unref(bias);
     graph_ctx_free(g);
 }
+
+/* A float sum over [N, C, H, W]'s N, H and W (a convolution bias's
+ * gradient) is two kernels (graph/build.c: split_sum): the rows of H x W
+ * summed contiguously, then N of those sums per channel; a sum whose rows
+ * are short (H x W = 12) stays one kernel. */
+Test(plan, sums_apart_from_their_rows_sum_the_rows_first) {
+    graph_ctx *g = graph_ctx_new();
+    graph_node *x = tu_leaf(g, KILN_F32, 4, (int64_t[]){8, 4, 16, 16});
+    graph_node *y = tu_leaf(g, KILN_F32, 4, (int64_t[]){8, 4, 3, 4});
+    const uint32_t axes = 1u | 4u | 8u;
+    lower_program *p = schedule(graph_reduce(GRAPH_SUM, x, axes, KILN_F32));
+    cr_assert_eq(p->nkernels, 2);
+    cr_assert_eq(p->kernels[0].kind, LOWER_REDUCE);
+    cr_assert_eq(p->kernels[0].numel, 32);
+    cr_assert_eq(p->kernels[0].rnumel, 256);
+    cr_assert_eq(p->kernels[1].numel, 4);
+    cr_assert_eq(p->kernels[1].rnumel, 8);
+    lower_program_free(p);
+    p = schedule(graph_reduce(GRAPH_SUM, y, axes, KILN_F32));
+    cr_assert_eq(p->nkernels, 1);
+    cr_assert_eq(p->kernels[0].rnumel, 96);
+    lower_program_free(p);
+    graph_unref(x);
+    graph_unref(y);
+    graph_ctx_free(g);
+}
