@@ -334,7 +334,51 @@ static graph_node *split_sum(graph_op op, graph_node *a, uint32_t axes, kiln_dty
     return r;
 }
 
+/* A sum, max or min over a permutation of its source's axes (a transpose:
+ * the weight gradient autograd takes transposed, swap_broadcast_grad) is
+ * the permutation of the source's reduction: contiguous reads, and only
+ * the small result permuted (a batch's sum of 128 transposed 144 x 32
+ * products read across their rows took 1.06 ms, the plain sum 0.18).
+ * Returns NULL when the rule does not apply. */
+static graph_node *reduce_permuted(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt) {
+    if ((op != GRAPH_SUM && op != GRAPH_RMAX && op != GRAPH_RMIN) || a->op != GRAPH_VIEW ||
+        a->buf || a->p.view.masked || a->p.view.offset != 0 || a->src[0]->ndim != a->ndim)
+        return NULL;
+    graph_node *s = a->src[0];
+    int nd = a->ndim, perm[KILN_MAX_DIMS];
+    bool used[KILN_MAX_DIMS] = {false}, identity = true;
+    int64_t cs[KILN_MAX_DIMS], st = 1;
+    for (int d = nd - 1; d >= 0; d--) {
+        cs[d] = st;
+        st *= s->shape[d];
+    }
+    for (int i = 0; i < nd; i++) {
+        int d = 0;
+        while (d < nd && (used[d] || s->shape[d] != a->shape[i] ||
+                          (a->shape[i] > 1 && a->p.view.strides[i] != cs[d])))
+            d++;
+        if (d == nd)
+            return NULL;
+        used[d] = true;
+        perm[i] = d;
+        identity = identity && d == i;
+    }
+    if (identity)
+        return NULL;
+    uint32_t saxes = 0;
+    for (int i = 0; i < nd; i++)
+        if (axes & (1u << i))
+            saxes |= 1u << perm[i];
+    graph_node *r = graph_reduce(op, s, saxes, dt);
+    graph_node *p = r ? graph_permute(r, perm) : NULL;
+    graph_unref(r);
+    return p;
+}
+
 graph_node *graph_reduce(graph_op op, graph_node *a, uint32_t axes, kiln_dtype dt) {
+    graph_node *permuted = reduce_permuted(op, a, axes, dt);
+    if (permuted)
+        return permuted;
     graph_node *folded = reduce_constant_axes(op, a, axes, dt);
     if (folded)
         return folded;
