@@ -126,36 +126,13 @@ kiln_tensor *api_conv(kiln_tensor *x, kiln_tensor *w, kiln_tensor *b, int nsp,
     kiln_tensor *xp = pad_or_cut(x, 2, nsp, lo, hi, 0.0);
     /* Row (channel, tap) of the im2col matrix in the weight's own order. */
     kiln_tensor *cols = im2col(xp, nsp, k, stride, dil);
-    int64_t wshape[3] = {groups, oc / groups, c / groups * ntaps};
-    kiln_tensor *y;
-    if (getenv("KILN_CONV_FOLD")) {
-        /* [C, k..., N, out...] */
-        int perm[KILN_MAX_DIMS];
-        int nd = 2 + 2 * nsp, j = 0;
-        perm[j++] = 1;
-        for (int d = 0; d < nsp; d++)
-            perm[j++] = 2 + d;
-        perm[j++] = 0;
-        for (int d = 0; d < nsp; d++)
-            perm[j++] = 2 + nsp + d;
-        (void)nd;
-        int64_t cshape[3] = {groups, c / groups * ntaps, n * nout};
-        kiln_tensor *m = kiln_matmul(kiln_reshape(w, 3, wshape),
-                                     kiln_reshape(kiln_permute(cols, perm), 3, cshape));
-        int64_t mshape[3] = {oc, n, nout};
-        kiln_tensor *yt = kiln_permute(kiln_reshape(m, 3, mshape), (int[]){1, 0, 2});
-        int64_t yshape[5] = {n, oc};
-        for (int d = 0; d < nsp; d++)
-            yshape[2 + d] = out[d];
-        y = kiln_reshape(yt, nsp + 2, yshape);
-    } else {
     int64_t cshape[4] = {n, groups, c / groups * ntaps, nout};
+    int64_t wshape[3] = {groups, oc / groups, c / groups * ntaps};
     kiln_tensor *m = kiln_matmul(kiln_reshape(w, 3, wshape), kiln_reshape(cols, 4, cshape));
     int64_t yshape[5] = {n, oc};
     for (int d = 0; d < nsp; d++)
         yshape[2 + d] = out[d];
-    y = kiln_reshape(m, nsp + 2, yshape);
-    }
+    kiln_tensor *y = kiln_reshape(m, nsp + 2, yshape);
     if (b) {
         int64_t bshape[4] = {oc, 1, 1, 1};
         y = kiln_add(y, kiln_reshape(b, nsp + 1, bshape));
