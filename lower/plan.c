@@ -825,6 +825,12 @@ void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *
     }
 }
 
+bool lower_mm_stores_direct(const lower_kernel *k, const lower_plan *p) {
+    return k->kind == LOWER_MATMUL && k->nouts == 1 && k->result >= 0 && k->store >= 0 &&
+           k->ins[k->result].op == UOP_ACC && k->ins[k->store].op == UOP_GIDX &&
+           k->out->dtype == p->mm.acc && (p->mm.acc == KILN_F32 || p->mm.acc == KILN_F64);
+}
+
 bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block) {
     return p->prefetch && p->prefetch_in == block && !lower_plan_scalar(k, p);
 }

@@ -142,3 +142,27 @@ Test(render_c, partial_matmul_tiles_get_their_own_micro_kernels) {
     }
     graph_ctx_free(g);
 }
+
+/* A matmul whose epilogue is the product itself stores its whole tiles
+ * straight into the output (lower_mm_stores_direct); one with an epilogue
+ * (a relu here) passes every tile through the thread's C block. */
+Test(render_c, plain_products_store_whole_tiles_into_the_output) {
+    graph_ctx *g = graph_ctx_new();
+    const int64_t as[2] = {40, 64}, bs[2] = {64, 100};
+    graph_node *a = tu_leaf(g, KILN_F32, 2, as), *b = tu_leaf(g, KILN_F32, 2, bs);
+    struct {
+        graph_node *target;
+        bool direct;
+    } cases[] = {{graph_matmul(a, b), true}, {graph_unary(GRAPH_RELU, graph_matmul(a, b)), false}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char *src = NULL;
+        render(cases[i].target, &src);
+        const char *k = strstr(src, JIT_CPU_KERNEL_MARK);
+        cr_assert(k);
+        cr_assert_eq(strstr(k, "const int dst =") != NULL, cases[i].direct, "case %zu", i);
+        free(src);
+    }
+    graph_unref(a);
+    graph_unref(b);
+    graph_ctx_free(g);
+}

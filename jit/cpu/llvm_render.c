@@ -1148,6 +1148,7 @@ typedef struct mm {
     int64_t nr;
     LLVMValueRef ukr, ukr_r, ukr_c, ukr_rc; /* whole tiles; the partial ones' (lower_mm_edges) */
     int erows, evecs;
+    bool direct; /* whole tiles stored into the output (lower_mm_stores_direct) */
     LLVMTypeRef ukr_t;
 } mm;
 
@@ -1173,6 +1174,14 @@ static LLVMValueRef operand_offset(gen *g, const lower_operand *o, LLVMValueRef 
         inner = L_->LLVMBuildMul(B, inner, szv(g, &k->batch[d]), "");
     }
     return off;
+}
+
+/* Whether the tile row at ir holds real rows only: a whole tile, or the
+ * last rows' own micro-kernel's (lower_mm_edges). */
+static LLVMValueRef whole_rows(gen *g, const struct mm *p, LLVMValueRef mc, LLVMValueRef ir) {
+    LLVMValueRef left = L_->LLVMBuildSub(B, mc, ir, "");
+    return bor(g, icmp(g, LLVMIntSGE, left, i64c(g, p->plan->mr)),
+               icmp(g, LLVMIntEQ, left, i64c(g, p->erows ? p->erows : -1)));
 }
 
 static LLVMValueRef imin(gen *g, LLVMValueRef a, LLVMValueRef b) {
@@ -1455,7 +1464,17 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
         LLVMValueRef ir = mul(g, irb, i64c(g, pl->mr));
         LLVMValueRef jrb = loop_open(g, &jrl, i64c(g, 0), L->LLVMBuildSDiv(B, add(g, nc, i64c(g, p->nr - 1)), i64c(g, p->nr), ""));
         LLVMValueRef jr = mul(g, jrb, i64c(g, p->nr));
-        LLVMValueRef cptr = gep(g, p->acc, cb, add(g, mul(g, ir, NC), jr));
+        LLVMValueRef cptr = gep(g, p->acc, cb, add(g, mul(g, ir, NC), jr)), ldc = NC;
+        if (p->direct) {
+            /* a whole tile of real rows straight into the output
+             * (lower_mm_stores_direct), as the C renderer does */
+            LLVMValueRef dst = band(g, icmp(g, LLVMIntSGE, L->LLVMBuildSub(B, nc, jr, ""), i64c(g, p->nr)),
+                                    whole_rows(g, p, mc, ir));
+            LLVMValueRef at = add(g, mul(g, add(g, mul(g, bt, N), add(g, i0, ir)), M), add(g, j0, jr));
+            LLVMValueRef optr = L->LLVMBuildBitCast(B, elem_ptr(g, 0, buf_dtype(k, 0), at), p->accp, "");
+            cptr = sel(g, dst, optr, cptr);
+            ldc = sel(g, dst, M, NC);
+        }
         LLVMValueRef bpanel = gep(g, p->acc, bp, mul(g, jr, kc));
         LLVMValueRef apacked = gep(g, p->acc, ap, mul(g, ir, kc));
         LLVMValueRef aptr = apacked, rs = i64c(g, 1), cs = i64c(g, pl->mr);
@@ -1467,7 +1486,7 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
             rs = sel(g, in_place, RSA, rs);
             cs = sel(g, in_place, CSA, cs);
         }
-        LLVMValueRef ua[8] = {kc, aptr, rs, cs, bpanel, cptr, NC, addp};
+        LLVMValueRef ua[8] = {kc, aptr, rs, cs, bpanel, cptr, ldc, addp};
         /* a partial tile takes its own size's micro-kernel where there is one */
         LLVMValueRef ukr = p->ukr, ukr_r = p->ukr_r;
         if (p->evecs) {
@@ -1488,7 +1507,14 @@ static void matmul(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *p
         L->LLVMPositionBuilderAtEnd(B, done);
         loop il, jl;
         LLVMValueRef i = loop_open(g, &il, i64c(g, 0), mc);
-        LLVMValueRef j = loop_open(g, &jl, i64c(g, 0), nc);
+        /* the columns whole tiles left in the output already */
+        LLVMValueRef from = i64c(g, 0);
+        if (p->direct) {
+            LLVMValueRef ir = mul(g, L->LLVMBuildSDiv(B, i, i64c(g, pl->mr), ""), i64c(g, pl->mr));
+            LLVMValueRef whole = mul(g, L->LLVMBuildSDiv(B, nc, i64c(g, p->nr), ""), i64c(g, p->nr));
+            from = sel(g, whole_rows(g, p, mc, ir), whole, from);
+        }
+        LLVMValueRef j = loop_open(g, &jl, from, nc);
         LLVMValueRef dot = get(g, p->acc, gep(g, p->acc, cb, add(g, mul(g, i, NC), j)));
         mm_epilogue(g, plan, bt, add(g, i0, i), add(g, j0, j), dot);
         loop_close(g, &jl, false);
@@ -1597,6 +1623,7 @@ static void kernel(gen *g, const lower_kernel *k, const lower_plan *plan, LLVMVa
     if (k->kind == LOWER_MATMUL) {
         mm_setup(g, plan, &p);
         lower_mm_edges(k, plan, &p.erows, &p.evecs);
+        p.direct = lower_mm_stores_direct(k, plan);
         p.ukr = mm_micro_kernel(g, &p, "", plan->mm.mr, plan->mm.nv);
         p.ukr_r = p.erows ? mm_micro_kernel(g, &p, ".r", p.erows, plan->mm.nv) : NULL;
         p.ukr_c = p.evecs ? mm_micro_kernel(g, &p, ".c", plan->mm.mr, p.evecs) : NULL;

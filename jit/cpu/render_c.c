@@ -532,12 +532,12 @@ static void mm_micro_kernel(sbuf *b, const char *name, const char *suffix, const
     cstyle_put(b, "  if (add) {\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
-            cstyle_put(b, "    *(%s_v *)(c + %d * ldc + %d * %s_L) += c%d_%d;\n", name, i,
+            cstyle_put(b, "    *(%s_u *)(c + %d * ldc + %d * %s_L) += c%d_%d;\n", name, i,
                 v, name, i, v);
     cstyle_put(b, "  } else {\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
-            cstyle_put(b, "    *(%s_v *)(c + %d * ldc + %d * %s_L) = c%d_%d;\n", name, i,
+            cstyle_put(b, "    *(%s_u *)(c + %d * ldc + %d * %s_L) = c%d_%d;\n", name, i,
                 v, name, i, v);
     cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n");
 }
@@ -768,6 +768,9 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     const char *name = lower_kernel_symbol(k);
     cstyle_put(b, "#include <stdlib.h>\n");
     cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, name, s.vbytes);
+    /* C's tiles may lie in the output itself, at any element */
+    cstyle_put(b, "typedef %s %s_u __attribute__((vector_size(%d), may_alias, aligned(%d)));\n", e,
+               name, s.vbytes, esz);
     cstyle_put(b, "enum { %s_MR = %d, %s_L = %lld, %s_NR = %lld };\n", name, s.mr, name,
         (long long)lanes, name, (long long)nr);
     /* the partial tiles' own micro-kernels (lower_mm_edges): _r for the
@@ -891,17 +894,38 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
                        name, name);
         snprintf(u, sizeof u, "u");
     }
+    /* a whole tile of real rows goes straight into the output
+     * (lower_mm_stores_direct) */
+    bool to_out = lower_mm_stores_direct(k, plan);
+    if (to_out) {
+        cstyle_put(b, "              const int dst = nc - jr >= NR && (mc - ir >= MR || mc - ir == %d);\n",
+                   erows);
+        cstyle_put(b, "              %s *const cp = dst ? out0 + (bt * N + i0 + ir) * M + j0 + jr : "
+                      "cb + ir * NC + jr;\n", e);
+        cstyle_put(b, "              const int64_t ldc = dst ? M : NC;\n");
+    } else {
+        cstyle_put(b, "              %s *const cp = cb + ir * NC + jr;\n", e);
+        cstyle_put(b, "              const int64_t ldc = NC;\n");
+    }
     if (direct)
         cstyle_put(b, "              if (ir < full) %s(kc, in%d + oa + (i0 + ir) * RSA + p0 * CSA, "
-               "RSA, CSA, bp + jr * kc, cb + ir * NC + jr, NC, p0 > 0); else\n", u, k->a.buf);
-    cstyle_put(b, "              %s(kc, ap + ir * kc, 1, MR, bp + jr * kc, cb + ir * NC + jr, NC, "
-        "p0 > 0);\n", u);
+               "RSA, CSA, bp + jr * kc, cp, ldc, p0 > 0); else\n", u, k->a.buf);
+    cstyle_put(b, "              %s(kc, ap + ir * kc, 1, MR, bp + jr * kc, cp, ldc, p0 > 0);\n", u);
     cstyle_put(b, "            }\n");
     cstyle_put(b, "        }\n");
     cstyle_put(b, "      if (cb)\n");
     cstyle_put(b, "        for (int64_t i = 0; i < mc; i++) {\n");
     cstyle_put(b, "          const int64_t g0 = bt * N * M + (i0 + i) * M + j0;\n");
-    cstyle_put(b, "          %s_epi(bufs, g0, cb + i * NC, nc);\n", name);
+    if (to_out) {
+        /* what the output holds already: the whole panels of rows that
+         * whole tiles or the last rows' own kernel wrote */
+        cstyle_put(b, "          const int64_t ir = i / MR * MR;\n");
+        cstyle_put(b, "          const int64_t f = mc - ir >= MR || mc - ir == %d ? nc / NR * NR : 0;\n",
+                   erows);
+        cstyle_put(b, "          %s_epi(bufs, g0 + f, cb + i * NC + f, nc - f);\n", name);
+    } else {
+        cstyle_put(b, "          %s_epi(bufs, g0, cb + i * NC, nc);\n", name);
+    }
     cstyle_put(b, "        }\n");
     cstyle_put(b, "      else\n");
     cstyle_put(b, "        for (int64_t i = 0; i < mc; i++)\n");
