@@ -486,8 +486,10 @@ bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block
  * these are the only partial tiles. A renderer gives those tiles a
  * micro-kernel of their own size instead of computing the zeros they are
  * padded with: a batch of 32 x 144 @ 144 x 196 products (a convolution's)
- * took as long as 36 x 144 @ 144 x 256. Run-time sizes (a program shared
- * by several) have none: their tiles stay whole, padded. */
+ * took as long as 36 x 144 @ 144 x 256. Only where the padding is a tenth
+ * of the tiles' work or more (a micro-kernel more costs compile time);
+ * run-time sizes (a program shared by several) have none: their tiles stay
+ * whole, padded. */
 void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *vecs);
 
 /* Whether a CPU matmul's whole register tiles go straight into its output:

@@ -817,11 +817,18 @@ void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *
     *rows = *vecs = 0;
     if (k->kind != LOWER_MATMUL || mm->mr < 1 || nr < 1)
         return;
-    if (k->n > 0 && lower_size_index(k, &k->n) < 0)
-        *rows = (int)(k->n % mm->mr);
+    /* only where the padding is a tenth of the tiles' work or more: each
+     * micro-kernel more is compiled too (an MLP step's cold compile took
+     * 5-15% longer with one for every partial tile) */
+    if (k->n > 0 && lower_size_index(k, &k->n) < 0) {
+        int r = (int)(k->n % mm->mr);
+        int64_t padded = ceil_div(k->n, mm->mr) * mm->mr;
+        *rows = r && 10 * (mm->mr - r) >= padded ? r : 0;
+    }
     if (k->m > 0 && lower_size_index(k, &k->m) < 0) {
         int v = (int)ceil_div(k->m % nr, mm->lanes);
-        *vecs = v < mm->nv ? v : 0;
+        int64_t padded = ceil_div(k->m, nr) * nr;
+        *vecs = v && v < mm->nv && 10 * (mm->nv - v) * mm->lanes >= padded ? v : 0;
     }
 }
 
