@@ -857,8 +857,8 @@ static bool is_flat_index(const lower_kernel *k, int i) {
 /* The divisions an elementwise kernel's index arithmetic takes per element:
  * divisions and remainders, among the instructions its stores need, of
  * values that depend on the element's place in its tile (UOP_LANE); in
- * *least the smallest divisor of the flat index itself among them (the
- * view's innermost axes it recovers), or 0. -1 out of memory. */
+ * *least the smallest divisor of the flat index or of the lane itself among
+ * them (the view's innermost axes it recovers), or 0. -1 out of memory. */
 static int lane_divisions(const lower_kernel *k, int64_t *least) {
     int n = 0;
     *least = 0;
@@ -882,7 +882,10 @@ static int lane_divisions(const lower_kernel *k, int64_t *least) {
         if (!live[i] || (x->op != UOP_IDIV && x->op != UOP_IMOD) || !x->lane)
             continue;
         n++;
-        if (k->ins[x->b].op != UOP_IMM || k->ins[x->b].sized || !is_flat_index(k, x->a))
+        /* the flat index's, or the lane's where the tile's part split off
+         * (ir_idiv: a divisor of the tile, say 64) */
+        if (k->ins[x->b].op != UOP_IMM || k->ins[x->b].sized ||
+            !(is_flat_index(k, x->a) || k->ins[x->a].op == UOP_LANE))
             continue;
         int64_t d = k->ins[x->b].imm.i;
         if (d > 1 && (!*least || d < *least))
@@ -894,24 +897,22 @@ static int lane_divisions(const lower_kernel *k, int64_t *least) {
 
 /* The row an elementwise kernel k (of tile ELEMENTWISE_TILE) would rather
  * take as its tile (LOWER_ROW_TILES), or 0: where its index arithmetic
- * divides an element's place in the tile, the least divisor, if it is the
- * size of the kernel's trailing axes (a whole number of rows of at least 8
- * elements), so that every element of a tile shares its quotients. The
- * caller keeps that lowering only where it divides less per element.
- * Measured on the CNN's im2col, [128,16,3,3,14,14] from [128,16,14,14]
- * padded: 2.9 -> 1.0 ms (the divisions and a gather per element, against
- * a row's divisions once and a vector load). */
+ * divides an element's place in the tile, the least divisor of the flat
+ * index, where it divides the kernel's elements (rows of at least 8, the
+ * view's innermost run: the output's rows, or a 1-d cat region's source's),
+ * so that every element of a tile shares its quotients. The caller keeps
+ * that lowering only where it divides less per element. Measured on the
+ * CNN's im2col, [128,16,3,3,14,14] from [128,16,14,14] padded: 2.9 -> 1.0
+ * ms (the divisions and a gather per element, against a row's divisions
+ * once and a vector load); the regions of attention's joined dk and dv,
+ * columns of one [.., 256, 128] output, 0.98 -> 0.71 ms each. */
 enum { ROW_TILE_MIN = 8, ROW_TILE_MAX = 1 << 16 };
-static int64_t row_tile(const lower_kernel *k, int region) {
+static int64_t row_tile(const lower_kernel *k) {
     int64_t least;
     if (k->kind != LOWER_ELEMENTWISE || k->nsizes || lane_divisions(k, &least) <= 0 ||
         least < ROW_TILE_MIN || least > ROW_TILE_MAX || least == k->tile)
         return 0;
-    const graph_node *x = region >= 0 ? k->out->src[region] : k->out;
-    int64_t trail = 1;
-    for (int d = x->ndim - 1; d >= 0 && trail < least; d--)
-        trail *= x->shape[d];
-    return trail == least && k->numel % least == 0 ? least : 0;
+    return k->numel % least == 0 ? least : 0;
 }
 
 /* How many kernels materialised node x is lowered as: a cat of several
@@ -1037,7 +1038,7 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
             lower_kernel *k = &p->kernels[p->nkernels];
             st = lower_one(s, k, outs, n, regions > 1 ? r : -1, ELEMENTWISE_TILE, retry, msg,
                            cap);
-            int64_t row = st == KILN_OK && !*retry && s->row_tiles ? row_tile(k, regions > 1 ? r : -1) : 0;
+            int64_t row = st == KILN_OK && !*retry && s->row_tiles ? row_tile(k) : 0;
             if (row) {
                 /* lowered again with the row as its tile; kept where that
                  * divides less per element */

@@ -464,6 +464,7 @@ Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
     graph_node *cols = graph_permute(u, (int[]){0, 1, 4, 5, 2, 3});
     graph_node *plus = graph_binary(GRAPH_ADD, x, graph_expand(bias, (int64_t[]){2, 3, 14, 14}));
     graph_node *plain = graph_unary(GRAPH_EXP, x);
+    graph_node *wide = tu_leaf(g, KILN_F32, 2, (int64_t[]){64, 128});
     struct {
         graph_node *target;
         unsigned flags;
@@ -475,6 +476,13 @@ Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
         {graph_unary(GRAPH_NEG, cols), LOWER_FUSE | LOWER_ROW_TILES, 14, false, "im2col, rows"},
         {graph_ref(plus), LOWER_FUSE | LOWER_ROW_TILES, 196, false, "bias, rows"},
         {graph_ref(plain), LOWER_FUSE | LOWER_ROW_TILES, 1024, false, "exp, rows"},
+        /* the first 64 of each row of 128, flattened (a joined gradient's
+         * region): the lane's divisions by 64 go with rows of 64 */
+        {graph_unary(GRAPH_NEG, graph_reshape(graph_slice(wide, (int64_t[]){0, 0},
+                                                          (int64_t[]){1, 1},
+                                                          (int64_t[]){64, 64}),
+                                              1, (int64_t[]){64 * 64})),
+         LOWER_FUSE | LOWER_ROW_TILES, 64, false, "columns, flattened"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         lower_program *p = lower_schedule(1, &cases[c].target, cases[c].flags);
@@ -494,6 +502,7 @@ Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
     }
     graph_unref(plus);
     graph_unref(plain);
+    graph_unref(wide);
     graph_unref(x);
     graph_unref(bias);
     graph_ctx_free(g);
