@@ -446,7 +446,9 @@ WHY_MISSED = [
      "(forward 6.5-6.8 -> 6.0-6.4 ms), while hoisting the backward's packing of q and dO out of "
      "its key blocks measured level at 256 and 2048 keys and was not kept; the joined "
      "gradients' copy (cat regions reading through index arithmetic, about 9% of the profile) "
-     "and the online softmax remain: 37-39% of peak overall."),
+     "and the online softmax remain: 37-39% of peak overall. The joined gradients' dk and dv "
+     "regions now take rows of 64 as their tile (0.98 -> 0.71 ms each); the three copies are "
+     "still about a tenth of the step."),
     ("transformer block forward+backward", "nine tenths of kiln's step are products (ten "
      "matmuls at 50-62% of the FMA peak and the fused attention at about 40%); what remains "
      "is the matmul micro-kernel itself (register tiles 6x4, 8x3 and 12x2 vectors measured "
@@ -481,6 +483,12 @@ WHY_MISSED = [
     ("GPT-2 step L12", "not comparable here: the tree of the day the goal was set has no "
      "such benchmark, and its API (kiln_item, kiln_adamw_new) differs from the one "
      "bench/gpt2.c is written against."),
+    ("MLP training step, cold compile", "at its edge on a busy machine: gcc's time on the "
+     "step's 27 kernels, in units compiled in parallel on the 2 cores; the tree of this "
+     "session's start measured 875-1042 ms in the same minutes (686 ms in the last session's "
+     "quieter run). Each partial tile's micro-kernel is compiled too, so a tile gets one only "
+     "where its padding is a tenth of the work (lower_mm_edges), which took this tree from "
+     "1000-1100 ms back to the session start's."),
     ("1000 small", "gcc's time on each kernel (the Philox generator inlined into each sum): "
      "cc1 is nine tenths of the sync's CPU time."),
 ]
