@@ -243,12 +243,6 @@ static graph_node *swap_last(graph_node *x) {
     return graph_permute(x, perm);
 }
 
-/* y = a @ b: da = g @ b^T, db = a^T @ g. When the operand is itself a
- * transposed view of its source (b = w^T), its gradient is computed
- * transposed, dw = g^T @ a, so that the view's own rule swaps it back into
- * the matmul's output as it is: otherwise every linear layer's weight
- * gradient was a [in, out] product copied into the [out, in] layout by a
- * kernel of its own (4 of GPT-2's copy-only kernels per layer). */
 /* The gradient of a matmul's A that the batch broadcasts (a convolution's
  * weight against each image's im2col, [OC, K] @ [N, K, P]): g @ B^T per
  * batch matrix, then summed over the batch, packs B^T ([P, K] read across
@@ -273,19 +267,18 @@ static bool swap_broadcast_grad(const graph_node *n) {
     return batch > 1;
 }
 
+/* y = a @ b: da = g @ b^T, db = a^T @ g. When the operand is itself a
+ * transposed view of its source (b = w^T), its gradient is computed
+ * transposed, dw = g^T @ a, so that the view's own rule swaps it back into
+ * the matmul's output as it is: otherwise every linear layer's weight
+ * gradient was a [in, out] product copied into the [out, in] layout by a
+ * kernel of its own (4 of GPT-2's copy-only kernels per layer). The same
+ * transposed form serves a batch-broadcast A (swap_broadcast_grad). */
 static graph_node *matmul_vjp(graph_node *n, graph_node *g, int j) {
     graph_node *other = n->src[1 - j];
-    if (is_transposed_source(n->src[j])) {
+    if (is_transposed_source(n->src[j]) || (j == 0 && swap_broadcast_grad(n))) {
         graph_node *gt = swap_last(g);
         graph_node *m = gt ? (j == 0 ? graph_matmul(other, gt) : graph_matmul(gt, other)) : NULL;
-        graph_node *r = m ? swap_last(m) : NULL;
-        graph_unref(gt);
-        graph_unref(m);
-        return r;
-    }
-    if (j == 0 && swap_broadcast_grad(n)) {
-        graph_node *gt = swap_last(g);
-        graph_node *m = gt ? graph_matmul(other, gt) : NULL;
         graph_node *r = m ? swap_last(m) : NULL;
         graph_unref(gt);
         graph_unref(m);

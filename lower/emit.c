@@ -865,18 +865,7 @@ static int lane_divisions(const lower_kernel *k, int64_t *least) {
     bool *live = calloc((size_t)(k->nins ? k->nins : 1), sizeof *live);
     if (!live)
         return -1;
-    for (int o = 0; o < k->nouts; o++)
-        live[k->results[o]] = true;
-    live[k->store] = true;
-    for (int i = k->nins - 1; i >= 0; i--) {
-        const lower_ins *x = &k->ins[i];
-        if (!live[i])
-            continue;
-        int ops[3] = {x->a, x->b, x->c};
-        for (int j = 0; j < 3; j++)
-            if (ops[j] >= 0)
-                live[ops[j]] = true;
-    }
+    lower_live(k, live);
     for (int i = 0; i < k->nins; i++) {
         const lower_ins *x = &k->ins[i];
         if (!live[i] || (x->op != UOP_IDIV && x->op != UOP_IMOD) || !x->lane)
@@ -896,21 +885,24 @@ static int lane_divisions(const lower_kernel *k, int64_t *least) {
 }
 
 /* The row an elementwise kernel k (of tile ELEMENTWISE_TILE) would rather
- * take as its tile (LOWER_ROW_TILES), or 0: where its index arithmetic
- * divides an element's place in the tile, the least divisor of the flat
- * index, where it divides the kernel's elements (rows of at least 8, the
- * view's innermost run: the output's rows, or a 1-d cat region's source's),
- * so that every element of a tile shares its quotients. The caller keeps
+ * take as its tile (LOWER_ROW_TILES), or 0; *divisions, k's count of them
+ * (lane_divisions). Where its index arithmetic divides an element's place
+ * in the tile: the least divisor of the flat index (or of the lane), where
+ * it divides the kernel's elements (rows of at least 8, the view's
+ * innermost run: the output's rows, or a 1-d cat region's source's), so
+ * that every element of a tile shares its quotients. The caller keeps
  * that lowering only where it divides less per element. Measured on the
  * CNN's im2col, [128,16,3,3,14,14] from [128,16,14,14] padded: 2.9 -> 1.0
  * ms (the divisions and a gather per element, against a row's divisions
  * once and a vector load); the regions of attention's joined dk and dv,
  * columns of one [.., 256, 128] output, 0.98 -> 0.71 ms each. */
 enum { ROW_TILE_MIN = 8, ROW_TILE_MAX = 1 << 16 };
-static int64_t row_tile(const lower_kernel *k) {
+static int64_t row_tile(const lower_kernel *k, int *divisions) {
     int64_t least;
-    if (k->kind != LOWER_ELEMENTWISE || k->nsizes || lane_divisions(k, &least) <= 0 ||
-        least < ROW_TILE_MIN || least > ROW_TILE_MAX || least == k->tile)
+    if (k->kind != LOWER_ELEMENTWISE || k->nsizes)
+        return 0;
+    *divisions = lane_divisions(k, &least);
+    if (*divisions <= 0 || least < ROW_TILE_MIN || least > ROW_TILE_MAX || least == k->tile)
         return 0;
     return k->numel % least == 0 ? least : 0;
 }
@@ -1038,7 +1030,8 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
             lower_kernel *k = &p->kernels[p->nkernels];
             st = lower_one(s, k, outs, n, regions > 1 ? r : -1, ELEMENTWISE_TILE, retry, msg,
                            cap);
-            int64_t row = st == KILN_OK && !*retry && s->row_tiles ? row_tile(k) : 0;
+            int divisions = 0;
+            int64_t row = st == KILN_OK && !*retry && s->row_tiles ? row_tile(k, &divisions) : 0;
             if (row) {
                 /* lowered again with the row as its tile; kept where that
                  * divides less per element */
@@ -1046,10 +1039,12 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
                 memset(&rk, 0, sizeof rk);
                 graph_node *rretry = NULL;
                 int64_t least;
+                int fewer = -1;
                 if (lower_one(s, &rk, outs, n, regions > 1 ? r : -1, row, &rretry, msg, cap) ==
                         KILN_OK &&
-                    !rretry && lane_divisions(&rk, &least) >= 0 &&
-                    lane_divisions(&rk, &least) < lane_divisions(k, &least)) {
+                    !rretry)
+                    fewer = lane_divisions(&rk, &least);
+                if (fewer >= 0 && fewer < divisions) {
                     kernel_free(k);
                     *k = rk;
                 } else {

@@ -501,6 +501,17 @@ void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *
  * through the C block. */
 bool lower_mm_stores_direct(const lower_kernel *k, const lower_plan *p);
 
+/* Whether every tile of elementwise kernel k is whole (its sizes literals,
+ * its elements a multiple of its tile: a row as the tile always is), so
+ * that a renderer loops over a tile a literal count, which the compiler
+ * vectorises for (rows of 14 ran as one 8+4+2 split, where an unknown count
+ * ran them scalar). */
+bool lower_tiles_whole(const lower_kernel *k);
+
+/* Marks in live (k->nins, false on entry) the instructions k's stores need:
+ * each output's value and the index (the instructions a plan renders). */
+void lower_live(const lower_kernel *k, bool *live);
+
 /* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
  * and plan print the same text, which is what cache keys hash. */
 void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);

@@ -79,6 +79,15 @@ static void needs_stores(const lower_kernel *k, bool inner_only, bool *in) {
     needs_stores_upto(k, inner_only, -1, in);
 }
 
+bool lower_tiles_whole(const lower_kernel *k) {
+    return k->kind == LOWER_ELEMENTWISE && lower_size_index(k, &k->numel) < 0 && k->tile > 0 &&
+           k->numel % k->tile == 0;
+}
+
+void lower_live(const lower_kernel *k, bool *live) {
+    needs_stores(k, false, live);
+}
+
 static bool stores_inner(const lower_kernel *k) {
     for (int o = 0; o < k->nouts; o++)
         if (k->ins[k->results[o]].inner)

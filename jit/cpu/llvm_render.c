@@ -703,8 +703,7 @@ static void elementwise(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_pl
     g->tile = loop_open(g, &tl, lo, hi);
     LLVMValueRef glo = L_->LLVMBuildMul(B, g->tile, T, "");
     LLVMValueRef ghi = L_->LLVMBuildAdd(B, glo, T, "");
-    /* every tile whole: a literal count, as the C renderer prints it */
-    if (!(lower_size_index(k, &k->numel) < 0 && k->tile > 0 && k->numel % k->tile == 0))
+    if (!lower_tiles_whole(k))
         ghi = sel(g, icmp(g, LLVMIntSLT, ghi, N), ghi, N);
     g->gidx = loop_open(g, &l, glo, ghi);
     g->lane = L_->LLVMBuildSub(B, g->gidx, glo, "");

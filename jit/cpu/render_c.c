@@ -165,10 +165,7 @@ static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan 
                (long long)k->tile, cstyle_size(b, k, &plan->grid));
     parallel_for(b, k, plan);
     cstyle_put(b, "  for (%s t = 0; t < G; t++) {\n", ix);
-    /* Every tile whole (a row as the tile, LOWER_ROW_TILES, always is): the
-     * loop's count a literal, which the compiler vectorises for (rows of 14
-     * ran as one masked vector, where an unknown count ran them scalar). */
-    if (lower_size_index(k, &k->numel) < 0 && k->tile > 0 && k->numel % k->tile == 0)
+    if (lower_tiles_whole(k))
         cstyle_put(b, "    const %s lo = t * T, hi = lo + T;\n", ix);
     else
         cstyle_put(b, "    const %s lo = t * T, hi = lo + T < N ? lo + T : N;\n", ix);
@@ -778,6 +775,13 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     int erows, evecs;
     lower_mm_edges(k, plan, &erows, &evecs);
     mm_micro_kernel(b, name, "", e, s);
+    /* whole tiles go straight into the output (lower_mm_stores_direct)
+     * where the tile row at ir holds real rows only: a whole tile, or the
+     * last rows' own micro-kernel's */
+    bool to_out = lower_mm_stores_direct(k, plan);
+    if (to_out)
+        cstyle_put(b, "static inline int %s_whole(int64_t mc, int64_t ir) { return mc - ir >= %s_MR || "
+                      "mc - ir == %d; }\n", name, name, erows ? erows : -1);
     if (erows)
         mm_micro_kernel(b, name, "_r", e, (mm_shape){s.vbytes, erows, s.nv});
     if (evecs)
@@ -894,12 +898,8 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
                        name, name);
         snprintf(u, sizeof u, "u");
     }
-    /* a whole tile of real rows goes straight into the output
-     * (lower_mm_stores_direct) */
-    bool to_out = lower_mm_stores_direct(k, plan);
     if (to_out) {
-        cstyle_put(b, "              const int dst = nc - jr >= NR && (mc - ir >= MR || mc - ir == %d);\n",
-                   erows);
+        cstyle_put(b, "              const int dst = nc - jr >= NR && %s_whole(mc, ir);\n", name);
         cstyle_put(b, "              %s *const cp = dst ? out0 + (bt * N + i0 + ir) * M + j0 + jr : "
                       "cb + ir * NC + jr;\n", e);
         cstyle_put(b, "              const int64_t ldc = dst ? M : NC;\n");
@@ -920,8 +920,7 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
         /* what the output holds already: the whole panels of rows that
          * whole tiles or the last rows' own kernel wrote */
         cstyle_put(b, "          const int64_t ir = i / MR * MR;\n");
-        cstyle_put(b, "          const int64_t f = mc - ir >= MR || mc - ir == %d ? nc / NR * NR : 0;\n",
-                   erows);
+        cstyle_put(b, "          const int64_t f = %s_whole(mc, ir) ? nc / NR * NR : 0;\n", name);
         cstyle_put(b, "          %s_epi(bufs, g0 + f, cb + i * NC + f, nc - f);\n", name);
     } else {
         cstyle_put(b, "          %s_epi(bufs, g0, cb + i * NC, nc);\n", name);
