@@ -489,10 +489,44 @@ static void render_ir_kernel(sbuf *b, const lower_kernel *k, const lower_plan *p
 }
 
 /* The register tile of the micro-kernel, from the plan: vector bytes, rows
- * (MR) and vectors per row (NV). */
+ * (MR) and vectors per row (NV), of packed B panels `panel` vectors wide
+ * (NV, but for the last columns' own micro-kernel). */
 typedef struct mm_shape {
-    int vbytes, mr, nv;
+    int vbytes, mr, nv, panel;
 } mm_shape;
+
+/* The micro-kernels and packing routines are named by what they compute (the
+ * element type, the tile's shape; the source's type and the panel width),
+ * not by the kernel, and each is guarded (#ifndef NAME_), so that the
+ * matmuls of one translation unit share them: gcc -O3 spent about 40 of a
+ * matmul kernel's 100 ms on its own copies (the MLP training step's eight
+ * products, mostly 6x4 tiles of f32). */
+static const char *mm_tag(const char *e) {
+    return !strcmp(e, "float") ? "f32" : !strcmp(e, "double") ? "f64" : "u64";
+}
+
+/* The vector types of e in vbytes: NAME_v (aligned, the registers and packed
+ * panels) and NAME_u (any element: tiles stored into the output). */
+static void mm_vector_type(char *out, size_t cap, const char *e, int vbytes) {
+    snprintf(out, cap, "kh_mm_%s_%d", mm_tag(e), vbytes);
+}
+
+static void mm_vector_types(sbuf *b, const char *e, int vbytes) {
+    char vt[64];
+    mm_vector_type(vt, sizeof vt, e, vbytes);
+    cstyle_put(b, "#ifndef %s_\n#define %s_\n", vt, vt);
+    cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, vt, vbytes);
+    cstyle_put(b, "typedef %s %s_u __attribute__((vector_size(%d), may_alias, aligned(%d)));\n", e,
+               vt, vbytes, strcmp(e, "float") ? 8 : 4);
+    cstyle_put(b, "#endif\n");
+}
+
+static void mm_ukr_name(char *out, size_t cap, const char *e, mm_shape s) {
+    if (s.nv == s.panel)
+        snprintf(out, cap, "kh_mm_%s_%d_%dx%d_ukr", mm_tag(e), s.vbytes, s.mr, s.nv);
+    else
+        snprintf(out, cap, "kh_mm_%s_%d_%dx%dof%d_ukr", mm_tag(e), s.vbytes, s.mr, s.nv, s.panel);
+}
 
 /* The micro-kernel: an MR x NR tile of C (NR = NV vectors) accumulated in
  * registers over kc steps of A (MR values per step, rows `rs` apart, steps
@@ -500,22 +534,26 @@ typedef struct mm_shape {
  * step), then stored into, or added to, the thread's C block. ISO
  * C mode turns off contraction of a*b+c, so it is turned back on here alone:
  * the epilogue keeps the rounding of the unfused ops. */
-static void mm_micro_kernel(sbuf *b, const char *name, const char *suffix, const char *e,
-                            mm_shape s) {
+static void mm_micro_kernel(sbuf *b, const char *e, mm_shape s) {
+    char name[64], vt[64];
+    mm_ukr_name(name, sizeof name, e, s);
+    mm_vector_type(vt, sizeof vt, e, s.vbytes);
+    int lanes = s.vbytes / (strcmp(e, "float") ? 8 : 4);
+    cstyle_put(b, "#ifndef %s_\n#define %s_\n", name, name);
     cstyle_put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
     cstyle_put(b,
-        "static __attribute__((noinline)) void %s_ukr%s(int64_t kc, const %s *restrict a, "
+        "static __attribute__((noinline)) void %s(int64_t kc, const %s *restrict a, "
         "int64_t rs, int64_t cs, const %s *restrict b, %s *restrict c, int64_t ldc, int add) {\n",
-        name, suffix, e, e, e);
+        name, e, e, e);
     cstyle_put(b, "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
-            cstyle_put(b, "  %s_v c%d_%d = {0};\n", name, i, v);
+            cstyle_put(b, "  %s_v c%d_%d = {0};\n", vt, i, v);
     for (int i = 1; i < s.mr; i++)
         cstyle_put(b, "  const int64_t r%d = %d * rs;\n", i, i);
-    cstyle_put(b, "  for (int64_t p = 0; p < kc; p++, a += cs, b += %s_NR) {\n", name);
+    cstyle_put(b, "  for (int64_t p = 0; p < kc; p++, a += cs, b += %d) {\n", lanes * s.panel);
     for (int v = 0; v < s.nv; v++)
-        cstyle_put(b, "    const %s_v b%d = *(const %s_v *)(b + %d * %s_L);\n", name, v, name, v, name);
+        cstyle_put(b, "    const %s_v b%d = *(const %s_v *)(b + %d);\n", vt, v, vt, v * lanes);
     for (int i = 0; i < s.mr; i++) {
         if (i == 0)
             cstyle_put(b, "    { const %s a0 = a[0];", e);
@@ -529,51 +567,59 @@ static void mm_micro_kernel(sbuf *b, const char *name, const char *suffix, const
     cstyle_put(b, "  if (add) {\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
-            cstyle_put(b, "    *(%s_u *)(c + %d * ldc + %d * %s_L) += c%d_%d;\n", name, i,
-                v, name, i, v);
+            cstyle_put(b, "    *(%s_u *)(c + %d * ldc + %d) += c%d_%d;\n", vt, i, v * lanes,
+                i, v);
     cstyle_put(b, "  } else {\n");
     for (int i = 0; i < s.mr; i++)
         for (int v = 0; v < s.nv; v++)
-            cstyle_put(b, "    *(%s_u *)(c + %d * ldc + %d * %s_L) = c%d_%d;\n", name, i,
-                v, name, i, v);
-    cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n");
+            cstyle_put(b, "    *(%s_u *)(c + %d * ldc + %d) = c%d_%d;\n", vt, i, v * lanes,
+                i, v);
+    cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n#endif\n");
 }
 
 /* Packs rows [i0, i0 + mc) and k [p0, p0 + kc) of an operand into panels of
  * `unit` rows, step-major (unit values per k step), converted to the packed
  * type; rows past mc are zeros. A is packed by its rows, B by its columns,
  * so B's row stride is its k stride here. The strides are arguments (rs,
- * ks): literals at the one call, which the compiler inlines, or run-time
- * sizes; their values only choose the loop order. */
-static void mm_pack(sbuf *b, const char *name, const char *which, const char *e,
-                    const char *unit, kiln_dtype dt, int buf, int64_t row_stride,
-                    int64_t k_stride) {
-    cstyle_put(b,
-        "static void %s_pack_%s(%s *restrict dst, const %s *restrict src, int64_t o, "
-        "int64_t mc, int64_t kc, int64_t rs, int64_t ks) {\n",
-        name, which, e, stype(dt));
-    cstyle_put(b, "  const %s *restrict in%d = src;\n", stype(dt), buf);
-    cstyle_put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %s, dst += %s * kc) {\n", unit, unit);
-    cstyle_put(b, "    if (r0 + %s <= mc) {\n", unit);
+ * ks), shared by the kernels that call it, except a stride of literal 1
+ * (rs_one, ks_one), which is the routine's own, so that its loop over the
+ * contiguous axis is a plain vector loop; their values choose the loop
+ * order. */
+static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, kiln_dtype dt,
+                    int64_t row_stride, int64_t k_stride, bool rs_one, bool ks_one) {
     /* Reads run along the operand's contiguous axis; where that is k, in
      * steps of 16 so that the panel rows being written stay in L1. */
-    if (k_stride == 1 && row_stride != 1) {
+    bool by_k = k_stride == 1 && row_stride != 1;
+    snprintf(name, cap, "kh_mm_pack_%s_d%d_%d%s%s", mm_tag(e), (int)dt, unit, by_k ? "_k" : "",
+             ks_one ? "_k1" : rs_one ? "_r1" : "");
+    cstyle_put(b, "#ifndef %s_\n#define %s_\n", name, name);
+    cstyle_put(b,
+        "static void %s(%s *restrict dst, const %s *restrict src, int64_t o, "
+        "int64_t mc, int64_t kc, int64_t rs, int64_t ks) {\n",
+        name, e, stype(dt));
+    cstyle_put(b, "  const %s *restrict in0 = src;\n", stype(dt));
+    if (ks_one || rs_one)
+        cstyle_put(b, "  (void)%s;\n", ks_one ? "ks" : "rs");
+    cstyle_put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %d, dst += %d * kc) {\n", unit, unit);
+    cstyle_put(b, "    if (r0 + %d <= mc) {\n", unit);
+    if (by_k) {
         cstyle_put(b, "      for (int64_t q = 0; q < kc; q += 16)\n");
-        cstyle_put(b, "      for (int64_t r = 0; r < %s; r++)\n", unit);
+        cstyle_put(b, "      for (int64_t r = 0; r < %d; r++)\n", unit);
         cstyle_put(b, "        for (int64_t p = q; p < (q + 16 < kc ? q + 16 : kc); p++)\n");
     } else {
         cstyle_put(b, "      for (int64_t p = 0; p < kc; p++)\n");
-        cstyle_put(b, "        for (int64_t r = 0; r < %s; r++)\n", unit);
+        cstyle_put(b, "        for (int64_t r = 0; r < %d; r++)\n", unit);
     }
-    cstyle_put(b, "          dst[p * %s + r] = (%s)", unit, e);
-    const char *idx = "o + (r0 + r) * rs + p * ks";
-    load_expr(b, dt, buf, idx);
+    cstyle_put(b, "          dst[p * %d + r] = (%s)", unit, e);
+    const char *idx = ks_one ? "o + (r0 + r) * rs + p"
+                    : rs_one ? "o + (r0 + r) + p * ks" : "o + (r0 + r) * rs + p * ks";
+    load_expr(b, dt, 0, idx);
     cstyle_put(b, ";\n    } else {\n");
     cstyle_put(b, "      for (int64_t p = 0; p < kc; p++)\n");
-    cstyle_put(b, "        for (int64_t r = 0; r < %s; r++)\n", unit);
-    cstyle_put(b, "          dst[p * %s + r] = r0 + r < mc ? (%s)", unit, e);
-    load_expr(b, dt, buf, idx);
-    cstyle_put(b, " : (%s)0;\n    }\n  }\n}\n", e);
+    cstyle_put(b, "        for (int64_t r = 0; r < %d; r++)\n", unit);
+    cstyle_put(b, "          dst[p * %d + r] = r0 + r < mc ? (%s)", unit, e);
+    load_expr(b, dt, 0, idx);
+    cstyle_put(b, " : (%s)0;\n    }\n  }\n}\n#endif\n", e);
 }
 
 
@@ -760,21 +806,26 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     const char *e = is_float(dt) ? (dt == KILN_F64 ? "double" : "float") : "uint64_t";
     int esz = dt == KILN_F32 ? 4 : 8;
     bool direct = mm->a_direct;
-    mm_shape s = {mm->lanes * esz, mm->mr, mm->nv};
+    mm_shape s = {mm->lanes * esz, mm->mr, mm->nv, mm->nv};
     int64_t lanes = mm->lanes, nr = lanes * mm->nv;
     const char *name = lower_kernel_symbol(k);
     cstyle_put(b, "#include <stdlib.h>\n");
-    cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, name, s.vbytes);
-    /* C's tiles may lie in the output itself, at any element */
-    cstyle_put(b, "typedef %s %s_u __attribute__((vector_size(%d), may_alias, aligned(%d)));\n", e,
-               name, s.vbytes, esz);
+    /* C's tiles may lie in the output itself, at any element (NAME_u) */
+    mm_vector_types(b, e, s.vbytes);
     cstyle_put(b, "enum { %s_MR = %d, %s_L = %lld, %s_NR = %lld };\n", name, s.mr, name,
         (long long)lanes, name, (long long)nr);
-    /* the partial tiles' own micro-kernels (lower_mm_edges): _r for the
-     * last rows, _c for the last columns, _rc for the corner */
+    /* the partial tiles' own micro-kernels (lower_mm_edges): r for the
+     * last rows, c for the last columns, rc for the corner */
     int erows, evecs;
     lower_mm_edges(k, plan, &erows, &evecs);
-    mm_micro_kernel(b, name, "", e, s);
+    const mm_shape tile_r = {s.vbytes, erows, s.nv, s.nv}, tile_c = {s.vbytes, s.mr, evecs, s.nv},
+                   tile_rc = {s.vbytes, erows, evecs, s.nv};
+    char ukr[64], ukr_r[64], ukr_c[64], ukr_rc[64];
+    mm_ukr_name(ukr, sizeof ukr, e, s);
+    mm_ukr_name(ukr_r, sizeof ukr_r, e, tile_r);
+    mm_ukr_name(ukr_c, sizeof ukr_c, e, tile_c);
+    mm_ukr_name(ukr_rc, sizeof ukr_rc, e, tile_rc);
+    mm_micro_kernel(b, e, s);
     /* whole tiles go straight into the output (lower_mm_stores_direct)
      * where the tile row at ir holds real rows only: a whole tile, or the
      * last rows' own micro-kernel's */
@@ -783,20 +834,26 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
         cstyle_put(b, "static inline int %s_whole(int64_t mc, int64_t ir) { return mc - ir >= %s_MR || "
                       "mc - ir == %d; }\n", name, name, erows ? erows : -1);
     if (erows)
-        mm_micro_kernel(b, name, "_r", e, (mm_shape){s.vbytes, erows, s.nv});
+        mm_micro_kernel(b, e, tile_r);
     if (evecs)
-        mm_micro_kernel(b, name, "_c", e, (mm_shape){s.vbytes, s.mr, evecs});
+        mm_micro_kernel(b, e, tile_c);
     if (erows && evecs)
-        mm_micro_kernel(b, name, "_rc", e, (mm_shape){s.vbytes, erows, evecs});
-    char unit[128];
-    snprintf(unit, sizeof unit, "%s_MR", name);
-    mm_pack(b, name, "a", e, unit, at, k->a.buf, k->a.row_stride, k->a.col_stride);
-    snprintf(unit, sizeof unit, "%s_NR", name);
+        mm_micro_kernel(b, e, tile_rc);
+    char pack_a[96], pack_b[96];
+    mm_pack(b, pack_a, sizeof pack_a, e, s.mr, at, k->a.row_stride, k->a.col_stride,
+            lower_size_index(k, &k->a.row_stride) < 0 && k->a.row_stride == 1,
+            lower_size_index(k, &k->a.col_stride) < 0 && k->a.col_stride == 1);
     bool split = lower_operand_split(&k->b);
-    if (split)
+    if (split) {
+        char unit[128];
+        snprintf(unit, sizeof unit, "%s_NR", name);
+        snprintf(pack_b, sizeof pack_b, "%s_pack_b", name);
         mm_pack_split(b, name, e, unit, bt, k->b.buf, &k->b);
-    else
-        mm_pack(b, name, "b", e, unit, bt, k->b.buf, k->b.col_stride, k->b.row_stride);
+    } else {
+        mm_pack(b, pack_b, sizeof pack_b, e, (int)nr, bt, k->b.col_stride, k->b.row_stride,
+                lower_size_index(k, &k->b.col_stride) < 0 && k->b.col_stride == 1,
+                lower_size_index(k, &k->b.row_stride) < 0 && k->b.row_stride == 1);
+    }
     /* Sizes, blocks and strides are variables of the kernel (literals, or
      * run-time sizes when the program is shared by several sizes). */
     /* The epilogue: a run of n output elements from their finished dot
@@ -870,32 +927,31 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "          const int64_t kc = K - p0 < KC ? K - p0 : KC;\n");
     cstyle_put(b, "          if (!reuse || packed != bt * NBN + jb) {\n");
     if (split)
-        cstyle_put(b, "            %s_pack_b(bp, in%d, ob, j0, nc, p0, kc, LB);\n", name, k->b.buf);
+        cstyle_put(b, "            %s(bp, in%d, ob, j0, nc, p0, kc, LB);\n", pack_b, k->b.buf);
     else
-        cstyle_put(b, "            %s_pack_b(bp, in%d, ob + j0 * CSB + p0 * RSB, nc, kc, CSB, RSB);\n",
-            name, k->b.buf);
+        cstyle_put(b, "            %s(bp, in%d, ob + j0 * CSB + p0 * RSB, nc, kc, CSB, RSB);\n",
+            pack_b, k->b.buf);
     cstyle_put(b, "            packed = bt * NBN + jb;\n          }\n");
     cstyle_put(b, "          if (full < mc)\n");
-    cstyle_put(b, "            %s_pack_a(ap + full * kc, in%d, oa + (i0 + full) * RSA + p0 * CSA, "
-           "mc - full, kc, RSA, CSA);\n", name, k->a.buf);
+    cstyle_put(b, "            %s(ap + full * kc, in%d, oa + (i0 + full) * RSA + p0 * CSA, "
+           "mc - full, kc, RSA, CSA);\n", pack_a, k->a.buf);
     cstyle_put(b, "          for (int64_t ir = 0; ir < mc; ir += MR)\n");
     cstyle_put(b, "            for (int64_t jr = 0; jr < nc; jr += NR) {\n");
     /* a partial tile (only ever past `full`, the rows A is read in place
      * for) takes its own size's micro-kernel where there is one */
     char u[160];
-    snprintf(u, sizeof u, "%s_ukr", name);
+    snprintf(u, sizeof u, "%s", ukr);
     if (erows || evecs) {
         cstyle_put(b, "              void (*const u)(int64_t, const %s *restrict, int64_t, int64_t, "
                       "const %s *restrict, %s *restrict, int64_t, int) = ", e, e, e);
         if (erows && evecs)
-            cstyle_put(b, "mc - ir <= %d ? (nc - jr <= %lld ? %s_ukr_rc : %s_ukr_r) : "
-                          "nc - jr <= %lld ? %s_ukr_c : %s_ukr;\n", erows,
-                       (long long)evecs * lanes, name, name, (long long)evecs * lanes, name, name);
+            cstyle_put(b, "mc - ir <= %d ? (nc - jr <= %lld ? %s : %s) : "
+                          "nc - jr <= %lld ? %s : %s;\n", erows,
+                       (long long)evecs * lanes, ukr_rc, ukr_r, (long long)evecs * lanes, ukr_c, ukr);
         else if (erows)
-            cstyle_put(b, "mc - ir <= %d ? %s_ukr_r : %s_ukr;\n", erows, name, name);
+            cstyle_put(b, "mc - ir <= %d ? %s : %s;\n", erows, ukr_r, ukr);
         else
-            cstyle_put(b, "nc - jr <= %lld ? %s_ukr_c : %s_ukr;\n", (long long)evecs * lanes,
-                       name, name);
+            cstyle_put(b, "nc - jr <= %lld ? %s : %s;\n", (long long)evecs * lanes, ukr_c, ukr);
         snprintf(u, sizeof u, "u");
     }
     if (to_out) {
