@@ -441,14 +441,14 @@ WHY_MISSED = [
     ("conv2d 3x3 forward", "torch.compile calls oneDNN's direct convolution; kiln reads its "
      "im2col in place through the matmul micro-kernel at about 72% of the 1024 matmul's rate."),
     ("attention forward", "the fused kernels' products run at about 85% of the FMA peak "
-     "and take about half of a profile of the forward and backward (perf, cpu-clock); of the "
-     "rest, the forward's serial row sums and its repacking of k and v per query tile are gone "
-     "(forward 6.5-6.8 -> 6.0-6.4 ms), while hoisting the backward's packing of q and dO out of "
-     "its key blocks measured level at 256 and 2048 keys and was not kept; the joined "
-     "gradients' copy (cat regions reading through index arithmetic, about 9% of the profile) "
-     "and the online softmax remain: 37-39% of peak overall. The joined gradients' dk and dv "
-     "regions now take rows of 64 as their tile (0.98 -> 0.71 ms each); the three copies are "
-     "still about a tenth of the step."),
+     "and take about half of a profile of the forward and backward; this session the products "
+     "took 6-row register tiles (10 loads per 24 FMAs where 4 rows took 8 per 16), the forward "
+     "takes a matrix's query blocks in one grab so that each matrix's k and v are packed once "
+     "(both threads had packed every matrix), and the transposed packs (k in the forward, q and "
+     "dO in the backward) go through an in-register transpose of 16 x 16 blocks instead of a "
+     "strided store per element (0.8 of the forward's 6.4 ms): fwd+bwd 20.0-21.3 -> 15.5-16.5 "
+     "ms alternating with the session start. The joined gradients' three cat-region copies "
+     "(about 0.6 ms each, at half the memory's speed) and the online softmax remain."),
     ("transformer block forward+backward", "nine tenths of kiln's step are products (ten "
      "matmuls at 50-62% of the FMA peak and the fused attention at about 40%); what remains "
      "is the matmul micro-kernel itself (register tiles 6x4, 8x3 and 12x2 vectors measured "
@@ -483,12 +483,12 @@ WHY_MISSED = [
     ("GPT-2 step L12", "not comparable here: the tree of the day the goal was set has no "
      "such benchmark, and its API (kiln_item, kiln_adamw_new) differs from the one "
      "bench/gpt2.c is written against."),
-    ("MLP training step, cold compile", "at its edge on a busy machine: gcc's time on the "
-     "step's 27 kernels, in units compiled in parallel on the 2 cores; the tree of this "
-     "session's start measured 875-1042 ms in the same minutes (686 ms in the last session's "
-     "quieter run). Each partial tile's micro-kernel is compiled too, so a tile gets one only "
-     "where its padding is a tenth of the work (lower_mm_edges), which took this tree from "
-     "1000-1100 ms back to the session start's."),
+    ("MLP training step, cold compile", "gcc's time on the step's 27 kernels, in two units "
+     "compiled in parallel on the 2 cores. This session the products' micro-kernels and "
+     "packing routines became shared within a unit (named by tile shape and types, each "
+     "guarded), about 40 of a matmul kernel's 100 ms, and the kernels are dealt into units by "
+     "expected compile time: cut by text, one unit took 970 ms where the other took 590. "
+     "942-1022 -> 745-785 ms alternating with the session start."),
     ("1000 small", "gcc's time on each kernel (the Philox generator inlined into each sum): "
      "cc1 is nine tenths of the sync's CPU time."),
 ]

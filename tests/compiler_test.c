@@ -264,6 +264,50 @@ Test(compiler, a_large_program_compiles_in_parts_that_agree_with_the_reference) 
     unsetenv("KILN_COMPILE_JOBS");
 }
 
+/* The units of a program compiled in parts are dealt by expected compile
+ * time, not cut into runs of equal text: two products (the costly kernels)
+ * and 30 row sums with their cat, in two units, put one product in each.
+ * Cut by text, the products (the program's first kernels, a third of its
+ * text) shared the first unit. A logging KILN_CC counts the products in
+ * each unit it compiles, then runs the real cc. */
+Test(compiler, costly_kernels_are_dealt_to_different_units) {
+    fresh_dir();
+    char body[600];
+    snprintf(body, sizeof body,
+             "for a; do case \"$a\" in *part*.c) grep -c '^void matmul' \"$a\" >> %s/parts;; "
+             "esac; done\nexec cc \"$@\"", dir);
+    fake_cc(body);
+    setenv("KILN_COMPILE_JOBS", "2", 1);
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
+    cr_assert(ctx);
+    const int64_t ad[2] = {64, 96}, bd[2] = {96, 80};
+    kiln_tensor *parts[32];
+    const int64_t flat = 64 * 80;
+    for (int i = 0; i < 2; i++)
+        parts[i] = kiln_reshape(kiln_matmul(kiln_randn(ctx, KILN_F32, 2, ad, 1 + 2 * (uint64_t)i),
+                                            kiln_randn(ctx, KILN_F32, 2, bd, 2 + 2 * (uint64_t)i)),
+                                1, &flat);
+    int ax = 1;
+    for (int i = 0; i < 30; i++)
+        parts[2 + i] = kiln_sum(kiln_randn(ctx, KILN_F32, 2, (const int64_t[]){3 + i, 5}, 10 + (uint64_t)i),
+                                1, &ax, false);
+    cr_assert_eq(kiln_realize(kiln_cat(32, parts, 0)), KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    kiln_ctx_free(ctx);
+    unsetenv("KILN_COMPILE_JOBS");
+    unsetenv("KILN_CC");
+    char path[300];
+    snprintf(path, sizeof path, "%s/parts", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "the program was not compiled in parts");
+    int counts[8], n = 0;
+    while (n < 8 && fscanf(f, "%d", &counts[n]) == 1)
+        n++;
+    fclose(f);
+    cr_assert_eq(n, 2, "%d units", n);
+    cr_assert(counts[0] == 1 && counts[1] == 1, "products per unit: %d and %d", counts[0],
+              counts[1]);
+}
+
 /* A part that fails to compile fails the sync with the compiler's words;
  * the parts that compiled are not cached. */
 Test(compiler, a_failing_part_is_reported) {
