@@ -439,7 +439,9 @@ WHY_MISSED = [
      "traffic: the floor for fresh memory). A step's released output is reused by default "
      "(the reused column), which is what the goal's page faults were about."),
     ("conv2d 3x3 forward", "torch.compile calls oneDNN's direct convolution; kiln reads its "
-     "im2col in place through the matmul micro-kernel at about 72% of the 1024 matmul's rate."),
+     "im2col in place through the matmul micro-kernel at about 70% of the 1024 matmul's rate, "
+     "level with it: 1.02x and 0.85x in the last session's two runs, 0.88x here (kiln's "
+     "conv 3.12 -> 2.95 ms against the session start in the same run)."),
     ("attention forward", "the fused kernels' products run at about 85% of the FMA peak "
      "and take about half of a profile of the forward and backward; this session the products "
      "took 6-row register tiles (10 loads per 24 FMAs where 4 rows took 8 per 16), the forward "
@@ -450,9 +452,10 @@ WHY_MISSED = [
      "ms alternating with the session start. The joined gradients' three cat-region copies "
      "(about 0.6 ms each, at half the memory's speed) and the online softmax remain."),
     ("transformer block forward+backward", "nine tenths of kiln's step are products (ten "
-     "matmuls at 50-62% of the FMA peak and the fused attention at about 40%); what remains "
-     "is the matmul micro-kernel itself (register tiles 6x4, 8x3 and 12x2 vectors measured "
-     "level) and the attention kernels."),
+     "matmuls at 50-62% of the FMA peak and the fused attention); the attention's kernels "
+     "gained this session (173 -> 155 ms lazy against the session start in this run, 1.10x -> "
+     "1.32x PyTorch eager); what remains is the matmul micro-kernel itself (register tiles 6x4, "
+     "8x3 and 12x2 vectors measured level) at about 60% of peak on these shapes."),
     ("Fashion-MNIST CNN", "a 12.4-13.8 ms step (from 16.2-16.6 last session): the products "
      "are batched per image and run at 140-180 GFLOP/s, their partial tiles now on "
      "micro-kernels of their own size and their plain results stored straight into the output; "
@@ -489,6 +492,10 @@ WHY_MISSED = [
      "guarded), about 40 of a matmul kernel's 100 ms, and the kernels are dealt into units by "
      "expected compile time: cut by text, one unit took 970 ms where the other took 590. "
      "942-1022 -> 745-785 ms alternating with the session start."),
+    ("MLP training step", "noise in the quick run's 3 steps of a 1 ms step: its before/after "
+     "table shows this tree 0.88x the session start's, where the step alone, alternating the "
+     "two libraries in the same minutes (200 steps each, best), measured 0.840, 0.864, 0.839 ms "
+     "(start) against 0.848, 0.849, 0.855 (this tree); the last session's run had 1.75x."),
     ("1000 small", "gcc's time on each kernel (the Philox generator inlined into each sum): "
      "cc1 is nine tenths of the sync's CPU time."),
 ]
