@@ -423,9 +423,11 @@ typedef struct lower_mm_plan {
 
 /* Attention blocking: a program instance owns bq queries (the forward and dq)
  * or bk keys (dkv) and walks the other side in tiles of bk keys (bq queries).
- * On a GPU the block's threads are block_threads. */
+ * On a GPU the block's threads are block_threads. On a CPU the products'
+ * register tiles are up to mr rows (then 4, then 2) by up to nv vectors. */
 typedef struct lower_att_plan {
     int64_t bq, bk;
+    int mr, nv;
 } lower_att_plan;
 
 typedef struct lower_plan {

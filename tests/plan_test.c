@@ -533,3 +533,30 @@ Test(plan, sums_apart_from_their_rows_sum_the_rows_first) {
     graph_unref(y);
     graph_ctx_free(g);
 }
+
+/* The fused attention's register tiles are lower's: 6 rows by 4 vectors in
+ * AVX-512's 32 registers, 4 by 2 in AVX2's 16 (the CPU renderer emits what
+ * the plan says). */
+Test(plan, attention_register_tiles_follow_the_vectors) {
+    graph_ctx *g = graph_ctx_new();
+    const int64_t s[3] = {2, 64, 32};
+    graph_node *src[3];
+    for (int i = 0; i < 3; i++)
+        src[i] = tu_leaf(g, KILN_F32, 3, s);
+    const lower_target *targets[2] = {&cpu512, &cpu256};
+    const int mr[2] = {6, 4}, nv[2] = {4, 2};
+    for (int t = 0; t < 2; t++) {
+        lower_program *p = schedule(graph_attention(GRAPH_ATTENTION, 3, src, 0.125, false));
+        cr_assert_eq(p->nkernels, 1);
+        lower_plan *plans = lower_plan_program(p, targets[t]);
+        cr_assert(plans);
+        cr_assert_eq(plans[0].att.mr, mr[t], "%d-byte vectors: %d rows", targets[t]->vector_bytes,
+                     plans[0].att.mr);
+        cr_assert_eq(plans[0].att.nv, nv[t]);
+        lower_plans_free(plans, p->nkernels);
+        lower_program_free(p);
+    }
+    for (int i = 0; i < 3; i++)
+        graph_unref(src[i]);
+    graph_ctx_free(g);
+}

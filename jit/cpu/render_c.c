@@ -505,6 +505,8 @@ static const char *mm_tag(const char *e) {
     return !strcmp(e, "float") ? "f32" : !strcmp(e, "double") ? "f64" : "u64";
 }
 
+static int mm_esize(const char *e) { return strcmp(e, "float") ? 8 : 4; }
+
 /* The vector types of e in vbytes: NAME_v (aligned, the registers and packed
  * panels) and NAME_u (any element: tiles stored into the output). */
 static void mm_vector_type(char *out, size_t cap, const char *e, int vbytes) {
@@ -517,7 +519,7 @@ static void mm_vector_types(sbuf *b, const char *e, int vbytes) {
     cstyle_put(b, "#ifndef %s_\n#define %s_\n", vt, vt);
     cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", e, vt, vbytes);
     cstyle_put(b, "typedef %s %s_u __attribute__((vector_size(%d), may_alias, aligned(%d)));\n", e,
-               vt, vbytes, strcmp(e, "float") ? 8 : 4);
+               vt, vbytes, mm_esize(e));
     cstyle_put(b, "#endif\n");
 }
 
@@ -538,7 +540,7 @@ static void mm_micro_kernel(sbuf *b, const char *e, mm_shape s) {
     char name[64], vt[64];
     mm_ukr_name(name, sizeof name, e, s);
     mm_vector_type(vt, sizeof vt, e, s.vbytes);
-    int lanes = s.vbytes / (strcmp(e, "float") ? 8 : 4);
+    int lanes = s.vbytes / mm_esize(e);
     cstyle_put(b, "#ifndef %s_\n#define %s_\n", name, name);
     cstyle_put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
     cstyle_put(b,
@@ -1033,16 +1035,12 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
  * every executor to. */
 
 /* C[m x nv vectors] (+)= A[m x kk] B[kk x nv vectors], m a multiple of 2
- * (the callers round to 4): register tiles of 6 rows by up to NV vectors
- * while 6 rows remain, then of 4 and of 2 (one vector at the right edge),
- * B's and C's rows aligned whole vectors. NAME_gemmt (transposed) reads A
- * as its transpose At[kk x m]: element (i, p) at At[p * lda + i]. Six rows
- * of four vectors are 24 accumulators, 4 B vectors and a broadcast in
- * AVX-512's 32 registers, and 10 loads per 24 FMAs where 4 rows took 8 per
- * 16: at b8 s256 d64 h8 the forward 5.6-6.1 -> 5.4-5.7 ms, the joint
- * backward 10.9-12.1 -> 11.0-11.5 (alternating runs of the kernels alone). */
-static void att_gemm_rows(sbuf *b, const char *name, const char *T, int nv, bool transposed,
-                          int rows) {
+ * (the callers round to 4): register tiles of `rows` rows by up to NV
+ * vectors (one vector at the right edge), B's and C's rows aligned whole
+ * vectors. NAME_gemmt (transposed) reads A as its transpose At[kk x m]:
+ * element (i, p) at At[p * lda + i]. */
+static void att_gemm_rows(sbuf *b, const char *name, const char *vt, const char *T, int nv,
+                          bool transposed, int rows) {
     cstyle_put(b, "  for (; i + %d <= m; i += %d) {\n", rows, rows);
     for (int r = 0; r < rows; r++) {
         if (r == 0)
@@ -1057,11 +1055,11 @@ static void att_gemm_rows(sbuf *b, const char *name, const char *T, int nv, bool
         cstyle_put(b, "    for (; j + %d <= nv; j += %d) {\n", w, w);
         for (int r = 0; r < rows; r++)
             for (int x = 0; x < w; x++)
-                cstyle_put(b, "      %s_v c%d%d = {0};\n", name, r, x);
+                cstyle_put(b, "      %s_v c%d%d = {0};\n", vt, r, x);
         cstyle_put(b, "      const %s *restrict bp = B + j * %s_L;\n", T, name);
         cstyle_put(b, "      for (int64_t p = 0; p < kk; p++, bp += ldb) {\n");
         for (int x = 0; x < w; x++)
-            cstyle_put(b, "        const %s_v b%d = *(const %s_v *)(bp + %d * %s_L);\n", name, x, name,
+            cstyle_put(b, "        const %s_v b%d = *(const %s_v *)(bp + %d * %s_L);\n", vt, x, vt,
                        x, name);
         for (int r = 0; r < rows; r++) {
             cstyle_put(b, transposed ? "        { const %s x = a%d[p * lda];" : "        { const %s x = a%d[p];",
@@ -1077,13 +1075,15 @@ static void att_gemm_rows(sbuf *b, const char *name, const char *T, int nv, bool
                 cstyle_put(b,
                     "      if (add) *(%s_v *)(cp + %d * ldc + %d * %s_L) += c%d%d; "
                     "else *(%s_v *)(cp + %d * ldc + %d * %s_L) = c%d%d;\n",
-                    name, r, x, name, r, x, name, r, x, name, r, x);
+                    vt, r, x, name, r, x, vt, r, x, name, r, x);
         cstyle_put(b, "    }\n");
     }
     cstyle_put(b, "  }\n");
 }
 
-static void att_gemm(sbuf *b, const char *name, const char *T, int nv, bool transposed) {
+/* Register tiles of up to mr rows (lower's plan: att.mr), then 4, then 2. */
+static void att_gemm(sbuf *b, const char *name, const char *vt, const char *T, int mr, int nv,
+                     bool transposed) {
     cstyle_put(b, "#pragma GCC push_options\n#pragma GCC optimize(\"fp-contract=fast\")\n");
     cstyle_put(b,
         "static void %s_gemm%s(int64_t m, int64_t nv, int64_t kk, const %s *restrict A, int64_t lda, "
@@ -1091,12 +1091,8 @@ static void att_gemm(sbuf *b, const char *name, const char *T, int nv, bool tran
         name, transposed ? "t" : "", T, T, T);
     cstyle_put(b, "#ifdef __clang__\n#pragma clang fp contract(fast)\n#endif\n");
     cstyle_put(b, "  int64_t i = 0;\n");
-    /* 6 rows only where 6 x NV accumulators leave room for B and a
-     * broadcast (AVX-512's 32 registers; AVX2's 16 take 4 x 2) */
-    if (6 * nv + nv + 1 <= 32 && nv >= 4)
-        att_gemm_rows(b, name, T, nv, transposed, 6);
-    att_gemm_rows(b, name, T, nv, transposed, 4);
-    att_gemm_rows(b, name, T, nv, transposed, 2);
+    for (int rows = mr; rows >= 2; rows = rows > 4 ? 4 : rows - 2)
+        att_gemm_rows(b, name, vt, T, nv, transposed, rows);
     cstyle_put(b, "}\n#pragma GCC pop_options\n");
 }
 
@@ -1120,23 +1116,21 @@ static void att_operand(sbuf *b, const lower_kernel *k, int x, const char *name,
  * both have __builtin_shufflevector. Element by element, the forward's
  * transposed pack of k took 0.8 of its 6.4 ms at b8 s256 d64 h8 (a store
  * a cache line apart each, about 4 cycles an element). */
-static void att_transpose(sbuf *b, const char *name, const char *T, int lanes) {
-    cstyle_put(b, "typedef %s %s_u __attribute__((vector_size(%d), may_alias, aligned(%d)));\n", T,
-               name, lanes * (int)(strcmp(T, "double") ? 4 : 8), (int)(strcmp(T, "double") ? 4 : 8));
+static void att_transpose(sbuf *b, const char *name, const char *vt, const char *T, int lanes) {
     cstyle_put(b, "static inline void %s_tr(%s *restrict dst, int64_t ld, const %s *restrict src, "
                   "int64_t rs, %s s) {\n", name, T, T, T);
     for (int i = 0; i < lanes; i++)
-        cstyle_put(b, "  %s_v r%d = *(const %s_u *)(src + %d * rs) * s;\n", name, i, name, i);
+        cstyle_put(b, "  %s_v r%d = *(const %s_u *)(src + %d * rs) * s;\n", vt, i, vt, i);
     for (int h = lanes / 2; h >= 1; h /= 2) {
         cstyle_put(b, "  {\n");
         for (int i = 0; i < lanes; i++) {
             if (i & h)
                 continue;
-            cstyle_put(b, "    const %s_v t%d = __builtin_shufflevector(r%d, r%d", name, i, i, i + h);
+            cstyle_put(b, "    const %s_v t%d = __builtin_shufflevector(r%d, r%d", vt, i, i, i + h);
             for (int j = 0; j < lanes; j++)
                 cstyle_put(b, ", %d", (j & h) ? lanes + j - h : j);
             cstyle_put(b, ");\n");
-            cstyle_put(b, "    const %s_v t%d = __builtin_shufflevector(r%d, r%d", name, i + h, i, i + h);
+            cstyle_put(b, "    const %s_v t%d = __builtin_shufflevector(r%d, r%d", vt, i + h, i, i + h);
             for (int j = 0; j < lanes; j++)
                 cstyle_put(b, ", %d", (j & h) ? lanes + j : j + h);
             cstyle_put(b, ");\n");
@@ -1146,7 +1140,7 @@ static void att_transpose(sbuf *b, const char *name, const char *T, int lanes) {
         cstyle_put(b, "  }\n");
     }
     for (int i = 0; i < lanes; i++)
-        cstyle_put(b, "  *(%s_u *)(dst + %d * ld) = r%d;\n", name, i, i);
+        cstyle_put(b, "  *(%s_u *)(dst + %d * ld) = r%d;\n", vt, i, i);
     cstyle_put(b, "}\n");
 }
 
@@ -1207,16 +1201,15 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     kiln_dtype dt = k->out->dtype;
     const char *T = ctype(dt);
     int esz = dt == KILN_F64 ? 8 : 4, vb = plan->vector_bytes >= 64 ? 64 : 32;
-    /* 4 x 4 vectors of accumulators in AVX-512's 32 registers, 4 x 2 in
-     * AVX2's 16 */
-    int nv = vb == 64 ? 4 : 2;
+    char vt[64];
+    mm_vector_type(vt, sizeof vt, T, vb);
     cstyle_put(b, "#include <stdlib.h>\n");
-    cstyle_put(b, "typedef %s %s_v __attribute__((vector_size(%d), may_alias));\n", T, name, vb);
+    mm_vector_types(b, T, vb);
     cstyle_put(b, "enum { %s_L = %d };\n", name, vb / esz);
-    att_transpose(b, name, T, vb / esz);
-    att_gemm(b, name, T, nv, false);
+    att_transpose(b, name, vt, T, vb / esz);
+    att_gemm(b, name, vt, T, plan->att.mr, plan->att.nv, false);
     if (lower_joint_attention(k))
-        att_gemm(b, name, T, nv, true);
+        att_gemm(b, name, vt, T, plan->att.mr, plan->att.nv, true);
     /* e^x, from the kernel's instructions */
     cstyle_put(b, "static inline %s %s_exp(%s dot) {\n", T, name, T);
     for (int i = 0; i < plan->nblocks; i++)
@@ -1235,7 +1228,7 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         "  %s t[%s_L];\n  memcpy(t, &a, sizeof t);\n"
         "  for (int w = %s_L / 2; w >= 1; w /= 2)\n    for (int l = 0; l < w; l++) t[l] += t[l + w];\n"
         "  %s s = t[0];\n  for (; j < n; j++) s += p[j];\n  return s;\n}\n",
-        T, name, T, name, name, name, name, T, name, name, T);
+        T, name, T, vt, name, name, vt, T, name, name, T);
     params(b, k);
     cstyle_put(b, "  typedef %s T;\n", T);
     cstyle_put(b, "  const int64_t NB = %s, L = %s, NK = %s, D = %lldLL, DV = %lldLL;\n",
