@@ -188,6 +188,13 @@ struct graph_node {
     void *scratch;     /* owned by whichever pass is running */
     uint64_t hash;
     graph_node *hnext; /* a dying node's link; a free node's, in its slab */
+    /* Hash-consing without the table where it cannot hit (node.c): the one
+     * node made while this one had no other consumer, kept out of the table;
+     * whether any node was ever made from this one; whether this one is in
+     * the table. */
+    graph_node *pending;
+    bool consumed;
+    bool listed;
     graph_ctx *g;
     int64_t id; /* creation order within its graph_ctx */
     int64_t shape[KILN_MAX_DIMS];

@@ -14,7 +14,16 @@
  * and touches no node, where the chained table it replaces walked nodes
  * scattered over the heap (a cache miss per link: 70% of graph_intern's time
  * while recording a 100000-op chain). At most half full; a removal shifts
- * the probe run back instead of leaving a tombstone. */
+ * the probe run back instead of leaving a tombstone.
+ *
+ * A node made from a source nothing was made from before cannot equal any
+ * existing node, so it skips the table: it is kept as that source's
+ * `pending` node instead, and a later node from the same source is compared
+ * with it there. Every live interned node is thus in the table or the
+ * pending node of one of its sources, and a lookup checks both. Along a
+ * chain of ops every node is such a first consumer: its table slot, random
+ * in a table of megabytes, was a cache miss when recording it and again
+ * when freeing it. */
 typedef struct slot {
     uint64_t hash;
     graph_node *node; /* NULL: empty */
@@ -404,14 +413,24 @@ static bool table_make_room(graph_ctx *g) {
 
 graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
     uint64_t h = 0;
+    graph_node *first = NULL; /* a source nothing was made from yet */
     if (interned(proto)) {
         h = node_hash(proto);
-        size_t mask = g->cap - 1;
-        for (size_t i = h & mask; g->table[i].node; i = (i + 1) & mask)
-            if (g->table[i].hash == h && node_equal(g->table[i].node, proto))
-                return graph_ref(g->table[i].node);
-        if (!table_make_room(g))
-            return NULL;
+        for (int i = 0; i < proto->nsrc; i++) {
+            graph_node *s = proto->src[i];
+            if (s->pending && s->pending->hash == h && node_equal(s->pending, proto))
+                return graph_ref(s->pending);
+            if (!s->consumed && !first)
+                first = s;
+        }
+        if (!first) {
+            size_t mask = g->cap - 1;
+            for (size_t i = h & mask; g->table[i].node; i = (i + 1) & mask)
+                if (g->table[i].hash == h && node_equal(g->table[i].node, proto))
+                    return graph_ref(g->table[i].node);
+            if (!table_make_room(g))
+                return NULL;
+        }
     }
     graph_node *n = node_alloc(g);
     if (!n)
@@ -435,13 +454,38 @@ graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
     n->hash = h;
     n->hnext = NULL;
     n->scratch = NULL;
+    n->pending = NULL;
+    n->consumed = false;
+    n->listed = false;
     graph_buffer_ref(n->buf);
     g->live++;
     if (interned(n)) {
-        table_put(g->table, g->cap - 1, h, n);
-        g->count++;
+        for (int i = 0; i < n->nsrc; i++)
+            n->src[i]->consumed = true;
+        if (first) {
+            first->pending = n;
+        } else {
+            table_put(g->table, g->cap - 1, h, n);
+            g->count++;
+            n->listed = true;
+        }
     }
     return n;
+}
+
+/* Takes n out of hash-consing: out of the table, or off the source it is
+ * pending at. */
+static void unlist(graph_ctx *g, graph_node *n) {
+    if (n->listed) {
+        table_remove(g, n);
+        n->listed = false;
+        return;
+    }
+    for (int i = 0; i < n->nsrc; i++)
+        if (n->src[i]->pending == n) {
+            n->src[i]->pending = NULL;
+            return;
+        }
 }
 
 graph_node *graph_ref(graph_node *n) {
@@ -457,8 +501,7 @@ void graph_unref(graph_node *n) {
     if (!n || --n->refs > 0)
         return;
     graph_ctx *g = n->g;
-    if (interned(n))
-        table_remove(g, n);
+    unlist(g, n);
     n->hnext = NULL;
     graph_node *dying = n;
     while (dying) {
@@ -467,8 +510,7 @@ void graph_unref(graph_node *n) {
         for (int i = 0; i < d->nsrc; i++) {
             graph_node *s = d->src[i];
             if (--s->refs == 0) {
-                if (interned(s))
-                    table_remove(g, s);
+                unlist(g, s);
                 s->hnext = dying;
                 dying = s;
             }
@@ -482,8 +524,7 @@ void graph_unref(graph_node *n) {
 void graph_forget_sources(graph_node *n) {
     if (!n->buf || n->op == GRAPH_BUFFER)
         return;
-    if (interned(n))
-        table_remove(n->g, n);
+    unlist(n->g, n);
     graph_node **src = n->src;
     int nsrc = n->nsrc;
     n->op = GRAPH_BUFFER;

@@ -100,3 +100,94 @@ Test(graph_intern, ops_on_the_same_sources_are_one_node) {
     cr_assert_eq(graph_ctx_live_nodes(g), 0);
     graph_ctx_free(g);
 }
+
+/* Collects n and everything it reads from into seen (a live node's
+ * sources are live). */
+static void reach(graph_node *n, graph_node **seen, int *nseen, int cap) {
+    for (int i = 0; i < *nseen; i++)
+        if (seen[i] == n)
+            return;
+    cr_assert_lt(*nseen, cap);
+    seen[(*nseen)++] = n;
+    for (int i = 0; i < n->nsrc; i++)
+        reach(n->src[i], seen, nseen, cap);
+}
+
+/* A node made from a source nothing was made from before skips the table (it
+ * waits as that source's pending node): random ops over random live nodes,
+ * made, made again, dropped in any order, realized and cut from their
+ * sources, each make checked against every live node searched by brute
+ * force. A pending node not found again fails here; a freed one found, under
+ * ASan. */
+Test(graph_intern, first_consumers_kept_beside_the_table_stay_findable) {
+    enum { POOL = 48, STEPS = 20000, SEEN = 4096 };
+    graph_ctx *g = graph_ctx_new();
+    const int64_t shape[1] = {4};
+    graph_buffer *b = graph_buffer_new(4 * sizeof(float));
+    graph_node **seen = malloc(SEEN * sizeof *seen);
+    cr_assert(g && b && seen);
+    graph_node *held[POOL]; /* one reference each */
+    int nheld = 0;
+    graph_node *leaves[4];
+    for (int i = 0; i < 4; i++)
+        cr_assert((leaves[i] = graph_buffer_node(g, KILN_F32, 1, shape, b)));
+    graph_buffer_unref(b);
+    uint64_t state = 99;
+#define NEXT() (state = state * 6364136223846793005u + 1442695040888963407u, (int)(state >> 33))
+    int found = 0, fresh = 0;
+    for (int step = 0; step < STEPS; step++) {
+        int r = NEXT() % 8;
+        if (r < 5 || nheld < 2) {
+            if (nheld == POOL)
+                continue;
+            /* sources among the few newest nodes and the leaves, so that ops
+             * repeat often */
+            int few = nheld < 3 ? nheld : 3;
+            graph_node *pa = few && NEXT() % 3 ? held[nheld - 1 - NEXT() % few] : leaves[NEXT() % 2];
+            graph_node *pb = few && NEXT() % 3 ? held[nheld - 1 - NEXT() % few] : leaves[NEXT() % 2];
+            graph_op op = NEXT() % 2 ? GRAPH_ADD : GRAPH_MUL;
+            int nseen = 0;
+            for (int i = 0; i < nheld; i++)
+                reach(held[i], seen, &nseen, SEEN);
+            graph_node *want = NULL;
+            for (int i = 0; i < nseen; i++)
+                if (seen[i]->op == op && seen[i]->src[0] == pa && seen[i]->src[1] == pb)
+                    want = seen[i];
+            graph_node *n = graph_binary(op, pa, pb);
+            cr_assert(n);
+            if (want) {
+                cr_assert_eq(n, want, "step %d: a live %s not found again", step,
+                             graph_op_name(op));
+                found++;
+            } else {
+                cr_assert_eq(n->refs, 1, "step %d: a %s found that is not live", step,
+                             graph_op_name(op));
+                fresh++;
+            }
+            held[nheld++] = n;
+        } else if (r < 7) {
+            int i = NEXT() % nheld;
+            graph_node *n = held[i];
+            held[i] = held[--nheld];
+            graph_unref(n);
+        } else {
+            /* realized and cut from its sources: it leaves hash-consing */
+            graph_node *n = held[NEXT() % nheld];
+            if (!n->buf) {
+                cr_assert((n->buf = graph_buffer_new(4 * sizeof(float))));
+                graph_forget_sources(n);
+            }
+        }
+    }
+#undef NEXT
+    cr_log_info("%d found again, %d made fresh", found, fresh);
+    cr_assert_gt(found, 300, "only %d found again", found);
+    cr_assert_gt(fresh, 1000, "only %d made fresh", fresh);
+    while (nheld)
+        graph_unref(held[--nheld]);
+    for (int i = 0; i < 4; i++)
+        graph_unref(leaves[i]);
+    cr_assert_eq(graph_ctx_live_nodes(g), 0);
+    free(seen);
+    graph_ctx_free(g);
+}
