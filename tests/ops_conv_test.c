@@ -189,6 +189,20 @@ TU_TEST(conv3d, im2col_read_in_place) {
     check_conv(ctx, &CV(.n = 2, .c = 2, .oc = 3, .g = 1, .in = A3(1, 12, 12), .k = A3(1, 3, 3),
                         .s = A3(1, 1, 1), .p = A3(0, 2, 3), .d = A3(1, 2, 2)),
                3, false, true, KILN_F64, 18);
+    /* more (channel, tap) rows than a block of k takes (at most 256 on
+     * 64-byte vectors, cut in equal blocks): 261 rows are two blocks of 131
+     * and 130, so the second starts within a channel's taps, at phase 5 of 9
+     * (at 9 of 18 for 270 rows of a 2x3x3 kernel) of the taps' valid ranges,
+     * which the packing works out once a phase */
+    check_conv(ctx, &CV(.n = 2, .c = 29, .oc = 5, .g = 1, .in = A3(1, 9, 40), .k = A3(1, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F32, 21);
+    check_conv(ctx, &CV(.n = 1, .c = 15, .oc = 3, .g = 1, .in = A3(3, 6, 17), .k = A3(2, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(1, 1, 1), .d = A3(1, 1, 1)),
+               3, false, false, KILN_F32, 22);
+    check_conv(ctx, &CV(.n = 1, .c = 29, .oc = 4, .g = 1, .in = A3(1, 8, 33), .k = A3(1, 3, 3),
+                        .s = A3(1, 1, 1), .p = A3(0, 1, 1), .d = A3(1, 1, 1)),
+               3, false, true, KILN_F64, 23);
     /* transposed: zeros inserted between the input's elements, a pad, and
      * the flipped kernel */
     check_conv(ctx, &CV(.n = 2, .c = 3, .oc = 2, .g = 1, .in = A3(1, 6, 9), .k = A3(1, 3, 3),

@@ -676,6 +676,27 @@ static void split_valid(sbuf *b, const lower_operand *o, int base, const char *a
                    m ? " && " : "", m, m, at, base + 3 * m, base + 3 * m + 1, base + 3 * m);
 }
 
+/* Statements narrowing segment g's range [lo, hi) of a split B's panel
+ * (from s0, the segment's first column) to where every mask holds, given
+ * each masked axis' row coordinate rmM. */
+static void split_range(sbuf *b, const char *ind, const lower_operand *o, int mb) {
+    /* the valid range of each masked coordinate; a division per k step cost
+     * as much as the product on 3x3 convolutions, whose columns step by 1 */
+    for (int m = 0; m < o->nmasks; m++) {
+        int at = mb + 3 * m;
+        cstyle_put(b, "%s{\n%s  const int64_t a = rm%d + cm%d[s0], s = ms%d[g], l = L[%d], h = L[%d];\n",
+                   ind, ind, m, m, m, at, at + 1);
+        cstyle_put(b, "%s  if (s == 0) {\n%s    if (a < l || a >= h) hi = lo;\n%s  } else {\n", ind,
+                   ind, ind);
+        cstyle_put(b, "%s    const int64_t rl = a >= l ? 0 : s == 1 ? l - a : (l - a + s - 1) / s;\n", ind);
+        cstyle_put(b, "%s    const int64_t rh = a >= h ? 0 : s == 1 ? h - a : (h - a + s - 1) / s;\n", ind);
+        cstyle_put(b, "%s    if (s0 + rl > lo) lo = s0 + rl;\n%s    if (s0 + rh < hi) hi = s0 + rh;\n",
+                   ind, ind);
+        cstyle_put(b, "%s  }\n%s}\n", ind, ind);
+    }
+    cstyle_put(b, "%sif (hi < lo) hi = lo;\n", ind);
+}
+
 /* Packs a split B (lower.h's lower_operand): columns [j0, j0 + mc) and k
  * [p0, p0 + kc) into panels of `unit` columns, step-major, as mm_pack does.
  * A panel's columns are cut once into segments whose offsets are
@@ -686,10 +707,25 @@ static void split_valid(sbuf *b, const lower_operand *o, int base, const char *a
  * rows' offsets follow an odometer over their axes. Panels of 64 columns
  * over output rows of 32 read element by element took 2.2x the time of the
  * product they fed. */
-static void mm_pack_split(sbuf *b, const char *name, const char *e, const char *unit,
-                          kiln_dtype dt, int buf, const lower_operand *o) {
+static void mm_pack_split(sbuf *b, const lower_kernel *k, const char *name, const char *e,
+                          const char *unit, int units, kiln_dtype dt, int buf,
+                          const lower_operand *o) {
     int nc = o->ncdims ? o->ncdims : 1, nr = o->nrdims ? o->nrdims : 1, mb = 3 * (nc + nr);
     const int8_t *cmask = o->ncdims ? o->cmask : NULL, *rmask = o->nrdims ? o->rmask : NULL;
+    /* The masked row axes (a convolution's taps) are the innermost ones, of
+     * literal sizes: a k step's masked coordinates then repeat with the
+     * period of those axes, and each segment's valid range is worked out
+     * once a panel for each phase (9 for a 3x3 kernel) instead of once a k
+     * step. Measured on the 3x3 layer 8x64x32x32 with 64 filters: the
+     * kernel 2.40-2.46 -> 2.24-2.34 ms, its packing about 0.8 of them. */
+    int first = -1;
+    int64_t period = 1;
+    for (int d = 0; rmask && d < nr && first < 0; d++)
+        if (rmask[d] >= 0)
+            first = d;
+    for (int d = first < 0 ? nr : first; d < nr && period > 0; d++)
+        period = lower_size_index(k, &o->rsize[d]) < 0 ? period * o->rsize[d] : 0;
+    bool phased = first >= 0 && o->nmasks && period > 0 && period * units <= 4096;
     /* one element's offset and validity, for the fallback's dot products */
     cstyle_put(b,
         "static inline int64_t %s_b_at(int64_t p, int64_t j, const int64_t *restrict L, "
@@ -739,13 +775,37 @@ static void mm_pack_split(sbuf *b, const char *name, const char *e, const char *
     cstyle_put(b, "    int64_t c[%d], q = p0;\n", nr);
     for (int d = nr - 1; d >= 0; d--)
         cstyle_put(b, "    c[%d] = q %% L[%d]; q /= L[%d];\n", d, 3 * (nc + d), 3 * (nc + d));
+    if (phased) {
+        /* each phase's coordinates of the masked row axes, as an odometer
+         * over them (innermost last) */
+        cstyle_put(b, "    int16_t seg_lo[%lld][%s], seg_hi[%lld][%s];\n", (long long)period, unit,
+                   (long long)period, unit);
+        cstyle_put(b, "    for (int64_t t = 0; t < %lld; t++) {\n      int64_t u = t;\n",
+                   (long long)period);
+        for (int d = nr - 1; d >= first; d--)
+            cstyle_put(b, "      const int64_t t%d = u %% L[%d]; u /= L[%d];\n", d, 3 * (nc + d),
+                       3 * (nc + d));
+        cstyle_put(b, "      (void)u;\n");
+        for (int m = 0; m < o->nmasks; m++) {
+            cstyle_put(b, "      const int64_t rm%d = L[%d]", m, mb + 3 * m + 2);
+            for (int d = first; d < nr; d++)
+                if (rmask[d] == m)
+                    cstyle_put(b, " + t%d * L[%d]", d, 3 * (nc + d) + 2);
+            cstyle_put(b, ";\n");
+        }
+        cstyle_put(b, "      for (int64_t g = 0; g < ns; g++) {\n");
+        cstyle_put(b, "        const int64_t s0 = sst[g];\n        int64_t lo = s0, hi = sst[g + 1];\n");
+        split_range(b, "        ", o, mb);
+        cstyle_put(b, "        seg_lo[t][g] = (int16_t)lo;\n        seg_hi[t][g] = (int16_t)hi;\n");
+        cstyle_put(b, "      }\n    }\n    int64_t ph = p0 %% %lld;\n", (long long)period);
+    }
     cstyle_put(b, "    for (int64_t p = 0; p < kc; p++) {\n");
     cstyle_put(b, "      %s *restrict d = dst + p * %s;\n", e, unit);
     cstyle_put(b, "      const int64_t ko = o");
     for (int d = 0; d < nr; d++)
         cstyle_put(b, " + c[%d] * L[%d]", d, 3 * (nc + d) + 1);
     cstyle_put(b, ";\n");
-    for (int m = 0; m < o->nmasks; m++) {
+    for (int m = 0; m < o->nmasks && !phased; m++) {
         cstyle_put(b, "      const int64_t rm%d = L[%d]", m, mb + 3 * m + 2);
         for (int d = 0; d < nr; d++)
             if (rmask && rmask[d] == m)
@@ -755,25 +815,15 @@ static void mm_pack_split(sbuf *b, const char *name, const char *e, const char *
     cstyle_put(b, "      for (int64_t r = nr; r < %s; r++) d[r] = (%s)0;\n", unit, e);
     cstyle_put(b, "      for (int64_t g = 0; g < ns; g++) {\n");
     cstyle_put(b, "        const int64_t s0 = sst[g], s1 = sst[g + 1], base = ko + coff[s0] - s0;\n");
-    cstyle_put(b, "        int64_t lo = s0, hi = s1;\n");
-    /* the valid range of each masked coordinate; a division per k step cost
-     * as much as the product on 3x3 convolutions, whose columns step by 1 */
-    for (int m = 0; m < o->nmasks; m++) {
-        int at = mb + 3 * m;
-        cstyle_put(b, "        {\n          const int64_t a = rm%d + cm%d[s0], s = ms%d[g], "
-                      "l = L[%d], h = L[%d];\n", m, m, m, at, at + 1);
-        cstyle_put(b, "          if (s == 0) {\n            if (a < l || a >= h) hi = lo;\n"
-                      "          } else {\n"
-                      "            const int64_t rl = a >= l ? 0 : s == 1 ? l - a : (l - a + s - 1) / s;\n"
-                      "            const int64_t rh = a >= h ? 0 : s == 1 ? h - a : (h - a + s - 1) / s;\n"
-                      "            if (s0 + rl > lo) lo = s0 + rl;\n"
-                      "            if (s0 + rh < hi) hi = s0 + rh;\n"
-                      "          }\n        }\n");
+    if (phased) {
+        cstyle_put(b, "        const int64_t lo = seg_lo[ph][g], hi = seg_hi[ph][g];\n");
+    } else {
+        cstyle_put(b, "        int64_t lo = s0, hi = s1;\n");
+        if (o->nmasks)
+            split_range(b, "        ", o, mb);
     }
-    if (o->nmasks) {
-        cstyle_put(b, "        if (hi < lo) hi = lo;\n");
+    if (o->nmasks)
         cstyle_put(b, "        for (int64_t r = s0; r < lo; r++) d[r] = (%s)0;\n", e);
-    }
     cstyle_put(b, "        for (int64_t r = lo; r < hi; r++) d[r] = (%s)", e);
     load_expr(b, dt, buf, "base + r");
     cstyle_put(b, ";\n");
@@ -781,6 +831,8 @@ static void mm_pack_split(sbuf *b, const char *name, const char *e, const char *
         cstyle_put(b, "        for (int64_t r = hi; r < s1; r++) d[r] = (%s)0;\n", e);
     cstyle_put(b, "      }\n");
     /* the odometer: the innermost axis steps, carrying outwards */
+    if (phased)
+        cstyle_put(b, "      if (++ph == %lld) ph = 0;\n", (long long)period);
     cstyle_put(b, "      ");
     for (int d = nr - 1; d >= 0; d--)
         cstyle_put(b, "if (++c[%d] == L[%d]) { c[%d] = 0; ", d, 3 * (nc + d), d);
@@ -850,7 +902,7 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
         char unit[128];
         snprintf(unit, sizeof unit, "%s_NR", name);
         snprintf(pack_b, sizeof pack_b, "%s_pack_b", name);
-        mm_pack_split(b, name, e, unit, bt, k->b.buf, &k->b);
+        mm_pack_split(b, k, name, e, unit, (int)nr, bt, k->b.buf, &k->b);
     } else {
         mm_pack(b, pack_b, sizeof pack_b, e, (int)nr, bt, k->b.col_stride, k->b.row_stride,
                 lower_size_index(k, &k->b.col_stride) < 0 && k->b.col_stride == 1,
