@@ -439,9 +439,14 @@ WHY_MISSED = [
      "traffic: the floor for fresh memory). A step's released output is reused by default "
      "(the reused column), which is what the goal's page faults were about."),
     ("conv2d 3x3 forward", "torch.compile calls oneDNN's direct convolution; kiln reads its "
-     "im2col in place through the matmul micro-kernel at about 70% of the 1024 matmul's rate, "
-     "level with it: 1.02x and 0.85x in the last session's two runs, 0.88x here (kiln's "
-     "conv 3.12 -> 2.95 ms against the session start in the same run)."),
+     "im2col in place through the matmul micro-kernel, packing each image's panels of it "
+     "first. This session the packing works out where the padding's zeros fall once per tap "
+     "instead of once per row of the im2col (the kernel alone 2.44-2.46 -> 2.06-2.26 ms; "
+     "bench/conv 3.11-3.37 -> 2.94-2.98 ms median, alternating with the session start); the "
+     "packing is still about 0.5 ms, 0.3 of which is only storing the panels (a variant that "
+     "stores without loading), and the micro-kernel alone runs at about 73% of peak (1.7 ms, "
+     "a variant that packs once). What is left is a micro-kernel that reads the input's rows "
+     "in place, with no packing at all."),
     ("attention forward", "the fused kernels' products run at about 85% of the FMA peak "
      "and take about half of a profile of the forward and backward; this session the products "
      "took 6-row register tiles (10 loads per 24 FMAs where 4 rows took 8 per 16), the forward "
@@ -467,7 +472,9 @@ WHY_MISSED = [
      "folded batch (the col2im over that layout 1.9 -> 6.1 ms), the forward's im2col read in "
      "place as well as copied (1.7 -> 2.8 ms), rows as tiles for the pooling reductions and "
      "16-lane masked row loops."),
-    ("recording an op", "in a 1000-op graph it is met (128-140 ns); along a 100000-op chain "
+    ("recording an op", "met since a node made from a source nothing was made from before "
+     "skips the interning table (it waits as that source's pending node): 217-241 -> 134-169 "
+     "ns along the chain. Before: in a 1000-op graph it was met (128-140 ns); along a 100000-op chain "
      "the 448-byte nodes and the 4 MB interning table no longer fit in cache: each new node "
      "misses on its table slot (about 40% of graph_intern's time), and runs spread from 175 to "
      "231 ns this session (best of 5 chains each; the recording code did not change). The node's "
