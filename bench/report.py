@@ -448,15 +448,17 @@ WHY_MISSED = [
      "a variant that packs once). What is left is a micro-kernel that reads the input's rows "
      "in place, with no packing at all."),
     ("attention forward", "the fused kernels' products run at about 85% of the FMA peak "
-     "and take about half of a profile of the forward and backward; this session the products "
-     "took 6-row register tiles (10 loads per 24 FMAs where 4 rows took 8 per 16), the forward "
+     "and take about half of a profile of the forward and backward; in the last session the "
+     "products took 6-row register tiles (10 loads per 24 FMAs where 4 rows took 8 per 16), the forward "
      "takes a matrix's query blocks in one grab so that each matrix's k and v are packed once "
      "(both threads had packed every matrix), and the transposed packs (k in the forward, q and "
      "dO in the backward) go through an in-register transpose of 16 x 16 blocks instead of a "
      "strided store per element (0.8 of the forward's 6.4 ms): fwd+bwd 20.0-21.3 -> 15.5-16.5 "
      "ms alternating with the session start. The joined gradients' three cat-region copies "
      "(about 0.6 ms each, at half the memory's speed) and the online softmax remain."),
-    ("transformer block forward+backward", "nine tenths of kiln's step are products (ten "
+    ("transformer block forward+backward", "(1.32x in the last session's run, 1.05-1.17x in "
+     "this session's three, with no change to its kernels: PyTorch's figure moves with the "
+     "load.) Nine tenths of kiln's step are products (ten "
      "matmuls at 50-62% of the FMA peak and the fused attention); the attention's kernels "
      "gained this session (173 -> 155 ms lazy against the session start in this run, 1.10x -> "
      "1.32x PyTorch eager); what remains is the matmul micro-kernel itself (register tiles 6x4, "
@@ -471,7 +473,8 @@ WHY_MISSED = [
      "average measures the goal. Tried and measured worse: one product per layer over the "
      "folded batch (the col2im over that layout 1.9 -> 6.1 ms), the forward's im2col read in "
      "place as well as copied (1.7 -> 2.8 ms), rows as tiles for the pooling reductions and "
-     "16-lane masked row loops."),
+     "16-lane masked row loops. This run: kiln 12.2-13.3 ms a step, PyTorch 14.1-17.3, at a "
+     "load average of 1.6-2.0 (1.59x in the last session's quieter run, the same kernels)."),
     ("recording an op", "met since a node made from a source nothing was made from before "
      "skips the interning table (it waits as that source's pending node): 217-241 -> 134-169 "
      "ns along the chain. Before: in a 1000-op graph it was met (128-140 ns); along a 100000-op chain "
