@@ -494,6 +494,15 @@ bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block
  * whole, padded. */
 void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *vecs);
 
+/* The period, in k steps, with which a split operand's masked row
+ * coordinates repeat (a convolution's taps: 9 for a 3x3 kernel), so that a
+ * packing can work out each panel segment's valid range once per phase
+ * instead of once per k step: the product of the row axes' sizes from the
+ * outermost masked one (*first) inwards, where those sizes are literals.
+ * 0 (and *first -1) where o has no masked row axis or a size is a run-time
+ * one. */
+int64_t lower_split_row_period(const lower_kernel *k, const lower_operand *o, int *first);
+
 /* Whether a CPU matmul's whole register tiles go straight into its output:
  * its epilogue is the product itself (stored at the output element, in the
  * accumulation type), so that passing the sums through the thread's C block

@@ -847,6 +847,21 @@ void lower_mm_edges(const lower_kernel *k, const lower_plan *p, int *rows, int *
     }
 }
 
+int64_t lower_split_row_period(const lower_kernel *k, const lower_operand *o, int *first) {
+    *first = -1;
+    if (!o->nmasks || !o->nrdims)
+        return 0;
+    for (int d = 0; d < o->nrdims && *first < 0; d++)
+        if (o->rmask[d] >= 0)
+            *first = d;
+    int64_t period = *first < 0 ? 0 : 1;
+    for (int d = *first; d >= 0 && d < o->nrdims && period > 0; d++)
+        period = lower_size_index(k, &o->rsize[d]) < 0 ? period * o->rsize[d] : 0;
+    if (!period)
+        *first = -1;
+    return period;
+}
+
 bool lower_mm_stores_direct(const lower_kernel *k, const lower_plan *p) {
     return k->kind == LOWER_MATMUL && k->nouts == 1 && k->result >= 0 && k->store >= 0 &&
            k->ins[k->result].op == UOP_ACC && k->ins[k->store].op == UOP_GIDX &&

@@ -6,6 +6,7 @@
  * decision shows here before any renderer runs it. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "graph/graph.h"
 #include "lower/lower.h"
@@ -559,4 +560,39 @@ Test(plan, attention_register_tiles_follow_the_vectors) {
     for (int i = 0; i < 3; i++)
         graph_unref(src[i]);
     graph_ctx_free(g);
+}
+
+/* A split operand's masked row coordinates repeat with the period of its
+ * row axes from the outermost masked one in: a 3x3 convolution's (channel,
+ * kh, kw) rows with kh and kw masked repeat every 9 steps, a 2x3x3 kernel's
+ * every 18; none without a masked row axis, nor where a size is a run-time
+ * one. */
+Test(plan, split_rows_repeat_with_the_taps) {
+    lower_kernel k;
+    memset(&k, 0, sizeof k);
+    lower_operand o;
+    memset(&o, 0, sizeof o);
+    o.nrdims = 3;
+    o.nmasks = 2;
+    o.rsize[0] = 64, o.rsize[1] = 3, o.rsize[2] = 3;
+    o.rmask[0] = -1, o.rmask[1] = 0, o.rmask[2] = 1;
+    int first;
+    cr_assert_eq(lower_split_row_period(&k, &o, &first), 9);
+    cr_assert_eq(first, 1);
+    o.nrdims = 4;
+    o.nmasks = 3;
+    o.rsize[1] = 2, o.rsize[3] = 3;
+    o.rmask[1] = 0, o.rmask[2] = 1, o.rmask[3] = 2;
+    cr_assert_eq(lower_split_row_period(&k, &o, &first), 18);
+    cr_assert_eq(first, 1);
+    o.rmask[1] = o.rmask[2] = o.rmask[3] = -1;
+    cr_assert_eq(lower_split_row_period(&k, &o, &first), 0);
+    cr_assert_eq(first, -1);
+    /* a run-time size among the masked axes */
+    o.rmask[1] = 0;
+    const void *runtime[1] = {&o.rsize[2]};
+    k.nsizes = 1;
+    k.size_at = runtime;
+    cr_assert_eq(lower_split_row_period(&k, &o, &first), 0);
+    cr_assert_eq(first, -1);
 }

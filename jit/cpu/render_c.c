@@ -712,20 +712,14 @@ static void mm_pack_split(sbuf *b, const lower_kernel *k, const char *name, cons
                           const lower_operand *o) {
     int nc = o->ncdims ? o->ncdims : 1, nr = o->nrdims ? o->nrdims : 1, mb = 3 * (nc + nr);
     const int8_t *cmask = o->ncdims ? o->cmask : NULL, *rmask = o->nrdims ? o->rmask : NULL;
-    /* The masked row axes (a convolution's taps) are the innermost ones, of
-     * literal sizes: a k step's masked coordinates then repeat with the
-     * period of those axes, and each segment's valid range is worked out
-     * once a panel for each phase (9 for a 3x3 kernel) instead of once a k
-     * step. Measured on the 3x3 layer 8x64x32x32 with 64 filters: the
-     * kernel 2.40-2.46 -> 2.24-2.34 ms, its packing about 0.8 of them. */
-    int first = -1;
-    int64_t period = 1;
-    for (int d = 0; rmask && d < nr && first < 0; d++)
-        if (rmask[d] >= 0)
-            first = d;
-    for (int d = first < 0 ? nr : first; d < nr && period > 0; d++)
-        period = lower_size_index(k, &o->rsize[d]) < 0 ? period * o->rsize[d] : 0;
-    bool phased = first >= 0 && o->nmasks && period > 0 && period * units <= 4096;
+    /* Each segment's valid range worked out once a panel for each phase of
+     * the masked row axes (lower_split_row_period: 9 for a 3x3 kernel)
+     * instead of once a k step, the table on the stack (at most 16 KB).
+     * Measured on the 3x3 layer 8x64x32x32 with 64 filters: the kernel
+     * 2.40-2.46 -> 2.24-2.34 ms, its packing about 0.8 of them. */
+    int first;
+    int64_t period = lower_split_row_period(k, o, &first);
+    bool phased = period > 0 && period * units <= 4096;
     /* one element's offset and validity, for the fallback's dot products */
     cstyle_put(b,
         "static inline int64_t %s_b_at(int64_t p, int64_t j, const int64_t *restrict L, "
