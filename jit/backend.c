@@ -21,6 +21,7 @@
 #include "jit/graph_cache.h"
 #include "jit/jit.h"
 #include "jit/profile.h"
+#include "jit/tune.h"
 #include "jit/why.h"
 
 /* A family: the programs of graphs that differ only in sizes, named by the
@@ -49,6 +50,7 @@ struct jit_backend {
     kiln_stats stats;
     jit_why *why; /* recent misses, to say why the next one missed (KILN_DEBUG >= 1) */
     bool share_sizes; /* kiln_ctx_set_dynamic, KILN_DYNAMIC */
+    bool tune;        /* KILN_TUNE=1: plans lower offers variants of are chosen by timing */
     family families[FAMILIES];
     int64_t builds;
 };
@@ -119,6 +121,7 @@ jit_backend *jit_backend_new(kiln_device kind, kiln_status *st, char *msg, size_
     j->check_cuda = cc && !strcmp(cc, "1");
     const char *dyn = getenv("KILN_DYNAMIC");
     j->share_sizes = !(dyn && !strcmp(dyn, "0"));
+    j->tune = jit_tune_wanted();
     *st = KILN_OK;
     return j;
 }
@@ -547,6 +550,9 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
     if (code) {
         jit_device *d = j->dev;
         char *text = NULL;
+        if (j->tune)
+            jit_tune_program(d, j->cache, j->watch.debug, p, c->plans, &j->stats.tuned,
+                             &j->stats.tune_hits);
         if (j->share_sizes && d->ops->run_time_sizes) {
             share_sizes(j, p, c->plans, &c->sized);
             j->stats.size_shared += c->sized > 0;

@@ -15,6 +15,9 @@
  * a matmul's tasks pay for packing as well, hence its larger threshold). */
 #define PAR_MIN_WORK ((int64_t)1 << 15)
 #define PAR_MIN_MATMUL ((int64_t)1 << 18)
+/* Products of fewer multiply-adds run in tens of microseconds: too short to
+ * time apart, and not worth a compile (lower_plan_variants). */
+#define TUNE_MIN_MATMUL ((int64_t)1 << 22)
 /* Rows at least this long are split across threads when there are few. */
 #define SPLIT_MIN ((int64_t)1 << 18)
 #define SPLIT_MAX_ROWS 4
@@ -285,6 +288,8 @@ int lower_mm_tensor_dtype(const lower_kernel *k) {
  * file (6 x 4 with AVX-512's 32 registers, 6 x 2 with 16). The output is cut
  * into MC x NC blocks, and the blocks of every batch are the tasks, so that
  * both long and skinny shapes give every thread work. */
+static void mm_tasks(lower_plan *p, const lower_kernel *k);
+
 static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     lower_mm_plan *mm = &p->mm;
     mm->acc = mm_acc_type(k);
@@ -347,9 +352,87 @@ static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_ta
     kiln_dtype at = operand_dtype(k, &k->a);
     mm->a_direct = at == mm->acc && (at == KILN_F32 || at == KILN_F64) && k->a.col_stride == 1 &&
                    !lower_operand_split(&k->a);
+    mm_tasks(p, k);
+}
+
+/* A CPU matmul's grid (its MC x NC blocks of every batch) and whether they
+ * are worth spreading over threads, from its blocking. */
+static void mm_tasks(lower_plan *p, const lower_kernel *k) {
+    const lower_mm_plan *mm = &p->mm;
+    int64_t nb = batch_count(k);
     int64_t tasks = nb * ceil_div(k->n, mm->mc) * ceil_div(k->m, mm->nc);
     p->grid = k->n > 0 && k->m > 0 ? tasks : 0;
     p->parallel = nb * k->n * k->m * k->k >= PAR_MIN_MATMUL && tasks > 1;
+}
+
+static bool mm_same(const lower_mm_plan *a, const lower_mm_plan *b) {
+    return a->mr == b->mr && a->nv == b->nv && a->lanes == b->lanes && a->mc == b->mc &&
+           a->nc == b->nc && a->kc == b->kc && a->a_direct == b->a_direct;
+}
+
+/* Adds base with blocking mm to out[0..*n) unless one there has it. */
+static void add_variant(const lower_kernel *k, const lower_plan *base, lower_mm_plan mm,
+                        lower_plan *out, int *n, int max) {
+    int64_t nr = (int64_t)mm.lanes * mm.nv;
+    mm.mc = even_block(k->n, mm.mc, mm.mr);
+    mm.nc = even_block(k->m, mm.nc, nr);
+    mm.kc = even_block(k->k, mm.kc, 1);
+    for (int i = 0; i < *n; i++)
+        if (mm_same(&out[i].mm, &mm))
+            return;
+    if (*n >= max)
+        return;
+    out[*n] = *base;
+    out[*n].mm = mm;
+    mm_tasks(&out[*n], k);
+    (*n)++;
+}
+
+int lower_plan_variants(const lower_kernel *k, const lower_target *t, const lower_plan *base,
+                        lower_plan *out, int max) {
+    const lower_mm_plan *b = &base->mm;
+    if (k->kind != LOWER_MATMUL || t->gpu || b->tile || k->nsizes || max < 1 ||
+        batch_count(k) * k->n * k->m * k->k < TUNE_MIN_MATMUL)
+        return 0;
+    int n = 0;
+    add_variant(k, base, *b, out, &n, max); /* the heuristics' own, first */
+    /* Cache blocks: rows of A per packing of B, columns of B per task. */
+    static const int64_t mcs[] = {96, 192, 384, 720}, ncs[] = {128, 256, 512, 1024};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            lower_mm_plan mm = *b;
+            mm.mc = mcs[i];
+            mm.nc = ncs[j];
+            add_variant(k, base, mm, out, &n, max);
+        }
+    /* Runs of k: half and twice the heuristics' (the C tile's loads and
+     * stores against B's share of L2). */
+    for (int f = 0; f < 2; f++) {
+        lower_mm_plan mm = *b;
+        mm.kc = f ? b->kc * 2 : b->kc / 2 > 16 ? b->kc / 2 : 16;
+        add_variant(k, base, mm, out, &n, max);
+    }
+    /* The other register tile of 24 accumulators (6 x 4 <-> 8 x 3), with
+     * blocks as close as its panels allow. */
+    if (b->nv == 4 && b->mr == 6) {
+        lower_mm_plan mm = *b;
+        mm.mr = 8;
+        mm.nv = 3;
+        add_variant(k, base, mm, out, &n, max);
+    } else if (b->nv == 3 && b->mr == 8) {
+        lower_mm_plan mm = *b;
+        mm.mr = 6;
+        mm.nv = 4;
+        add_variant(k, base, mm, out, &n, max);
+    }
+    /* A packed where the heuristics read it in place (long rows of A far
+     * apart cost a TLB entry each). */
+    if (b->a_direct) {
+        lower_mm_plan mm = *b;
+        mm.a_direct = false;
+        add_variant(k, base, mm, out, &n, max);
+    }
+    return n;
 }
 
 static int64_t gpu_grid(int64_t units) {
