@@ -408,6 +408,76 @@ Test(plan, matmul_blocking_follows_the_vectors) {
     graph_ctx_free(g);
 }
 
+/* KILN_TUNE's variants of a kernel's plan (lower_plan_variants): the
+ * heuristics' plan first, each other one distinct from every other, each a
+ * valid blocking (whole register tiles in a block, k blocks within k, the
+ * grid its blocks' count), differing from the heuristics' in the matmul
+ * blocking alone; none for a GPU, a product too small to time, or another
+ * kind of kernel. */
+static void check_variants(graph_ctx *g, kiln_dtype dt, int64_t nb, int64_t n, int64_t k,
+                           int64_t m, int least) {
+    graph_node *a = tu_leaf(g, dt, 3, (int64_t[]){nb, n, k});
+    graph_node *b = tu_leaf(g, dt, 2, (int64_t[]){k, m});
+    lower_program *p = schedule(graph_matmul(a, b));
+    const lower_kernel *kr = &p->kernels[0];
+    cr_assert_eq(kr->kind, LOWER_MATMUL);
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    lower_plan v[LOWER_PLAN_VARIANTS_MAX];
+    int nv = lower_plan_variants(kr, &cpu512, &plans[0], v, LOWER_PLAN_VARIANTS_MAX);
+    cr_assert(nv >= least && nv <= LOWER_PLAN_VARIANTS_MAX, "%lld x %lld x %lld: %d variants",
+              (long long)n, (long long)k, (long long)m, nv);
+    cr_assert(!memcmp(&v[0].mm, &plans[0].mm, sizeof v[0].mm), "the heuristics' plan first");
+    for (int i = 0; i < nv; i++) {
+        const lower_mm_plan *mm = &v[i].mm;
+        cr_assert(mm->mc % mm->mr == 0 && mm->nc % (mm->nv * mm->lanes) == 0,
+                  "variant %d: %lld x %lld blocks of %d x %d tiles", i, (long long)mm->mc,
+                  (long long)mm->nc, mm->mr, mm->nv);
+        cr_assert(mm->mc >= mm->mr && mm->kc >= 1 && mm->kc <= k);
+        cr_assert(mm->mr * mm->nv <= 24, "variant %d: a register tile of %d x %d", i, mm->mr, mm->nv);
+        cr_assert_eq(v[i].grid, nb * ((n + mm->mc - 1) / mm->mc) * ((m + mm->nc - 1) / mm->nc));
+        cr_assert(v[i].blocks == plans[0].blocks && v[i].nblocks == plans[0].nblocks &&
+                  v[i].vector_bytes == plans[0].vector_bytes && v[i].narrow == plans[0].narrow);
+        for (int j = 0; j < i; j++) {
+            const lower_mm_plan *o = &v[j].mm;
+            cr_assert(o->mc != mm->mc || o->nc != mm->nc || o->kc != mm->kc || o->mr != mm->mr ||
+                          o->nv != mm->nv || o->a_direct != mm->a_direct,
+                      "variants %d and %d are the same", j, i);
+        }
+    }
+    cr_assert_eq(lower_plan_variants(kr, &gpu, &plans[0], v, LOWER_PLAN_VARIANTS_MAX), 0);
+    cr_assert_eq(lower_plan_variants(kr, &cpu512, &plans[0], v, 1), 1, "max is kept");
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(a);
+    graph_unref(b);
+}
+
+Test(plan, tune_variants_are_valid_blockings) {
+    graph_ctx *g = graph_ctx_new();
+    check_variants(g, KILN_F32, 1, 2048, 2048, 512, 12);
+    check_variants(g, KILN_F32, 1, 301, 530, 275, 8);
+    check_variants(g, KILN_F64, 1, 130, 700, 77, 4);
+    check_variants(g, KILN_F32, 2, 64, 1100, 40, 4);
+    check_variants(g, KILN_F32, 4, 32, 144, 784, 4);
+    /* nothing to time: a small product, a kernel of another kind */
+    graph_node *a = tu_leaf(g, KILN_F32, 2, (int64_t[]){64, 64});
+    graph_node *b = tu_leaf(g, KILN_F32, 2, (int64_t[]){64, 64});
+    lower_program *p = schedule(graph_matmul(a, b));
+    lower_plan *plans = lower_plan_program(p, &cpu512);
+    lower_plan v[LOWER_PLAN_VARIANTS_MAX];
+    cr_assert_eq(lower_plan_variants(&p->kernels[0], &cpu512, &plans[0], v, LOWER_PLAN_VARIANTS_MAX), 0);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    p = schedule(graph_unary(GRAPH_EXP, graph_binary(GRAPH_MUL, a, b)));
+    plans = lower_plan_program(p, &cpu512);
+    cr_assert_eq(lower_plan_variants(&p->kernels[0], &cpu512, &plans[0], v, LOWER_PLAN_VARIANTS_MAX), 0);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(a);
+    graph_unref(b);
+    graph_ctx_free(g);
+}
+
 /* Whether index instruction i divides or takes a remainder of a value that
  * depends on the element's lane. */
 static bool lane_divided(const lower_kernel *k, int i, bool under_div) {
