@@ -1314,6 +1314,10 @@ KILN_API kiln_status kiln_grad_scaler_skipped(kiln_grad_scaler *s, int64_t *skip
  *                    3  also, per compiled program, each kernel's fused graph
  *                       ops and its kernel IR;
  *                    4  also the generated source.
+ *   KILN_TUNE=1      CPU matmul kernels have their blocking chosen by timing
+ *                    variants on their real shapes the first time a program
+ *                    holds them, the choice kept in the disk cache (a line
+ *                    per kernel tuned at KILN_DEBUG >= 1; kiln_stats counts).
  *   KILN_PROFILE=f   profiles the context's whole life and writes a Chrome
  *                    trace to f when it is freed (kiln_profile_write_trace).
  *   KILN_DUMP=dir    writes each program's generated source (<key>.c, and
