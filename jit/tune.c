@@ -303,8 +303,14 @@ static void store(cache *c, cache_key key, const lower_mm_plan *mm, bool disk) {
 void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p,
                       lower_plan *plans, int64_t *tuned, int64_t *stored) {
     pending *pd = calloc((size_t)(p->nkernels ? p->nkernels : 1), sizeof *pd);
-    if (!pd)
+    int *twins = malloc(sizeof *twins * (size_t)(p->nkernels ? p->nkernels : 1));
+    if (!pd || !twins) {
+        free(pd);
+        free(twins);
         return;
+    }
+    for (int i = 0; i < p->nkernels; i++)
+        twins[i] = -1;
     int npd = 0, total = 0;
     char why[512] = "";
     for (int i = 0; i < p->nkernels; i++) {
@@ -313,8 +319,12 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
                                        LOWER_PLAN_VARIANTS_MAX);
         if (q->nvars < 2)
             continue;
-        /* the choice's key: the kernel alone under its heuristics' plan */
-        lower_program one = {1, &p->kernels[i]};
+        /* the choice's key: the kernel alone under its heuristics' plan,
+         * named alike wherever it sits in a program (its name ends in its
+         * place there) */
+        lower_kernel alone = p->kernels[i];
+        snprintf(alone.name, sizeof alone.name, "kernel");
+        lower_program one = {1, &alone};
         char *text = NULL;
         if (d->ops->render(d, &one, &plans[i], &text, why, sizeof why) != KILN_OK)
             continue; /* the program's own render will say why */
@@ -335,6 +345,15 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
             plans[i].grid = q->vars[v].grid;
             plans[i].parallel = q->vars[v].parallel;
             (*stored)++;
+            continue;
+        }
+        /* the same kernel twice in one program is timed once */
+        int twin = -1;
+        for (int e = 0; e < npd && twin < 0; e++)
+            if (!memcmp(&pd[e].key, &q->key, sizeof q->key))
+                twin = e;
+        if (twin >= 0) {
+            twins[i] = twin;
             continue;
         }
         q->kernel = i;
@@ -392,8 +411,15 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
         pl->parallel = pd[q].vars[w].parallel;
         store(c, pd[q].key, mm, true);
         (*tuned)++;
+        for (int i = 0; i < p->nkernels; i++)
+            if (twins[i] == q) {
+                plans[i].mm = *mm;
+                plans[i].grid = pd[q].vars[w].grid;
+                plans[i].parallel = pd[q].vars[w].parallel;
+            }
     }
     free(tk);
     free(tplans);
     free(pd);
+    free(twins);
 }
