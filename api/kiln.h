@@ -1523,7 +1523,8 @@ typedef struct kiln_stats {
                                 could read after their sync (an optimiser's old moments,
                                 replaced by kiln_assign): no allocation of their own */
     int64_t tuned;     /* kernels whose plan KILN_TUNE=1 chose by timing its variants */
-    int64_t tune_hits; /* kernels that took a choice KILN_TUNE=1 made and stored before */
+    int64_t tune_hits; /* kernels that took a choice KILN_TUNE=1 made before (or made for
+                          the same kernel elsewhere in their program) without timing */
 } kiln_stats;
 /* The counters of ctx (all zero for KILN_REF, which compiles nothing, except
  * the collectives'). */

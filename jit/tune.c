@@ -31,11 +31,22 @@ bool jit_tune_wanted(void) {
 }
 
 /* A stored choice: what lower_plan_variants varies, tagged. */
-enum { REC_TAG = 0x6b696c6e74756e31LL /* "kilntun1" */, REC_LEN = 8 };
+enum { REC_TAG = 0x6b696c6e74756e32LL /* "kilntun2" */, REC_LEN = 12 };
 
-static void rec_of(const lower_mm_plan *mm, int64_t *r) {
-    int64_t v[REC_LEN] = {REC_TAG, mm->mr, mm->nv, mm->lanes, mm->mc, mm->nc, mm->kc, mm->a_direct};
+static void rec_of(const lower_plan *pl, int64_t *r) {
+    const lower_mm_plan *mm = &pl->mm;
+    const lower_att_plan *at = &pl->att;
+    int64_t v[REC_LEN] = {REC_TAG, mm->mr, mm->nv, mm->lanes, mm->mc,  mm->nc,
+                          mm->kc,  mm->a_direct, at->bq, at->bk, at->mr, at->nv};
     memcpy(r, v, sizeof v);
+}
+
+/* Takes a variant's blocking (and the grid that follows it). */
+static void take(lower_plan *pl, const lower_plan *var) {
+    pl->mm = var->mm;
+    pl->att = var->att;
+    pl->grid = var->grid;
+    pl->parallel = var->parallel;
 }
 
 /* The variant a stored record names, or -1. */
@@ -44,7 +55,7 @@ static int rec_find(const int64_t *r, size_t n, const lower_plan *vars, int nvar
         return -1;
     for (int v = 0; v < nvars; v++) {
         int64_t mine[REC_LEN];
-        rec_of(&vars[v].mm, mine);
+        rec_of(&vars[v], mine);
         if (!memcmp(mine, r, sizeof mine))
             return v;
     }
@@ -165,11 +176,12 @@ static double value_at(kiln_dtype dt, const unsigned char *p, int64_t i) {
     }
 }
 
-/* Whether a variant's outputs (b) are the heuristics' plan's (a). Variants
+/* Whether a variant's outputs (b) are the heuristics' plan's (a). Products
  * with the same k blocks sum each output's products in the same order (mc,
  * nc, the register tile and A's packing change only which thread computes
  * what, and when), so they must give the same bits. Other k blocks add the
- * blocks' partial sums into the C tile, which rounds otherwise: floats
+ * blocks' partial sums into the C tile, and attention's other tiles of keys
+ * rescale its running sums at other places, which rounds otherwise: floats
  * within 2^-10 (f64: 2^-36; halves: 2^-5) of the output's largest
  * magnitude, far above such rounding and far below a wrong or missing
  * product. Integers always exactly. One that is not is a renderer's bug,
@@ -261,7 +273,8 @@ static bool time_variants(jit_device *d, const lower_program *p, pending *pd, in
                      KILN_OK;
                 at += b->nbytes;
             }
-            if (ok && v && !same_results(k, pd[q].vars[v].mm.kc == pd[q].vars[0].mm.kc, first, out)) {
+            bool same_order = k->kind == LOWER_MATMUL && pd[q].vars[v].mm.kc == pd[q].vars[0].mm.kc;
+            if (ok && v && !same_results(k, same_order, first, out)) {
                 pd[q].differs[v] = true;
                 (*differing)++;
             }
@@ -289,11 +302,11 @@ static bool time_variants(jit_device *d, const lower_program *p, pending *pd, in
 }
 
 /* Keeps a choice in memory, and on disk unless it came from there. */
-static void store(cache *c, cache_key key, const lower_mm_plan *mm, bool disk) {
+static void store(cache *c, cache_key key, const lower_plan *pl, bool disk) {
     int64_t *r = malloc(sizeof *r * REC_LEN);
     if (!r)
         return;
-    rec_of(mm, r);
+    rec_of(pl, r);
     if (disk)
         cache_disk_put(c, key, "tune", r, sizeof *r * REC_LEN);
     if (!cache_mem_put(c, key, r, free))
@@ -337,13 +350,11 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
         if (v < 0 && cache_disk_get(c, q->key, "tune", &disk, &n) == 0) {
             v = rec_find(disk, n, q->vars, q->nvars);
             if (v >= 0 && !mem)
-                store(c, q->key, &q->vars[v].mm, false);
+                store(c, q->key, &q->vars[v], false);
         }
         free(disk);
         if (v >= 0) {
-            plans[i].mm = q->vars[v].mm;
-            plans[i].grid = q->vars[v].grid;
-            plans[i].parallel = q->vars[v].parallel;
+            take(&plans[i], &q->vars[v]);
             (*stored)++;
             continue;
         }
@@ -387,35 +398,35 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
         for (int v = 1; v < pd[q].nvars; v++)
             if (pd[q].differs[v])
                 fprintf(stderr,
-                        "kiln: KILN_TUNE: variant %d of %s (blocks %lld x %lld over %lld, tile "
-                        "%d x %d) computes other results than its heuristics' plan: not used\n",
-                        v, p->kernels[pd[q].kernel].name, (long long)pd[q].vars[v].mm.mc,
-                        (long long)pd[q].vars[v].mm.nc, (long long)pd[q].vars[v].mm.kc,
-                        pd[q].vars[v].mm.mr, pd[q].vars[v].mm.nv);
+                        "kiln: KILN_TUNE: variant %d of %s computes other results than its "
+                        "heuristics' plan: not used\n",
+                        v, p->kernels[pd[q].kernel].name);
     for (int q = 0; ok && q < npd; q++) {
         int w = 0;
         for (int v = 1; v < pd[q].nvars; v++)
             if (pd[q].best[v] < pd[q].best[w])
                 w = v;
-        lower_plan *pl = &plans[pd[q].kernel];
-        const lower_mm_plan *mm = &pd[q].vars[w].mm;
-        if (debug >= 1)
-            fprintf(stderr,
-                    "kiln: tuned %s: %d variants; blocks %lld x %lld over %lld, tile %d x %d, A %s: "
-                    "%.3f ms (the heuristics' %.3f ms)\n",
-                    p->kernels[pd[q].kernel].name, pd[q].nvars, (long long)mm->mc,
-                    (long long)mm->nc, (long long)mm->kc, mm->mr, mm->nv,
-                    mm->a_direct ? "in place" : "packed", pd[q].best[w], pd[q].best[0]);
-        pl->mm = *mm;
-        pl->grid = pd[q].vars[w].grid;
-        pl->parallel = pd[q].vars[w].parallel;
-        store(c, pd[q].key, mm, true);
+        const lower_plan *win = &pd[q].vars[w];
+        const lower_kernel *k = &p->kernels[pd[q].kernel];
+        if (debug >= 1) {
+            char what[160];
+            if (k->kind == LOWER_ATTENTION)
+                snprintf(what, sizeof what, "blocks of %lld queries, tiles of %lld keys",
+                         (long long)win->att.bq, (long long)win->att.bk);
+            else
+                snprintf(what, sizeof what, "blocks %lld x %lld over %lld, tile %d x %d, A %s",
+                         (long long)win->mm.mc, (long long)win->mm.nc, (long long)win->mm.kc,
+                         win->mm.mr, win->mm.nv, win->mm.a_direct ? "in place" : "packed");
+            fprintf(stderr, "kiln: tuned %s: %d variants; %s: %.3f ms (the heuristics' %.3f ms)\n",
+                    k->name, pd[q].nvars, what, pd[q].best[w], pd[q].best[0]);
+        }
+        take(&plans[pd[q].kernel], win);
+        store(c, pd[q].key, win, true);
         (*tuned)++;
         for (int i = 0; i < p->nkernels; i++)
             if (twins[i] == q) {
-                plans[i].mm = *mm;
-                plans[i].grid = pd[q].vars[w].grid;
-                plans[i].parallel = pd[q].vars[w].parallel;
+                take(&plans[i], win);
+                (*stored)++;
             }
     }
     free(tk);

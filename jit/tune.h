@@ -21,7 +21,8 @@ bool jit_tune_wanted(void);
  * alternating rounds, timed, and the winner stored. p's kernels must still
  * name their nodes (before the runtime binds them); their buffers are as
  * they were when this returns. Counts into *tuned (kernels timed) and
- * *stored (choices found). A kernel that cannot be tuned (its variants fail
+ * *stored (kernels that took a choice without being timed: a stored one,
+ * or their twin's in the same program). A kernel that cannot be tuned (its variants fail
  * to compile, no memory for scratch) keeps its plan: tuning never fails a
  * sync, and says why at debug >= 1. */
 void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p,

@@ -472,11 +472,12 @@ void lower_plans_free(lower_plan *plans, int n);
 /* Other plans for kernel k than its heuristics' (base, from
  * lower_plan_program), for KILN_TUNE to time on the real shapes and keep the
  * fastest: up to max in out, base's own blocking first. Each is a copy of
- * *base that differs only in its matmul blocking (grid and parallel follow
- * it) and shares base's blocks: free none of them. So far a CPU matmul's:
- * cache blocks (mc x nc over kc), the register tile (6 x 4 or 8 x 3
- * vectors) and whether A is packed. Returns how many; 0 where k has nothing
- * to tune (another kind, a GPU, run-time sizes, a product too small to time
+ * *base that differs only in its matmul or attention blocking (grid and
+ * parallel follow it) and shares base's blocks: free none of them. So far a
+ * CPU matmul's cache blocks (mc x nc over kc), register tile (6 x 4 or 8 x
+ * 3 vectors) and whether A is packed, and CPU fused attention's blocks of
+ * queries and tiles of keys. Returns how many; 0 where k has nothing to
+ * tune (another kind, a GPU, run-time sizes, work too small to time
  * apart). */
 int lower_plan_variants(const lower_kernel *k, const lower_target *t, const lower_plan *base,
                         lower_plan *out, int max);

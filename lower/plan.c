@@ -289,6 +289,7 @@ int lower_mm_tensor_dtype(const lower_kernel *k) {
  * into MC x NC blocks, and the blocks of every batch are the tasks, so that
  * both long and skinny shapes give every thread work. */
 static void mm_tasks(lower_plan *p, const lower_kernel *k);
+static int64_t attention_units(const lower_kernel *k, int64_t bq, int64_t bk);
 
 static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     lower_mm_plan *mm = &p->mm;
@@ -388,10 +389,46 @@ static void add_variant(const lower_kernel *k, const lower_plan *base, lower_mm_
     (*n)++;
 }
 
+/* Fused attention's variants: blocks of queries and tiles of keys from 32
+ * to 128 (keys to 256), none much past the sequence. */
+static int attention_variants(const lower_kernel *k, const lower_plan *base, lower_plan *out,
+                              int max) {
+    const lower_attention *a = &k->att;
+    if (batch_count(k) * a->l * a->s * (a->d + a->dv) < TUNE_MIN_MATMUL)
+        return 0;
+    int n = 0;
+    static const int64_t bqs[] = {32, 64, 128}, bks[] = {32, 64, 128, 256};
+    for (int i = -1; i < 3; i++)
+        for (int j = i < 0 ? 3 : 0; j < 4; j++) {
+            lower_att_plan att = base->att;
+            if (i >= 0) {
+                if ((bqs[i] > 32 && bqs[i] / 2 >= a->l) || (bks[j] > 32 && bks[j] / 2 >= a->s))
+                    continue;
+                att.bq = bqs[i];
+                att.bk = bks[j];
+            }
+            bool seen = false;
+            for (int v = 0; v < n && !seen; v++)
+                seen = out[v].att.bq == att.bq && out[v].att.bk == att.bk;
+            if (seen || n >= max)
+                continue;
+            out[n] = *base;
+            out[n].att = att;
+            out[n].grid = attention_units(k, att.bq, att.bk);
+            out[n].parallel = out[n].grid > 1 && base->parallel;
+            n++;
+        }
+    return n;
+}
+
 int lower_plan_variants(const lower_kernel *k, const lower_target *t, const lower_plan *base,
                         lower_plan *out, int max) {
     const lower_mm_plan *b = &base->mm;
-    if (k->kind != LOWER_MATMUL || t->gpu || b->tile || k->nsizes || max < 1 ||
+    if (t->gpu || k->nsizes || max < 1)
+        return 0;
+    if (k->kind == LOWER_ATTENTION)
+        return attention_variants(k, base, out, max);
+    if (k->kind != LOWER_MATMUL || b->tile ||
         batch_count(k) * k->n * k->m * k->k < TUNE_MIN_MATMUL)
         return 0;
     int n = 0;
