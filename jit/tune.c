@@ -1,7 +1,8 @@
 /* tune.c — KILN_TUNE=1: a kernel's plan chosen by timing its variants.
  *
  * lower/ decides what may vary (lower_plan_variants: a CPU matmul's cache
- * blocks, register tile and packing of A); this file only measures. Every
+ * blocks, register tile, vector width and packing of A; fused attention's
+ * blocks); this file only measures. Every
  * variant of every kernel still to tune goes into one program, compiled
  * once (the compiler's parallel parts spread them over the cores); each
  * then runs on the kernel's real shapes, in rounds that alternate the
@@ -414,9 +415,11 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
                 snprintf(what, sizeof what, "blocks of %lld queries, tiles of %lld keys",
                          (long long)win->att.bq, (long long)win->att.bk);
             else
-                snprintf(what, sizeof what, "blocks %lld x %lld over %lld, tile %d x %d, A %s",
+                snprintf(what, sizeof what,
+                         "blocks %lld x %lld over %lld, tile %d x %d vectors of %d, A %s",
                          (long long)win->mm.mc, (long long)win->mm.nc, (long long)win->mm.kc,
-                         win->mm.mr, win->mm.nv, win->mm.a_direct ? "in place" : "packed");
+                         win->mm.mr, win->mm.nv, win->mm.lanes,
+                         win->mm.a_direct ? "in place" : "packed");
             fprintf(stderr, "kiln: tuned %s: %d variants; %s: %.3f ms (the heuristics' %.3f ms)\n",
                     k->name, pd[q].nvars, what, pd[q].best[w], pd[q].best[0]);
         }

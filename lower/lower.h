@@ -475,7 +475,7 @@ void lower_plans_free(lower_plan *plans, int n);
  * *base that differs only in its matmul or attention blocking (grid and
  * parallel follow it) and shares base's blocks: free none of them. So far a
  * CPU matmul's cache blocks (mc x nc over kc), register tile (6 x 4 or 8 x
- * 3 vectors) and whether A is packed, and CPU fused attention's blocks of
+ * 3 vectors), vector width (full or half) and whether A is packed, and CPU fused attention's blocks of
  * queries and tiles of keys. Returns how many; 0 where k has nothing to
  * tune (another kind, a GPU, run-time sizes, work too small to time
  * apart). */

@@ -462,6 +462,13 @@ int lower_plan_variants(const lower_kernel *k, const lower_target *t, const lowe
         mm.nv = 4;
         add_variant(k, base, mm, out, &n, max);
     }
+    /* Half-width vectors in the same registers (on AVX-512: 256-bit ones,
+     * which some cores run without lowering their clock). */
+    if (b->lanes >= 8 && b->lanes * (b->acc == KILN_F32 ? 4 : 8) >= 64) {
+        lower_mm_plan mm = *b;
+        mm.lanes = b->lanes / 2;
+        add_variant(k, base, mm, out, &n, max);
+    }
     /* A packed where the heuristics read it in place (long rows of A far
      * apart cost a TLB entry each). */
     if (b->a_direct) {

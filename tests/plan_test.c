@@ -412,7 +412,7 @@ Test(plan, matmul_blocking_follows_the_vectors) {
  * heuristics' plan first, each other one distinct from every other, each a
  * valid blocking (whole register tiles in a block, k blocks within k, the
  * grid its blocks' count), differing from the heuristics' in the matmul
- * blocking alone; none for a GPU, a product too small to time, or another
+ * blocking alone, one of them with half-width vectors; none for a GPU, a product too small to time, or another
  * kind of kernel. */
 static void check_variants(graph_ctx *g, kiln_dtype dt, int64_t nb, int64_t n, int64_t k,
                            int64_t m, int least) {
@@ -427,6 +427,7 @@ static void check_variants(graph_ctx *g, kiln_dtype dt, int64_t nb, int64_t n, i
     cr_assert(nv >= least && nv <= LOWER_PLAN_VARIANTS_MAX, "%lld x %lld x %lld: %d variants",
               (long long)n, (long long)k, (long long)m, nv);
     cr_assert(!memcmp(&v[0].mm, &plans[0].mm, sizeof v[0].mm), "the heuristics' plan first");
+    int half = 0;
     for (int i = 0; i < nv; i++) {
         const lower_mm_plan *mm = &v[i].mm;
         cr_assert(mm->mc % mm->mr == 0 && mm->nc % (mm->nv * mm->lanes) == 0,
@@ -440,10 +441,13 @@ static void check_variants(graph_ctx *g, kiln_dtype dt, int64_t nb, int64_t n, i
         for (int j = 0; j < i; j++) {
             const lower_mm_plan *o = &v[j].mm;
             cr_assert(o->mc != mm->mc || o->nc != mm->nc || o->kc != mm->kc || o->mr != mm->mr ||
-                          o->nv != mm->nv || o->a_direct != mm->a_direct,
+                          o->nv != mm->nv || o->lanes != mm->lanes || o->a_direct != mm->a_direct,
                       "variants %d and %d are the same", j, i);
         }
+        cr_assert(mm->lanes == plans[0].mm.lanes || mm->lanes == plans[0].mm.lanes / 2);
+        half += mm->lanes < plans[0].mm.lanes;
     }
+    cr_assert_eq(half, 1, "one variant with half-width vectors");
     cr_assert_eq(lower_plan_variants(kr, &gpu, &plans[0], v, LOWER_PLAN_VARIANTS_MAX), 0);
     cr_assert_eq(lower_plan_variants(kr, &cpu512, &plans[0], v, 1), 1, "max is kept");
     lower_plans_free(plans, p->nkernels);
