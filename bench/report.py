@@ -231,6 +231,16 @@ def conv_section(out_md):
         "revision's build ran alternately with this tree's under the same load.")
 
 
+def tune_section(out_md):
+    return text_section(
+        out_md, "results_tune.txt", "## KILN_TUNE=1 against the heuristics' plans",
+        "From bench/tune.sh (its load averages are its second and last lines): the products "
+        "of the table above and the nn workloads, kiln-lazy, each in a fresh kernel cache of "
+        "its own, one with KILN_TUNE=1 (its first run, not counted, compiled and timed every "
+        "variant of every product and fused attention); then the two alternately, the best "
+        "median of each. Elementwise and reduction kernels have no variants and are left out.")
+
+
 def cuda_host_section(out_md):
     return text_section(
         out_md, "results_cuda_host.txt", "## The CUDA device's host time per replayed step",
@@ -682,6 +692,7 @@ def main():
     lines += dynamic_section(out_md)
     lines += conv_section(out_md)
     lines += overhead_section(out_md)
+    lines += tune_section(out_md)
     lines += cuda_host_section(out_md)
     lines += cnn_section(out_md)
 
