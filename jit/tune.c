@@ -310,8 +310,7 @@ static void store(cache *c, cache_key key, const lower_plan *pl, bool disk) {
     rec_of(pl, r);
     if (disk)
         cache_disk_put(c, key, "tune", r, sizeof *r * REC_LEN);
-    if (!cache_mem_put(c, key, r, free))
-        free(r);
+    cache_mem_put(c, key, r, free); /* which frees r if it cannot keep it */
 }
 
 void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p,
