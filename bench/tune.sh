@@ -3,7 +3,7 @@
 # bench/nn.c's workloads, each run in two kernel caches of their own (fresh
 # ones), one with KILN_TUNE=1. The tuned cache's first run times the variants
 # (its wall time says what tuning cost, once); then the two alternate ROUNDS
-# times (default 2), and each workload's kiln-lazy figure is the best median
+# times (default 2), 10 steps each, and each workload's kiln-lazy figure is the best median
 # it had in each, so that both meet the same load. Writes bench/results_tune.txt.
 #
 # Usage (from anywhere): bench/tune.sh [ROUNDS]
@@ -18,9 +18,9 @@ mkdir -m 700 "$scratch/heuristics" "$scratch/tuned"
 run() { # which (heuristics|tuned), round
     for b in ops nn; do
         if [[ $1 == tuned ]]; then
-            KILN_TUNE=1 KILN_CACHE_DIR=$scratch/tuned "$bin/bench/$b" --quick
+            KILN_TUNE=1 KILN_CACHE_DIR=$scratch/tuned "$bin/bench/$b" --quick --steps 10
         else
-            KILN_CACHE_DIR=$scratch/heuristics "$bin/bench/$b" --quick
+            KILN_CACHE_DIR=$scratch/heuristics "$bin/bench/$b" --quick --steps 10
         fi | grep '"impl":"kiln-lazy"' | sed "s/^/$1 $2 /"
     done
 }
