@@ -466,14 +466,17 @@ WHY_MISSED = [
      "dO in the backward) go through an in-register transpose of 16 x 16 blocks instead of a "
      "strided store per element (0.8 of the forward's 6.4 ms): fwd+bwd 20.0-21.3 -> 15.5-16.5 "
      "ms alternating with the session start. The joined gradients' three cat-region copies "
-     "(about 0.6 ms each, at half the memory's speed) and the online softmax remain."),
+     "(about 0.6 ms each, at half the memory's speed) and the online softmax remain. "
+     "KILN_TUNE=1 takes fwd+bwd 1.09x further (its blocks timed; section KILN_TUNE below)."),
     ("transformer block forward+backward", "(1.32x in the last session's run, 1.05-1.17x in "
      "this session's three, with no change to its kernels: PyTorch's figure moves with the "
      "load.) Nine tenths of kiln's step are products (ten "
      "matmuls at 50-62% of the FMA peak and the fused attention); the attention's kernels "
      "gained this session (173 -> 155 ms lazy against the session start in this run, 1.10x -> "
      "1.32x PyTorch eager); what remains is the matmul micro-kernel itself (register tiles 6x4, "
-     "8x3 and 12x2 vectors measured level) at about 60% of peak on these shapes."),
+     "8x3 and 12x2 vectors measured level) at about 60% of peak on these shapes. With "
+     "KILN_TUNE=1 the block's products take blocks timed on their shapes: fwd+bwd 1.07x "
+     "faster than the heuristics' plans (section KILN_TUNE below), not enough for 1.5x."),
     ("Fashion-MNIST CNN", "a 12.4-13.8 ms step (from 16.2-16.6 last session): the products "
      "are batched per image and run at 140-180 GFLOP/s, their partial tiles now on "
      "micro-kernels of their own size and their plain results stored straight into the output; "
