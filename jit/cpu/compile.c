@@ -377,9 +377,9 @@ static void compile_failure(int rc, const char *why, const char *logpath, char *
                  jit_cpu_compiler(), rc, log);
 }
 
-static bool write_text(const char *path, const char *a, size_t na, const char *b, size_t nb) {
+static bool write_text(const char *path, const char *text, size_t n) {
     FILE *f = fopen(path, "w");
-    bool ok = f && fwrite(a, 1, na, f) == na && fwrite(b, 1, nb, f) == nb;
+    bool ok = f && fwrite(text, 1, n, f) == n;
     if (f && fclose(f) != 0)
         ok = false;
     return ok;
@@ -391,17 +391,15 @@ static bool write_text(const char *path, const char *a, size_t na, const char *b
  * kernels at one sync took 102 s as two units). */
 #define KERNELS_PER_PART 64
 
-/* How many translation units src is compiled as, and how many compile at
- * once (*jobs): one per core the process may use (KILN_COMPILE_JOBS
- * overrides; at most 16), but no fewer than 8 kernels each, so that a
+/* How many translation units a program of `kernels` kernels is compiled
+ * as, and how many compile at once (*jobs): one per core the process may
+ * use (KILN_COMPILE_JOBS overrides; at most 16), but no fewer than 8
+ * kernels each, so that a
  * small program pays for one compiler start only, and more units than
  * cores where the kernels are more than KERNELS_PER_PART a core. gcc -O3
  * takes about 40 ms per kernel here, so GPT-2's step (355 kernels at L4)
  * spent 13 s in one compiler process on one core. */
-static int compile_parts(const char *src, int *jobs) {
-    int kernels = 0;
-    for (const char *p = src; (p = strstr(p, JIT_CPU_KERNEL_MARK)); p += strlen(JIT_CPU_KERNEL_MARK))
-        kernels++;
+static int compile_parts(int kernels, int *jobs) {
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     const char *e = getenv("KILN_COMPILE_JOBS");
     if (e && *e)
@@ -457,16 +455,13 @@ static int heavier_first(const void *a, const void *b) {
     return x->at < y->at ? -1 : x->at > y->at; /* ties in program order: deterministic */
 }
 
-/* The program's kernels dealt into `parts` units of about equal expected
+/* The n kernels of src dealt into `parts` units of about equal expected
  * compile time: heaviest first, each to the lightest unit so far. Cut into
  * runs of equal text instead, the step's five products of one half took
- * 970 ms where the other half's three took 590. Returns the spans (NULL:
- * out of memory) and their count. */
-static kernel_span *deal_kernels(const char *src, int parts, int *count) {
-    int n = 0;
+ * 970 ms where the other half's three took 590. Returns the n spans
+ * (NULL: out of memory). */
+static kernel_span *deal_kernels(const char *src, int n, int parts) {
     const size_t mk = strlen(JIT_CPU_KERNEL_MARK);
-    for (const char *p = src; (p = strstr(p, JIT_CPU_KERNEL_MARK)); p += mk)
-        n++;
     kernel_span *k = calloc((size_t)n + 1, sizeof *k);
     kernel_span **order = calloc((size_t)n + 1, sizeof *order);
     long *load = calloc((size_t)parts, sizeof *load);
@@ -496,7 +491,6 @@ static kernel_span *deal_kernels(const char *src, int parts, int *count) {
     }
     free(order);
     free(load);
-    *count = n;
     return k;
 }
 
@@ -520,15 +514,15 @@ static bool write_part(const char *path, const char *src, size_t pre, const kern
     return ok;
 }
 
-/* src compiled into sopath as `parts` translation units, each the prelude
- * (everything before the first kernel mark) and the whole kernels
- * deal_kernels gave it, at_once of them compiling at a time, then linked. */
-static bool build_parallel(const char *src, int parts, int at_once, const char *dir,
+/* src (nk kernels) compiled into sopath as `parts` translation units, each
+ * the prelude (everything before the first kernel mark) and the whole
+ * kernels deal_kernels gave it, at_once of them compiling at a time, then
+ * linked. */
+static bool build_parallel(const char *src, int nk, int parts, int at_once, const char *dir,
                            const char *sopath, char *msg, size_t cap) {
     const char *first = strstr(src, JIT_CPU_KERNEL_MARK);
     size_t pre = (size_t)(first - src);
-    int nk = 0;
-    kernel_span *spans = deal_kernels(src, parts, &nk);
+    kernel_span *spans = deal_kernels(src, nk, parts);
     compile_job *jobs = calloc((size_t)parts, sizeof *jobs);
     if (!jobs || !spans) {
         snprintf(msg, cap, "kiln: out of memory compiling %d parts", parts);
@@ -625,13 +619,15 @@ static void *load_or_build(cache *c, const char *src, cache_key key, bool *compi
     snprintf(sopath, sizeof sopath, "%s/kernels.so", dir);
     snprintf(logpath, sizeof logpath, "%s/log", dir);
     void *h = NULL;
-    int jobs;
-    int parts = compile_parts(src, &jobs);
+    int jobs, kernels = 0;
+    for (const char *p = src; (p = strstr(p, JIT_CPU_KERNEL_MARK)); p += strlen(JIT_CPU_KERNEL_MARK))
+        kernels++;
+    int parts = compile_parts(kernels, &jobs);
     if (parts > 1) {
-        if (!build_parallel(src, parts, jobs, dir, sopath, msg, cap))
+        if (!build_parallel(src, kernels, parts, jobs, dir, sopath, msg, cap))
             goto done;
     } else {
-        if (!write_text(cpath, src, strlen(src), "", 0)) {
+        if (!write_text(cpath, src, strlen(src))) {
             snprintf(msg, cap, "kiln: cannot write %s", cpath);
             goto done;
         }
