@@ -254,15 +254,6 @@ static kiln_status oom(char *msg, size_t cap, const graph_node *x, size_t bytes)
     return KILN_ERR_OOM;
 }
 
-static cache_key program_key(const jit_device *d, const char *text) {
-    cache_key_builder b;
-    cache_key_begin(&b);
-    cache_key_add_str(&b, "kiln program");
-    cache_key_add(&b, &d->key, sizeof d->key);
-    cache_key_add_str(&b, text);
-    return cache_key_end(&b);
-}
-
 /* The device's code for p: from memory, else compiled by the device (which
  * may find it in the disk cache). *origin says which. */
 static kiln_status find_program(jit_backend *j, const lower_program *p,
@@ -450,7 +441,7 @@ static void share_sizes(jit_backend *j, lower_program *p, lower_plan *plans, int
         free(vals);
         return;
     }
-    cache_key key = program_key(d, text);
+    cache_key key = jit_text_key(d, "kiln program", text);
     free(text);
     family *f = NULL, *slot = &j->families[0];
     for (int i = 0; i < FAMILIES && !f; i++) {
@@ -571,7 +562,7 @@ static compiled *build(jit_backend *j, const graph_capture *cap, bool fuse, kiln
         }
         if (j->watch.debug >= 4)
             fprintf(stderr, "kiln: generated source\n%s\n", text);
-        c->facts.key = program_key(d, text);
+        c->facts.key = jit_text_key(d, "kiln program", text);
         jit_watch_dump(&j->watch, &c->facts, p, c->plans, text, d->ops->ir_text);
         *st = find_program(j, p, c->plans, text, c->facts.key, &c->code, &c->facts.origin, msg,
                            mcap);

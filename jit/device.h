@@ -156,5 +156,8 @@ kiln_status jit_host_sync(jit_device *d, char *msg, size_t cap);
  * compiler's identity, its flags (NULL-terminated), kiln's version. */
 cache_key jit_device_key(const lower_target *t, const char *compiler_id,
                          const char *const *flags);
+/* The key of text that device d builds (a program's source: kind "kiln
+ * program"; a kernel's under a tuning: "kiln tune"): kind, d's key, text. */
+cache_key jit_text_key(const jit_device *d, const char *kind, const char *text);
 
 #endif /* KILN_JIT_DEVICE_H */

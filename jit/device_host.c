@@ -98,3 +98,12 @@ cache_key jit_device_key(const lower_target *t, const char *compiler_id,
                               KILN_VERSION_PATCH);
     return cache_key_end(&b);
 }
+
+cache_key jit_text_key(const jit_device *d, const char *kind, const char *text) {
+    cache_key_builder b;
+    cache_key_begin(&b);
+    cache_key_add_str(&b, kind);
+    cache_key_add(&b, &d->key, sizeof d->key);
+    cache_key_add_str(&b, text);
+    return cache_key_end(&b);
+}

@@ -31,15 +31,13 @@ bool jit_tune_wanted(void) {
     return v && !strcmp(v, "1");
 }
 
-/* A stored choice: what lower_plan_variants varies, tagged. */
-enum { REC_TAG = 0x6b696c6e74756e32LL /* "kilntun2" */, REC_LEN = 12 };
+/* A stored choice: what lower_plan_variants varies (lower_plan_blocking),
+ * after a tag. */
+enum { REC_TAG = 0x6b696c6e74756e33LL /* "kilntun3" */, REC_LEN = 1 + LOWER_BLOCKING_LEN };
 
 static void rec_of(const lower_plan *pl, int64_t *r) {
-    const lower_mm_plan *mm = &pl->mm;
-    const lower_att_plan *at = &pl->att;
-    int64_t v[REC_LEN] = {REC_TAG, mm->mr, mm->nv, mm->lanes, mm->mc,  mm->nc,
-                          mm->kc,  mm->a_direct, at->bq, at->bk, at->mr, at->nv};
-    memcpy(r, v, sizeof v);
+    r[0] = REC_TAG;
+    lower_plan_blocking(pl, r + 1);
 }
 
 /* Takes a variant's blocking (and the grid that follows it). */
@@ -61,15 +59,6 @@ static int rec_find(const int64_t *r, size_t n, const lower_plan *vars, int nvar
             return v;
     }
     return -1;
-}
-
-static cache_key text_key(const jit_device *d, const char *what, const char *text) {
-    cache_key_builder b;
-    cache_key_begin(&b);
-    cache_key_add_str(&b, what);
-    cache_key_add(&b, &d->key, sizeof d->key);
-    cache_key_add_str(&b, text);
-    return cache_key_end(&b);
 }
 
 /* A kernel still to time: its variants, where they sit in the timing
@@ -216,6 +205,16 @@ static bool same_results(const lower_kernel *k, bool same_order, const unsigned 
     return true;
 }
 
+/* Runs kernel j of the timing program once; its time in *ms. */
+static bool timed_run(jit_device *d, const jit_code *code, const lower_program *tp, int j,
+                      graph_node *const *nodes, double *ms, char *why, size_t cap) {
+    double t0 = jit_now_ms();
+    bool ok = d->ops->launch(d, code, j, &tp->kernels[j], nodes, why, cap) == KILN_OK &&
+              d->ops->sync(d, why, cap) == KILN_OK;
+    *ms = jit_now_ms() - t0;
+    return ok;
+}
+
 /* Times every variant of every pending kernel (compiled together as
  * timing program tp, whose kernel j is variant j - first of its kernel)
  * into best[]. false (with why) when the program cannot be built or run. */
@@ -227,7 +226,7 @@ static bool time_variants(jit_device *d, const lower_program *p, pending *pd, in
         return false;
     jit_code *code = NULL;
     bool from_disk = false;
-    kiln_status st = d->ops->compile(d, tp, tplans, text, text_key(d, "kiln tune program", text),
+    kiln_status st = d->ops->compile(d, tp, tplans, text, jit_text_key(d, "kiln tune program", text),
                                      &code, &from_disk, why, cap);
     free(text);
     if (st != KILN_OK)
@@ -261,11 +260,7 @@ static bool time_variants(jit_device *d, const lower_program *p, pending *pd, in
             snprintf(why, cap, "no memory to compare the variants' outputs");
         double round = 0;
         for (int v = 0; ok && v < pd[q].nvars; v++) {
-            int j = pd[q].first + v;
-            double t0 = jit_now_ms();
-            ok = d->ops->launch(d, code, j, &tp->kernels[j], nodes, why, cap) == KILN_OK &&
-                 d->ops->sync(d, why, cap) == KILN_OK;
-            pd[q].best[v] = jit_now_ms() - t0;
+            ok = timed_run(d, code, tp, pd[q].first + v, nodes, &pd[q].best[v], why, cap);
             round += pd[q].best[v];
             size_t at = 0;
             for (int o = 0; ok && o < k->nouts; o++) {
@@ -286,11 +281,8 @@ static bool time_variants(jit_device *d, const lower_program *p, pending *pd, in
         rounds = rounds < 2 ? 2 : rounds > 8 ? 8 : rounds;
         for (int r = 0; ok && r < rounds; r++)
             for (int v = 0; ok && v < pd[q].nvars; v++) {
-                int j = pd[q].first + v;
-                double t0 = jit_now_ms();
-                ok = d->ops->launch(d, code, j, &tp->kernels[j], nodes, why, cap) == KILN_OK &&
-                     d->ops->sync(d, why, cap) == KILN_OK;
-                double t = jit_now_ms() - t0;
+                double t;
+                ok = timed_run(d, code, tp, pd[q].first + v, nodes, &t, why, cap);
                 if (t < pd[q].best[v] || pd[q].differs[v])
                     pd[q].best[v] = pd[q].differs[v] ? INFINITY : t;
             }
@@ -341,7 +333,7 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
         char *text = NULL;
         if (d->ops->render(d, &one, &plans[i], &text, why, sizeof why) != KILN_OK)
             continue; /* the program's own render will say why */
-        q->key = text_key(d, "kiln tune", text);
+        q->key = jit_text_key(d, "kiln tune", text);
         free(text);
         const int64_t *mem = cache_mem_get(c, q->key);
         void *disk = NULL;
@@ -409,18 +401,9 @@ void jit_tune_program(jit_device *d, cache *c, int debug, const lower_program *p
         const lower_plan *win = &pd[q].vars[w];
         const lower_kernel *k = &p->kernels[pd[q].kernel];
         if (debug >= 1) {
-            char what[160];
-            if (k->kind == LOWER_ATTENTION)
-                snprintf(what, sizeof what, "blocks of %lld queries, tiles of %lld keys",
-                         (long long)win->att.bq, (long long)win->att.bk);
-            else
-                snprintf(what, sizeof what,
-                         "blocks %lld x %lld over %lld, tile %d x %d vectors of %d, A %s",
-                         (long long)win->mm.mc, (long long)win->mm.nc, (long long)win->mm.kc,
-                         win->mm.mr, win->mm.nv, win->mm.lanes,
-                         win->mm.a_direct ? "in place" : "packed");
-            fprintf(stderr, "kiln: tuned %s: %d variants; %s: %.3f ms (the heuristics' %.3f ms)\n",
-                    k->name, pd[q].nvars, what, pd[q].best[w], pd[q].best[0]);
+            fprintf(stderr, "kiln: tuned %s: %d variants, the fastest %.3f ms (the heuristics' "
+                    "%.3f ms):\n", k->name, pd[q].nvars, pd[q].best[w], pd[q].best[0]);
+            lower_print_blocking(stderr, k, win);
         }
         take(&plans[pd[q].kernel], win);
         store(c, pd[q].key, win, true);

@@ -475,13 +475,17 @@ void lower_plans_free(lower_plan *plans, int n);
  * *base that differs only in its matmul or attention blocking (grid and
  * parallel follow it) and shares base's blocks: free none of them. So far a
  * CPU matmul's cache blocks (mc x nc over kc), register tile (6 x 4 or 8 x
- * 3 vectors), vector width (full or half) and whether A is packed, and CPU fused attention's blocks of
- * queries and tiles of keys. Returns how many; 0 where k has nothing to
- * tune (another kind, a GPU, run-time sizes, work too small to time
- * apart). */
+ * 3 vectors), vector width (full or half) and whether A is packed, and CPU
+ * fused attention's blocks of queries and tiles of keys. Returns how many;
+ * 0 where k has nothing to tune (another kind, a GPU, run-time sizes, work
+ * too small to time apart). */
 int lower_plan_variants(const lower_kernel *k, const lower_target *t, const lower_plan *base,
                         lower_plan *out, int max);
 enum { LOWER_PLAN_VARIANTS_MAX = 24 };
+/* What lower_plan_variants varies, as numbers (two plans of a kernel with
+ * equal numbers are the same variant): LOWER_BLOCKING_LEN of them in out. */
+enum { LOWER_BLOCKING_LEN = 11 };
+void lower_plan_blocking(const lower_plan *p, int64_t *out);
 
 /* A plan's prefetch (lower_plan.prefetch): the loads of pass prefetch_from
  * whose places the row and the element alone decide (not a gather's), into
@@ -540,6 +544,9 @@ void lower_live(const lower_kernel *k, bool *live);
 /* The plan as text (KILN_DEBUG=3). Canonical: two kernels with the same IR
  * and plan print the same text, which is what cache keys hash. */
 void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *plan);
+/* Its matmul or attention blocking alone, one line (none for other kinds):
+ * a part of lower_print_plan, and what KILN_TUNE says it chose. */
+void lower_print_blocking(FILE *f, const lower_kernel *k, const lower_plan *plan);
 /* Whether a CPU kernel's loops are left scalar (the C renderer marks them
  * for no vectorising; LLVM's passes decide for themselves): tiny kernels (at
  * most a few thousand elements of work) of fixed sizes, whose vector loops

@@ -283,18 +283,21 @@ int lower_mm_tensor_dtype(const lower_kernel *k) {
                : -1;
 }
 
+static void mm_tasks(lower_plan *p, const lower_kernel *k);
+static void attention_tasks(lower_plan *p, const lower_kernel *k);
+
 /* A GotoBLAS-style blocking for a CPU. The register tile: MR x NV vector
  * accumulators, NV loads of B and a broadcast of A fit the vector register
  * file (6 x 4 with AVX-512's 32 registers, 6 x 2 with 16). The output is cut
  * into MC x NC blocks, and the blocks of every batch are the tasks, so that
  * both long and skinny shapes give every thread work. */
-static void mm_tasks(lower_plan *p, const lower_kernel *k);
-static int64_t attention_units(const lower_kernel *k, int64_t bq, int64_t bk);
+/* Bytes of a CPU product's accumulator: f32, or f64 and u64. */
+static int acc_bytes(kiln_dtype acc) { return acc == KILN_F32 ? 4 : 8; }
 
 static void plan_cpu_matmul(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     lower_mm_plan *mm = &p->mm;
     mm->acc = mm_acc_type(k);
-    int esz = mm->acc == KILN_F32 ? 4 : 8;
+    int esz = acc_bytes(mm->acc);
     int vbytes = t->vector_bytes >= 16 ? t->vector_bytes : 16;
     mm->mr = 6;
     mm->nv = vbytes >= 64 ? 4 : 2;
@@ -366,27 +369,53 @@ static void mm_tasks(lower_plan *p, const lower_kernel *k) {
     p->parallel = nb * k->n * k->m * k->k >= PAR_MIN_MATMUL && tasks > 1;
 }
 
-static bool mm_same(const lower_mm_plan *a, const lower_mm_plan *b) {
-    return a->mr == b->mr && a->nv == b->nv && a->lanes == b->lanes && a->mc == b->mc &&
-           a->nc == b->nc && a->kc == b->kc && a->a_direct == b->a_direct;
+void lower_plan_blocking(const lower_plan *p, int64_t *out) {
+    const lower_mm_plan *mm = &p->mm;
+    const lower_att_plan *at = &p->att;
+    int64_t v[LOWER_BLOCKING_LEN] = {mm->mr, mm->nv, mm->lanes, mm->mc, mm->nc, mm->kc,
+                                     mm->a_direct, at->bq, at->bk, at->mr, at->nv};
+    memcpy(out, v, sizeof v);
 }
 
-/* Adds base with blocking mm to out[0..*n) unless one there has it. */
+/* Adds variant v (base with other blocks) to out[0..*n), its grid worked
+ * out, unless one there has its blocking. */
+static void add_plan(const lower_kernel *k, const lower_plan *v, lower_plan *out, int *n,
+                     int max) {
+    int64_t mine[LOWER_BLOCKING_LEN], theirs[LOWER_BLOCKING_LEN];
+    lower_plan_blocking(v, mine);
+    for (int i = 0; i < *n; i++) {
+        lower_plan_blocking(&out[i], theirs);
+        if (!memcmp(mine, theirs, sizeof mine))
+            return;
+    }
+    if (*n >= max)
+        return;
+    out[*n] = *v;
+    if (k->kind == LOWER_ATTENTION)
+        attention_tasks(&out[*n], k);
+    else
+        mm_tasks(&out[*n], k);
+    (*n)++;
+}
+
+/* Adds base with blocking mm (its blocks evened to the shape). */
 static void add_variant(const lower_kernel *k, const lower_plan *base, lower_mm_plan mm,
                         lower_plan *out, int *n, int max) {
     int64_t nr = (int64_t)mm.lanes * mm.nv;
     mm.mc = even_block(k->n, mm.mc, mm.mr);
     mm.nc = even_block(k->m, mm.nc, nr);
     mm.kc = even_block(k->k, mm.kc, 1);
-    for (int i = 0; i < *n; i++)
-        if (mm_same(&out[i].mm, &mm))
-            return;
-    if (*n >= max)
-        return;
-    out[*n] = *base;
-    out[*n].mm = mm;
-    mm_tasks(&out[*n], k);
-    (*n)++;
+    lower_plan v = *base;
+    v.mm = mm;
+    add_plan(k, &v, out, n, max);
+}
+
+/* Adds base with attention blocks att. */
+static void add_att_variant(const lower_kernel *k, const lower_plan *base, lower_att_plan att,
+                            lower_plan *out, int *n, int max) {
+    lower_plan v = *base;
+    v.att = att;
+    add_plan(k, &v, out, n, max);
 }
 
 /* Fused attention's variants: blocks of queries and tiles of keys from 32
@@ -397,27 +426,16 @@ static int attention_variants(const lower_kernel *k, const lower_plan *base, low
     if (batch_count(k) * a->l * a->s * (a->d + a->dv) < TUNE_MIN_MATMUL)
         return 0;
     int n = 0;
+    add_att_variant(k, base, base->att, out, &n, max); /* the heuristics' own, first */
     static const int64_t bqs[] = {32, 64, 128}, bks[] = {32, 64, 128, 256};
-    for (int i = -1; i < 3; i++)
-        for (int j = i < 0 ? 3 : 0; j < 4; j++) {
-            lower_att_plan att = base->att;
-            if (i >= 0) {
-                if ((bqs[i] > 32 && bqs[i] / 2 >= a->l) || (bks[j] > 32 && bks[j] / 2 >= a->s))
-                    continue;
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            if ((bqs[i] == 32 || bqs[i] / 2 < a->l) && (bks[j] == 32 || bks[j] / 2 < a->s)) {
+                lower_att_plan att = base->att;
                 att.bq = bqs[i];
                 att.bk = bks[j];
+                add_att_variant(k, base, att, out, &n, max);
             }
-            bool seen = false;
-            for (int v = 0; v < n && !seen; v++)
-                seen = out[v].att.bq == att.bq && out[v].att.bk == att.bk;
-            if (seen || n >= max)
-                continue;
-            out[n] = *base;
-            out[n].att = att;
-            out[n].grid = attention_units(k, att.bq, att.bk);
-            out[n].parallel = out[n].grid > 1 && base->parallel;
-            n++;
-        }
     return n;
 }
 
@@ -464,7 +482,7 @@ int lower_plan_variants(const lower_kernel *k, const lower_target *t, const lowe
     }
     /* Half-width vectors in the same registers (on AVX-512: 256-bit ones,
      * which some cores run without lowering their clock). */
-    if (b->lanes >= 8 && b->lanes * (b->acc == KILN_F32 ? 4 : 8) >= 64) {
+    if (b->lanes >= 8 && b->lanes * acc_bytes(b->acc) >= 64) {
         lower_mm_plan mm = *b;
         mm.lanes = b->lanes / 2;
         add_variant(k, base, mm, out, &n, max);
@@ -726,6 +744,14 @@ static int64_t attention_units(const lower_kernel *k, int64_t bq, int64_t bk) {
            (a->op == GRAPH_ATTENTION_DKV ? ceil_div(a->s, bk) : ceil_div(a->l, bq));
 }
 
+/* A CPU attention kernel's grid (its blocks of every batch) and whether
+ * they are worth spreading over threads, from its blocking. */
+static void attention_tasks(lower_plan *p, const lower_kernel *k) {
+    const lower_attention *a = &k->att;
+    p->grid = attention_units(k, p->att.bq, p->att.bk);
+    p->parallel = p->grid > 1 && batch_count(k) * a->l * a->s * (a->d + a->dv) >= PAR_MIN_MATMUL;
+}
+
 /* Whether every pass of a reduction kernel can run split across blocks:
  * one or more reduce passes, none reading what a reduction computes (a
  * variance's second pass reads the mean: it would need the whole grid to
@@ -862,8 +888,7 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
          * joint backward 10.9-12.1 -> 11.0-11.5); 4 x 2 in AVX2's 16 */
         p->att.mr = p->vector_bytes >= 64 ? 6 : 4;
         p->att.nv = p->vector_bytes >= 64 ? 4 : 2;
-        p->grid = attention_units(k, p->att.bq, p->att.bk);
-        p->parallel = p->grid > 1 && batch_count(k) * a->l * a->s * (a->d + a->dv) >= PAR_MIN_MATMUL;
+        attention_tasks(p, k);
         break;
     }
     case LOWER_ALIAS:
@@ -1065,6 +1090,25 @@ static const char *const block_names[] = {
 _Static_assert(sizeof block_names / sizeof *block_names == LOWER_BLOCK_SCATTER + 1,
                "a block kind without a name");
 
+void lower_print_blocking(FILE *f, const lower_kernel *k, const lower_plan *p) {
+    if (k->kind == LOWER_MATMUL) {
+        const lower_mm_plan *mm = &p->mm;
+        if (mm->tile)
+            fprintf(f, "  matmul: %s accumulators, %d x %d output tile per block, k steps of %d%s\n",
+                    graph_dtype_name(mm->acc), mm->tile, mm->tile, mm->ktile,
+                    mm->mma ? ", tensor cores" : "");
+        else
+            fprintf(f,
+                    "  matmul: %s accumulators, register tile %d x %d vectors of %d, blocks "
+                    "%lld x %lld over k steps of %lld, A %s\n",
+                    graph_dtype_name(mm->acc), mm->mr, mm->nv, mm->lanes, (long long)mm->mc,
+                    (long long)mm->nc, (long long)mm->kc, mm->a_direct ? "in place" : "packed");
+    }
+    if (k->kind == LOWER_ATTENTION)
+        fprintf(f, "  attention: blocks of %lld queries, tiles of %lld keys, register tiles of %d rows "
+                   "by %d vectors\n", (long long)p->att.bq, (long long)p->att.bk, p->att.mr, p->att.nv);
+}
+
 void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
     fprintf(f, "plan %s: grid %lld%s%s, %d-byte vectors, %s indices", k->name,
             (long long)p->grid, p->parallel ? ", parallel" : "", p->split ? ", rows split" : "",
@@ -1082,22 +1126,7 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
     if (p->block_threads)
         fprintf(f, ", %d threads per block", p->block_threads);
     fprintf(f, "\n");
-    if (k->kind == LOWER_MATMUL) {
-        const lower_mm_plan *mm = &p->mm;
-        if (mm->tile)
-            fprintf(f, "  matmul: %s accumulators, %d x %d output tile per block, k steps of %d%s\n",
-                    graph_dtype_name(mm->acc), mm->tile, mm->tile, mm->ktile,
-                    mm->mma ? ", tensor cores" : "");
-        else
-            fprintf(f,
-                    "  matmul: %s accumulators, register tile %d x %d vectors of %d, blocks "
-                    "%lld x %lld over k steps of %lld, A %s\n",
-                    graph_dtype_name(mm->acc), mm->mr, mm->nv, mm->lanes, (long long)mm->mc,
-                    (long long)mm->nc, (long long)mm->kc, mm->a_direct ? "in place" : "packed");
-    }
-    if (k->kind == LOWER_ATTENTION)
-        fprintf(f, "  attention: blocks of %lld queries, tiles of %lld keys, register tiles of %d rows "
-                   "by %d vectors\n", (long long)p->att.bq, (long long)p->att.bk, p->att.mr, p->att.nv);
+    lower_print_blocking(f, k, p);
     for (int b = 0; b < p->nblocks; b++) {
         const lower_block *x = &p->blocks[b];
         fprintf(f, "  %s", block_names[x->kind]);
