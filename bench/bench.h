@@ -12,12 +12,21 @@
 #include "kiln.h"
 
 typedef struct bench_opts {
-    int steps;  /* timed steps per mode, after the warm-up */
+    int steps;  /* timed steps per mode, after the warm-up: at least these, and
+                   more (up to BENCH_MAX_STEPS) until BENCH_MIN_SECONDS of them */
     int warmup; /* untimed steps per mode; the first one compiles */
     bool quick; /* --quick or KILN_BENCH_QUICK=1: fewer steps, no 4096 matmul */
     bool full;  /* --full: the largest sizes too */
     kiln_device device; /* --device cpu|cuda or KILN_BENCH_DEVICE: where kiln runs (cpu) */
 } bench_opts;
+
+/* A step's median is taken over at least BENCH_MIN_SECONDS of steps (up to
+ * BENCH_MAX_STEPS of them): three steps of a 0.1 ms product measured its
+ * first steps after the compile, each 0.2 ms (the threads waking from
+ * sleep), where forty measured 0.108 ms. bench/peers/harness.py takes its
+ * steps by the same rule. */
+#define BENCH_MIN_SECONDS 0.05
+#define BENCH_MAX_STEPS 200
 
 /* Reads --quick, --full, --steps N and --device D from argv, then
  * KILN_BENCH_QUICK, KILN_BENCH_STEPS and KILN_BENCH_DEVICE from the

@@ -170,13 +170,13 @@ static int step(kiln_ctx *ctx, const bench_workload *w, mode_run *r, double *sec
     return st != KILN_OK;
 }
 
-static void emit_mode(const bench_workload *w, const bench_opts *o, const kiln_machine *m,
+static void emit_mode(const bench_workload *w, int steps, const kiln_machine *m,
                       const mode_run *r, double diff, double ratio) {
     double min = r->t[0];
-    for (int i = 1; i < o->steps; i++)
+    for (int i = 1; i < steps; i++)
         if (r->t[i] < min)
             min = r->t[i];
-    double med = bench_median(r->t, o->steps);
+    double med = bench_median(r->t, steps);
     bench_record rec = {
         .suite = w->suite,
         .workload = w->name,
@@ -184,8 +184,8 @@ static void emit_mode(const bench_workload *w, const bench_opts *o, const kiln_m
         .impl = r->mode == KILN_LAZY ? "kiln-lazy" : "kiln-eager",
         .median_ms = med * 1e3,
         .min_ms = min * 1e3,
-        .steps = o->steps,
-        .kernels = (double)r->kernels / o->steps,
+        .steps = steps,
+        .kernels = (double)r->kernels / steps,
         .bytes = w->bytes,
         .flops = w->flops,
         .has_diff = true,
@@ -209,15 +209,26 @@ int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o
     int rc = 0;
     double dummy;
     for (int k = 0; k < 2 && rc == 0; k++) {
-        runs[k].t = calloc((size_t)o->steps, sizeof(double));
+        runs[k].t = calloc(BENCH_MAX_STEPS > o->steps ? BENCH_MAX_STEPS : (size_t)o->steps,
+                           sizeof(double));
         rc = !runs[k].t;
         for (int s = 0; s < o->warmup && rc == 0; s++)
             rc = step(ctx, w, &runs[k], &dummy, false);
         runs[k].kernels = 0;
     }
-    for (int s = 0; s < o->steps && rc == 0; s++)
-        for (int k = 0; k < 2 && rc == 0; k++)
-            rc = step(ctx, w, &runs[k], &runs[k].t[s], s == o->steps - 1);
+    /* o->steps at least; more while the slower mode's steps sum to less than
+     * BENCH_MIN_SECONDS. The last step of each mode keeps its output. */
+    int steps = 0;
+    double spent[2] = {0, 0};
+    for (bool more = true; more && rc == 0; steps++) {
+        more = steps + 1 < o->steps ||
+               (steps + 1 < BENCH_MAX_STEPS &&
+                (spent[0] > spent[1] ? spent[0] : spent[1]) < BENCH_MIN_SECONDS);
+        for (int k = 0; k < 2 && rc == 0; k++) {
+            rc = step(ctx, w, &runs[k], &runs[k].t[steps], !more);
+            spent[k] += runs[k].t[steps];
+        }
+    }
     if (rc == 0 && runs[0].n != runs[1].n) {
         bench_emit_error(w->suite, w->name, w->shape, "kiln-lazy",
                          "lazy and eager outputs differ in size");
@@ -232,9 +243,9 @@ int bench_lazy_eager(kiln_ctx *ctx, const bench_workload *w, const bench_opts *o
             if (fabs((double)runs[1].out[i]) > scale)
                 scale = fabs((double)runs[1].out[i]);
         }
-        double tl = bench_median(runs[0].t, o->steps), te = bench_median(runs[1].t, o->steps);
-        emit_mode(w, o, m, &runs[0], diff, te / tl);
-        emit_mode(w, o, m, &runs[1], diff, 0);
+        double tl = bench_median(runs[0].t, steps), te = bench_median(runs[1].t, steps);
+        emit_mode(w, steps, m, &runs[0], diff, te / tl);
+        emit_mode(w, steps, m, &runs[1], diff, 0);
         if (!(diff <= tol * scale)) {
             char msg[128];
             snprintf(msg, sizeof msg, "lazy and eager differ by %g (largest output %g)", diff,

@@ -152,6 +152,24 @@ def options(argv):
     return quick, full, steps
 
 
+# A step's median is taken over at least MIN_SECONDS of steps (up to MAX_STEPS),
+# as kiln's runner takes its own (bench/bench.h): three steps of a 0.1 ms
+# product are its first ones, not its steady state.
+MIN_SECONDS = 0.05
+MAX_STEPS = 200
+
+
+def timed_steps(fn, args, finish, steps):
+    """The times of at least steps calls of fn (more while they sum to under
+    MIN_SECONDS), then the last call's output."""
+    times = []
+    while len(times) < steps or (len(times) < MAX_STEPS and sum(times) < MIN_SECONDS):
+        t0 = time.perf_counter()
+        out = finish(fn(*args))
+        times.append(time.perf_counter() - t0)
+    return times + [out]
+
+
 def emit(record):
     print(json.dumps(record), flush=True)
     extra = f"  {record['error']}" if "error" in record else \
@@ -193,11 +211,8 @@ def run_ops(impl, fns, convert, finish, to_numpy, argv, version, wrap=None):
             t0 = time.perf_counter()
             finish(fn(*args))
             first = time.perf_counter() - t0
-            times = []
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                out = finish(fn(*args))
-                times.append(time.perf_counter() - t0)
+            times = timed_steps(fn, args, finish, steps)
+            out = times.pop()
         except Exception as e:  # a peer that cannot run a workload is reported, not fatal
             emit({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             status = 1
@@ -210,7 +225,7 @@ def run_ops(impl, fns, convert, finish, to_numpy, argv, version, wrap=None):
         ref = ref_fn(*[a.astype(np.float64) for a in host])
         diff, scale = max_diff(to_numpy(out), ref)
         med = statistics.median(times)
-        rec = {**base, "median_ms": med * 1e3, "min_ms": min(times) * 1e3, "steps": steps,
+        rec = {**base, "median_ms": med * 1e3, "min_ms": min(times) * 1e3, "steps": len(times),
                "first_ms": first * 1e3, "max_abs_diff": diff}
         if nbytes:
             rec.update(bytes=nbytes, gbps=nbytes / med * 1e-9)
@@ -244,11 +259,8 @@ def run_nn(impl, fns, convert, finish, to_numpy, argv, version, wrap=None, refer
             t0 = time.perf_counter()
             finish(fn(*args))
             first = time.perf_counter() - t0
-            times = []
-            for _ in range(steps):
-                t0 = time.perf_counter()
-                out = finish(fn(*args))
-                times.append(time.perf_counter() - t0)
+            times = timed_steps(fn, args, finish, steps)
+            out = times.pop()
         except Exception as e:  # reported, not fatal
             emit({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             status = 1
@@ -261,7 +273,7 @@ def run_nn(impl, fns, convert, finish, to_numpy, argv, version, wrap=None, refer
         ref = ref_fn(*[a.astype(np.float64) for a in host])
         diff, scale = max_diff(to_numpy(out), ref)
         med = statistics.median(times)
-        rec = {**base, "median_ms": med * 1e3, "min_ms": min(times) * 1e3, "steps": steps,
+        rec = {**base, "median_ms": med * 1e3, "min_ms": min(times) * 1e3, "steps": len(times),
                "first_ms": first * 1e3, "max_abs_diff": diff, "flops": flops,
                "gflops": flops / med * 1e-9}
         if not diff <= tol * scale:
