@@ -75,22 +75,22 @@ static bool disjoint(const graph_node *g, const int64_t *stride, uint32_t axes) 
  * steps along its own axis of s (read as contiguous) by a multiple of that
  * axis's stride and stays inside it, starting from off's coordinates; then
  * axis_of[k] is axis k's axis of s. */
-static bool per_axis(int m, const int64_t *n, const int64_t *st, int64_t off, const graph_node *s,
-                     int *axis_of) {
-    int r = s->ndim, prev = -1;
+static bool per_axis(int m, const int64_t *n, const int64_t *st, int64_t off, int r,
+                     const int64_t *shape, int *axis_of) {
+    int prev = -1;
     int64_t cs[KILN_MAX_DIMS], c = 1;
     for (int a = r - 1; a >= 0; a--) {
         cs[a] = c;
-        c *= s->shape[a];
+        c *= shape[a];
     }
     for (int k = 0; k < m; k++) {
         int a = prev + 1;
-        while (a < r && (s->shape[a] == 1 || cs[a] > st[k]))
+        while (a < r && (shape[a] == 1 || cs[a] > st[k]))
             a++;
         if (a == r || st[k] % cs[a])
             return false;
-        int64_t o = off / cs[a] % s->shape[a];
-        if (o + (n[k] - 1) * (st[k] / cs[a]) >= s->shape[a])
+        int64_t o = off / cs[a] % shape[a];
+        if (o + (n[k] - 1) * (st[k] / cs[a]) >= shape[a])
             return false;
         if (st[k] != cs[a] && r == KILN_MAX_DIMS) /* no room to split the axis */
             return false;
@@ -106,12 +106,12 @@ static bool per_axis(int m, const int64_t *n, const int64_t *st, int64_t off, co
  * merges of padded axes are views of views, each a division to recover
  * coordinates. */
 static graph_node *spread_per_axis(graph_node *g, int m, const int64_t *n, const int64_t *st,
-                                   int64_t off, const graph_node *s, const int *axis_of) {
-    int r = s->ndim;
+                                   int64_t off, int r, const int64_t *sshape,
+                                   const int *axis_of) {
     int64_t cs[KILN_MAX_DIMS], c = 1, shape[KILN_MAX_DIMS], lo[KILN_MAX_DIMS], hi[KILN_MAX_DIMS];
     for (int a = r - 1; a >= 0; a--) {
         cs[a] = c;
-        c *= s->shape[a];
+        c *= sshape[a];
         shape[a] = 1;
     }
     for (int k = 0; k < m; k++)
@@ -134,8 +134,8 @@ static graph_node *spread_per_axis(graph_node *g, int m, const int64_t *n, const
     if (!g)
         return NULL;
     for (int a = 0; a < r; a++) {
-        lo[a] = off / cs[a] % s->shape[a];
-        hi[a] = s->shape[a] - lo[a] - shape[a];
+        lo[a] = off / cs[a] % sshape[a];
+        hi[a] = sshape[a] - lo[a] - shape[a];
     }
     graph_node *p = graph_pad(g, lo, hi);
     graph_unref(g);
@@ -174,6 +174,25 @@ static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
     graph_node *p = graph_permute(g, perm);
     graph_unref(g);
     g = autograd_take_reshape(p, m, n);
+    /* Axes that read one run together (an axis's stride the extent of the
+     * next) are one axis: heads split from a projection's features ([b, s,
+     * h*d] read as [b, h, s, d]) put two axes on one axis of s, which
+     * per_axis refuses, and the flat spread's views of views cost a
+     * division per coordinate where one masked view is one load. */
+    int merged = 0;
+    for (int k = 0; k < m; k++) {
+        if (merged > 0 && st[merged - 1] == st[k] * n[k]) {
+            n[merged - 1] *= n[k];
+            st[merged - 1] = st[k];
+        } else {
+            n[merged] = n[k];
+            st[merged++] = st[k];
+        }
+    }
+    if (merged < m) {
+        m = merged;
+        g = autograd_take_reshape(g, m, n);
+    }
     /* A view that reads its whole source once in order only needs reshaping. */
     int64_t count = 1;
     for (int i = 0; i < m; i++)
@@ -184,8 +203,30 @@ static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
     if (dense || !g)
         return autograd_take_reshape(g, s->ndim, s->shape);
     int axis_of[KILN_MAX_DIMS];
-    if (per_axis(m, n, st, off, s, axis_of))
-        return spread_per_axis(g, m, n, st, off, s, axis_of);
+    if (per_axis(m, n, st, off, s->ndim, s->shape, axis_of))
+        return spread_per_axis(g, m, n, st, off, s->ndim, s->shape, axis_of);
+    /* Axes of g that each span several axes of s (rows [b*s] of a [b, s, f]
+     * source): s read as one axis per stride of g's, where those strides
+     * nest, then reshaped back (the reshape splits unmasked axes only, so
+     * the spread stays one masked view). */
+    int64_t coarse[KILN_MAX_DIMS];
+    int r = 0;
+    bool nests = m > 0 && st[0] > 0 && base % st[0] == 0;
+    for (int k = 0; nests && k < m; k++) {
+        int64_t outer = k == 0 ? base : st[k - 1];
+        nests = st[k] > 0 && outer % st[k] == 0;
+        if (nests)
+            coarse[r++] = outer / st[k];
+    }
+    if (nests && st[m - 1] > 1) {
+        if (r < KILN_MAX_DIMS)
+            coarse[r++] = st[m - 1];
+        else
+            nests = false;
+    }
+    if (nests && per_axis(m, n, st, off, r, coarse, axis_of))
+        return autograd_take_reshape(spread_per_axis(g, m, n, st, off, r, coarse, axis_of),
+                                     s->ndim, s->shape);
     /* Spread each axis over its stride, innermost first, merging as it goes:
      * shape [n0..nk, w] becomes [n0..n(k-1), w'], where w' = (nk-1)*stride_k
      * + w is the extent of axis k and everything inside it. */

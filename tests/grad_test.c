@@ -348,6 +348,25 @@ static kiln_tensor *f_view_chain(kiln_tensor **x) {
     return kiln_cos(kiln_flip(kiln_pad(kiln_transpose(s, 0, 1), pads, 0), 0, NULL));
 }
 
+/* q, k and v sliced from one [b, s, 3*h*d] projection and split into heads
+ * ([b, h, s, d], as attention reads them): their gradients are spread back
+ * over the projection and joined (autograd's join of boxes into a cat); q
+ * read twice, the slices taken in the order given. */
+static kiln_tensor *heads_of(kiln_tensor *x, const int *order) {
+    const int64_t hs[] = {2, 3, 2, 2};
+    const int perm[] = {0, 2, 1, 3};
+    kiln_tensor *p[3];
+    for (int i = 0; i < 3; i++) {
+        int j = order[i];
+        p[j] = kiln_permute(kiln_reshape(kiln_slice(x, 2, 4 * j, 4 * j + 4, 1), 4, hs), perm);
+    }
+    return kiln_add(kiln_mul(p[0], kiln_sin(p[1])), kiln_mul(kiln_cos(p[2]), p[0]));
+}
+static kiln_tensor *f_heads(kiln_tensor **x) { return heads_of(x[0], (const int[]){0, 1, 2}); }
+static kiln_tensor *f_heads_apart(kiln_tensor **x) {
+    return heads_of(x[0], (const int[]){2, 0, 1});
+}
+
 static kiln_tensor *f_cumsum(kiln_tensor **x) { return kiln_cumsum(x[0], 1); }
 static kiln_tensor *f_cumprod(kiln_tensor **x) { return kiln_cumprod(x[0], 0); }
 static kiln_tensor *f_cummax(kiln_tensor **x) { return kiln_cummax(x[0], -1); }
@@ -447,6 +466,9 @@ static const fd_case view_cases[] = {
     {"squeeze/unsqueeze", 1, {3}, {{1, 3, 1}}, GEN_UNIFORM, -2, 2, f_squeeze, 0, 0},
     {"cat", 2, {2, 2}, {{2, 3}, {2, 2}}, GEN_UNIFORM, -2, 2, f_cat, 0, 0},
     {"view chain", 1, {2}, {{4, 5}}, GEN_UNIFORM, -2, 2, f_view_chain, 0, 0},
+    {"heads of a fused projection", 1, {3}, {{2, 3, 12}}, GEN_UNIFORM, -2, 2, f_heads, 0, 0},
+    {"heads of a fused projection, v first", 1, {3}, {{2, 3, 12}}, GEN_UNIFORM, -2, 2,
+     f_heads_apart, 0, 0},
 };
 
 GRAD_TEST(views) { fd_run(ctx, view_cases, sizeof view_cases / sizeof view_cases[0]); }
