@@ -240,6 +240,29 @@ static graph_node *join_boxes(graph_node *a, graph_node *b) {
     return r;
 }
 
+/* sum + c (both consumed) with c joined to a box of sum where it can be:
+ * sum itself, or either term of a sum (x + y) + c = x + (y joined with c),
+ * and that joined again with x where it can (the three pads of q, k and v
+ * arrive in the walk's order, not the features'). Every element of a join
+ * is one term plus zeros, so the result's bits are the plain sum's. */
+static graph_node *add_joining(graph_node *sum, graph_node *c) {
+    graph_node *j = join_boxes(sum, c);
+    if (j)
+        return j;
+    for (int i = 1; sum->op == GRAPH_ADD && i >= 0; i--) {
+        graph_node *term = graph_ref(sum->src[i]);
+        if (!(j = join_boxes(term, c))) {
+            graph_unref(term);
+            continue;
+        }
+        graph_node *other = graph_ref(sum->src[1 - i]);
+        graph_unref(sum);
+        graph_node *both = join_boxes(other, j);
+        return both ? both : autograd_take_binary(GRAPH_ADD, other, j);
+    }
+    return autograd_take_binary(GRAPH_ADD, sum, c);
+}
+
 /* Adds c (consumed) into the gradient of record k. */
 static bool accumulate(rewrite *w, int64_t k, graph_node *c) {
     record *r = &w->recs[k];
@@ -249,8 +272,7 @@ static bool accumulate(rewrite *w, int64_t k, graph_node *c) {
         r->grad = c;
         return true;
     }
-    graph_node *joined = join_boxes(r->grad, c);
-    r->grad = joined ? joined : autograd_take_binary(GRAPH_ADD, r->grad, c);
+    r->grad = add_joining(r->grad, c);
     return r->grad != NULL;
 }
 
