@@ -362,6 +362,12 @@ static kiln_tensor *heads_of(kiln_tensor *x, const int *order) {
     }
     return kiln_add(kiln_mul(p[0], kiln_sin(p[1])), kiln_mul(kiln_cos(p[2]), p[0]));
 }
+/* every other feature of a [2, 3, 8]: the gradient's rows span two axes of
+ * the source and its features step by 2 (autograd spreads it over the
+ * source read as [6, 4, 2]) */
+static kiln_tensor *f_slice_step_rows(kiln_tensor **x) {
+    return kiln_sin(kiln_slice(x[0], 2, 1, KILN_END, 2));
+}
 static kiln_tensor *f_heads(kiln_tensor **x) { return heads_of(x[0], (const int[]){0, 1, 2}); }
 static kiln_tensor *f_heads_apart(kiln_tensor **x) {
     return heads_of(x[0], (const int[]){2, 0, 1});
@@ -466,6 +472,7 @@ static const fd_case view_cases[] = {
     {"squeeze/unsqueeze", 1, {3}, {{1, 3, 1}}, GEN_UNIFORM, -2, 2, f_squeeze, 0, 0},
     {"cat", 2, {2, 2}, {{2, 3}, {2, 2}}, GEN_UNIFORM, -2, 2, f_cat, 0, 0},
     {"view chain", 1, {2}, {{4, 5}}, GEN_UNIFORM, -2, 2, f_view_chain, 0, 0},
+    {"every other feature", 1, {3}, {{2, 3, 8}}, GEN_UNIFORM, -2, 2, f_slice_step_rows, 0, 0},
     {"heads of a fused projection", 1, {3}, {{2, 3, 12}}, GEN_UNIFORM, -2, 2, f_heads, 0, 0},
     {"heads of a fused projection, v first", 1, {3}, {{2, 3, 12}}, GEN_UNIFORM, -2, 2,
      f_heads_apart, 0, 0},
