@@ -437,12 +437,14 @@ WHY_MISSED = [
      "the normalising; kiln_softmax now multiplies by each row's reciprocal (a division an "
      "element issued every 10 cycles), and the sum pass prefetches the next row, which the "
      "memory sat idle through before (plan.c: plan_prefetch)."),
-    ("the 11-op chain", "compute-bound: tanh (a fit below 0.55 and 1 - 2/(e^2|x| + 1) above, "
-     "both evaluated) and then sigmoid (e^-|x| and a division) form one dependent chain of "
-     "about 200 cycles per vector, which the out-of-order window overlaps only about three "
-     "vectors deep; the memory-bound part alone (a*b+c) takes 7.5-8 ms of its 12-13. Cheaper "
-     "e^x (no floor, no casts, a degree-6 fit) and sigmoid's e^-|x| without range selects "
-     "took it from 15.4-16 to 12.3-13 ms."),
+    ("the 11-op chain", "compute and memory nearly level, so the figure moves around 80% with "
+     "the load (79-84% in the last two sessions' runs): the kernel alone, on data in L1, takes "
+     "13.8 ns a 16-element vector on one thread (7.2 ms of work per thread at 16M, about 60 "
+     "vector operations and two divisions an element's vector), against 9.1 ms of memory at "
+     "the triad's rate; run standalone at 16M it reaches 92% of the triad (10.4 ms). Two "
+     "vectors interleaved per iteration (simdlen 32) measured level, so it is throughput, "
+     "not latency, that bounds it. Earlier: cheaper e^x (no floor, no casts, a degree-6 fit) "
+     "and sigmoid's e^-|x| without range selects took it from 15.4-16 to 12.3-13 ms."),
     ("a fused op into a fresh", "no page-fault storm is left (huge pages: 34 faults a step, "
      "not 16384); the rest is the kernel zeroing the 64 MB it hands out, a write stream more "
      "for a kernel that reads 64 MB and writes 64 MB (with write-allocate, about 4/3 of its "
@@ -468,15 +470,16 @@ WHY_MISSED = [
      "ms alternating with the session start. The joined gradients' three cat-region copies "
      "(about 0.6 ms each, at half the memory's speed) and the online softmax remain. "
      "KILN_TUNE=1 takes fwd+bwd 1.09x further (its blocks timed; section KILN_TUNE below)."),
-    ("transformer block forward+backward", "(1.32x in the last session's run, 1.05-1.17x in "
-     "this session's three, with no change to its kernels: PyTorch's figure moves with the "
-     "load.) Nine tenths of kiln's step are products (ten "
-     "matmuls at 50-62% of the FMA peak and the fused attention); the attention's kernels "
-     "gained this session (173 -> 155 ms lazy against the session start in this run, 1.10x -> "
-     "1.32x PyTorch eager); what remains is the matmul micro-kernel itself (register tiles 6x4, "
-     "8x3 and 12x2 vectors measured level) at about 60% of peak on these shapes. With "
-     "KILN_TUNE=1 the block's products take blocks timed on their shapes: fwd+bwd 1.07x "
-     "faster than the heuristics' plans (section KILN_TUNE below), not enough for 1.5x."),
+    ("transformer block forward+backward", "(1.32x two sessions ago, 1.05-1.17x in the last "
+     "session's three runs with the same kernels: PyTorch's figure moves with the load.) Nine "
+     "tenths of kiln's step are products (ten matmuls at 60-85% of the FMA peak one by one, and "
+     "the fused attention); what remains is the matmul micro-kernel itself (register tiles 6x4, "
+     "8x3 and 12x2 vectors measured level, and unrolling its k loop 1-8 times level too). This "
+     "session the qkv gradient, a sum of three pads that one kernel computed as three masked "
+     "loads of permuted views per element (4.8 ms), became a cat of the three (autograd joins "
+     "pads side by side; 1.0 ms): fwd+bwd 150-154 -> 145 ms alternating. With KILN_TUNE=1 "
+     "the block's products take blocks timed on their shapes: fwd+bwd 1.07x faster than the "
+     "heuristics' plans (section KILN_TUNE below), not enough for 1.5x."),
     ("Fashion-MNIST CNN", "a 12.4-13.8 ms step (from 16.2-16.6 last session): the products "
      "are batched per image and run at 140-180 GFLOP/s, their partial tiles now on "
      "micro-kernels of their own size and their plain results stored straight into the output; "
@@ -499,10 +502,21 @@ WHY_MISSED = [
      "by libc's memset rather than an inlined rep stosq (259 -> 176-215 ns); a tag byte per "
      "slot, 8-byte slots (an address and a hash tag), and copying the prototype while the slot "
      "came in each measured level or slower."),
-    ("matmul, square", "OpenBLAS's SkylakeX kernel is level with kiln's at most sizes; the "
-     "quick run's 3 steps of the 0.2 ms 256 product move it by up to 2x (this session, the same "
-     "build: 0.20, 0.36, 0.37, 0.42 ms lazy in four runs, 0.15-0.19 ms in a standalone loop, "
-     "against NumPy's 0.18-0.20); the kernel itself did not change."),
+    ("matmul, square", "OpenBLAS's SkylakeX kernel is level with kiln's at most sizes. Until "
+     "this session a quick run's median was of 3 steps, which for the 0.1 ms 256 product "
+     "measured its first steps after the compile (0.19 ms: the threads waking) where forty "
+     "steps measured 0.105 ms; every median is now over at least 50 ms of steps, kiln's and "
+     "the peers' alike."),
+    ("GPT-2 step: copy-only", "the qkv gradient: the three heads' gradients, zero outside "
+     "their third of the features, were summed by one add kernel (the permuted attention "
+     "gradients read through masks at every element: 4.8 ms in the transformer block's "
+     "backward); this session autograd joins such pads into a cat, whose three regions copy "
+     "(1.0 ms there; the GPT-2 step's time level, 891-921 -> 899-900 ms alternating), and "
+     "those three copies per layer are what the count now holds. The next step is the "
+     "attention backward storing into the cat's regions, which its fixed output layout does "
+     "not allow yet."),
+    ("GPT-2 step (only the L4 d256 model in this run): copy-only", "as for the full model: "
+     "the qkv gradient's three cat regions (see the full model's row)."),
     ("GPT-2 step: peak memory", "the new parameters are still written beside the old ones: "
      "the loss, read at the step's sync, keeps the forward graph and so the old parameters; "
      "the moments' buffers are donated (jit/donate.c), which took the 124M step from 1.71 to "
