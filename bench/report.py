@@ -490,8 +490,9 @@ WHY_MISSED = [
      "average measures the goal. Tried and measured worse: one product per layer over the "
      "folded batch (the col2im over that layout 1.9 -> 6.1 ms), the forward's im2col read in "
      "place as well as copied (1.7 -> 2.8 ms), rows as tiles for the pooling reductions and "
-     "16-lane masked row loops. This run: kiln 12.2-13.3 ms a step, PyTorch 14.1-17.3, at a "
-     "load average of 1.6-2.0 (1.59x in the last session's quieter run, the same kernels)."),
+     "16-lane masked row loops. This run (100 batches, the quick run's): kiln 11.1-11.5 ms a "
+     "step, PyTorch 13.5-16.5, at a load average of 1.3-1.5 (1.59x in a quieter run two "
+     "sessions ago, the same kernels)."),
     ("recording an op", "met since a node made from a source nothing was made from before "
      "skips the interning table (it waits as that source's pending node): 217-241 -> 134-169 "
      "ns along the chain. Before: in a 1000-op graph it was met (128-140 ns); along a 100000-op chain "
@@ -502,11 +503,13 @@ WHY_MISSED = [
      "by libc's memset rather than an inlined rep stosq (259 -> 176-215 ns); a tag byte per "
      "slot, 8-byte slots (an address and a hash tag), and copying the prototype while the slot "
      "came in each measured level or slower."),
-    ("matmul, square", "OpenBLAS's SkylakeX kernel is level with kiln's at most sizes. Until "
-     "this session a quick run's median was of 3 steps, which for the 0.1 ms 256 product "
-     "measured its first steps after the compile (0.19 ms: the threads waking) where forty "
-     "steps measured 0.105 ms; every median is now over at least 50 ms of steps, kiln's and "
-     "the peers' alike."),
+    ("matmul, square", "OpenBLAS's SkylakeX kernel and kiln's are level at 1024 and 2048, "
+     "and which is ahead moves with the run: the worst shape's ratio was 1.01, 1.04 and 0.94 in "
+     "this session's last three quick runs, the kernel unchanged; kiln leads at 256 and "
+     "the skinny shapes by 1.3-1.5x, at 512 by about 1.1. Until this session a quick run's median was of 3 steps, "
+     "which for the 0.1 ms 256 product measured its first steps after the compile (0.19 ms: "
+     "the threads waking) where forty steps measured 0.105 ms; every median is now over at "
+     "least 50 ms of steps, kiln's and the peers' alike."),
     ("GPT-2 step: copy-only", "the qkv gradient: the three heads' gradients, zero outside "
      "their third of the features, were summed by one add kernel (the permuted attention "
      "gradients read through masks at every element: 4.8 ms in the transformer block's "
