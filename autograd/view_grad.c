@@ -196,8 +196,9 @@ static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
      * as [32, 144], then took a strided reduction of its own, 0.12 -> 0.84
      * ms a CNN step). Then, where an axis spans several axes of s (rows
      * [b*s] of a [b, s, f]), s is read as one axis per stride of g's (where
-     * those strides nest) and reshaped back: the reshape splits unmasked
-     * axes only, so the spread stays one masked view. */
+     * those strides nest) and reshaped back: one masked view where that
+     * reshape splits only unmasked axes (the heads' case: rows whole,
+     * features masked), else the view of a view the flat spread makes too. */
     int64_t mn[KILN_MAX_DIMS], mst[KILN_MAX_DIMS];
     int nm = 0;
     for (int k = 0; k < m; k++) {
