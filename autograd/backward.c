@@ -194,39 +194,33 @@ static int box_sources(graph_node *a, const int64_t *lo, const int64_t *hi, int 
  * (transformer block backward: the qkv gradient's add of three pads, 4.6
  * ms of ~145); a cat writes each region from its one source. */
 static graph_node *join_boxes(graph_node *a, graph_node *b) {
-    int64_t alo[KILN_MAX_DIMS], ahi[KILN_MAX_DIMS], blo[KILN_MAX_DIMS], bhi[KILN_MAX_DIMS];
+    int64_t lo[2][KILN_MAX_DIMS], hi[2][KILN_MAX_DIMS];
     if (a->dtype != b->dtype || a->ndim != b->ndim || a->ndim == 0 ||
         memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) != 0 ||
-        !zero_outside_box(a, alo, ahi) || !zero_outside_box(b, blo, bhi))
+        !zero_outside_box(a, lo[0], hi[0]) || !zero_outside_box(b, lo[1], hi[1]))
         return NULL;
     int axis = -1;
     for (int d = 0; d < a->ndim; d++) {
-        if (alo[d] == blo[d] && ahi[d] == bhi[d])
+        if (lo[0][d] == lo[1][d] && hi[0][d] == hi[1][d])
             continue;
         if (axis >= 0)
             return NULL;
         axis = d;
     }
-    if (axis < 0 || (ahi[axis] != blo[axis] && bhi[axis] != alo[axis]))
+    if (axis < 0 || (hi[0][axis] != lo[1][axis] && hi[1][axis] != lo[0][axis]))
         return NULL;
-    if (bhi[axis] == alo[axis]) { /* b's box comes first */
-        graph_node *t = a;
-        a = b;
-        b = t;
-        int64_t lo = alo[axis], hi = ahi[axis];
-        alo[axis] = blo[axis], ahi[axis] = bhi[axis];
-        blo[axis] = lo, bhi[axis] = hi;
-    }
+    int f = hi[0][axis] == lo[1][axis] ? 0 : 1; /* the box that comes first */
+    graph_node *box[2] = {f ? b : a, f ? a : b};
     graph_node *srcs[2 * JOIN_FLAT], *hold[2] = {NULL, NULL}, *cat = NULL, *r = NULL;
-    int na = box_sources(a, alo, ahi, axis, srcs, &hold[0]);
-    int nb = na < 0 ? -1 : box_sources(b, blo, bhi, axis, srcs + na, &hold[1]);
+    int na = box_sources(box[0], lo[f], hi[f], axis, srcs, &hold[0]);
+    int nb = na < 0 ? -1 : box_sources(box[1], lo[1 - f], hi[1 - f], axis, srcs + na, &hold[1]);
     if (nb > 0)
         cat = graph_cat(na + nb, srcs, axis);
     if (cat) {
         int64_t before[KILN_MAX_DIMS], after[KILN_MAX_DIMS];
         for (int d = 0; d < a->ndim; d++) {
-            before[d] = alo[d];
-            after[d] = a->shape[d] - (d == axis ? bhi[d] : ahi[d]);
+            before[d] = lo[f][d];
+            after[d] = a->shape[d] - hi[1 - f][d];
         }
         r = graph_pad(cat, before, after);
     }

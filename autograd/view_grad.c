@@ -174,31 +174,8 @@ static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
     graph_node *p = graph_permute(g, perm);
     graph_unref(g);
     g = autograd_take_reshape(p, m, n);
-    /* A view that reads its whole source once in order only needs reshaping. */
-    int64_t count = 1;
-    for (int i = 0; i < m; i++)
-        count *= n[i];
-    bool dense = off == 0 && count == base && (m == 0 || st[m - 1] == 1);
-    for (int i = 0; dense && i + 1 < m; i++)
-        dense = st[i] == st[i + 1] * n[i + 1];
-    if (dense || !g)
-        return autograd_take_reshape(g, s->ndim, s->shape);
-    int axis_of[KILN_MAX_DIMS];
-    if (per_axis(m, n, st, off, s->ndim, s->shape, axis_of))
-        return spread_per_axis(g, m, n, st, off, s->ndim, s->shape, axis_of);
-    /* Where per_axis refuses g's own axes: axes that read one run together
-     * (an axis's stride the extent of the next) as one axis. Heads split
-     * from a projection's features ([b, s, h*d] read as [b, h, s, d]) put
-     * two axes on one axis of s, and the flat spread below is views of
-     * views, a division per coordinate, where one masked view is one load.
-     * Only here: merging axes of a g that is itself a transposed view makes
-     * a reshape no view expresses (a conv weight's gradient, [144, 32] read
-     * as [32, 144], then took a strided reduction of its own, 0.12 -> 0.84
-     * ms a CNN step). Then, where an axis spans several axes of s (rows
-     * [b*s] of a [b, s, f]), s is read as one axis per stride of g's (where
-     * those strides nest) and reshaped back: one masked view where that
-     * reshape splits only unmasked axes (the heads' case: rows whole,
-     * features masked), else the view of a view the flat spread makes too. */
+    /* g's axes with those that read one run together (an axis's stride the
+     * extent of the next) merged: mn, mst. */
     int64_t mn[KILN_MAX_DIMS], mst[KILN_MAX_DIMS];
     int nm = 0;
     for (int k = 0; k < m; k++) {
@@ -210,6 +187,29 @@ static graph_node *spread(graph_node *g, const int64_t *stride, int64_t off,
             mst[nm++] = st[k];
         }
     }
+    /* A view that reads its whole source once in order (one run from the
+     * first element) only needs reshaping. */
+    int64_t count = 1;
+    for (int i = 0; i < m; i++)
+        count *= n[i];
+    bool dense = off == 0 && count == base && (nm == 0 || (nm == 1 && mst[0] == 1));
+    if (dense || !g)
+        return autograd_take_reshape(g, s->ndim, s->shape);
+    int axis_of[KILN_MAX_DIMS];
+    if (per_axis(m, n, st, off, s->ndim, s->shape, axis_of))
+        return spread_per_axis(g, m, n, st, off, s->ndim, s->shape, axis_of);
+    /* Where per_axis refuses g's own axes: the merged ones. Heads split
+     * from a projection's features ([b, s, h*d] read as [b, h, s, d]) put
+     * two axes on one axis of s, and the flat spread below is views of
+     * views, a division per coordinate, where one masked view is one load.
+     * Only here: merging axes of a g that is itself a transposed view makes
+     * a reshape no view expresses (a conv weight's gradient, [144, 32] read
+     * as [32, 144], then took a strided reduction of its own, 0.12 -> 0.84
+     * ms a CNN step). Then, where an axis spans several axes of s (rows
+     * [b*s] of a [b, s, f]), s is read as one axis per stride of g's (where
+     * those strides nest) and reshaped back: one masked view where that
+     * reshape splits only unmasked axes (the heads' case: rows whole,
+     * features masked), else the view of a view the flat spread makes too. */
     if (nm < m && per_axis(nm, mn, mst, off, s->ndim, s->shape, axis_of))
         return spread_per_axis(autograd_take_reshape(g, nm, mn), nm, mn, mst, off, s->ndim,
                                s->shape, axis_of);

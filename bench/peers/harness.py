@@ -161,13 +161,13 @@ MAX_STEPS = 200
 
 def timed_steps(fn, args, finish, steps):
     """The times of at least steps calls of fn (more while they sum to under
-    MIN_SECONDS), then the last call's output."""
+    MIN_SECONDS), and the last call's output."""
     times = []
     while len(times) < steps or (len(times) < MAX_STEPS and sum(times) < MIN_SECONDS):
         t0 = time.perf_counter()
         out = finish(fn(*args))
         times.append(time.perf_counter() - t0)
-    return times + [out]
+    return times, out
 
 
 def emit(record):
@@ -211,8 +211,7 @@ def run_ops(impl, fns, convert, finish, to_numpy, argv, version, wrap=None):
             t0 = time.perf_counter()
             finish(fn(*args))
             first = time.perf_counter() - t0
-            times = timed_steps(fn, args, finish, steps)
-            out = times.pop()
+            times, out = timed_steps(fn, args, finish, steps)
         except Exception as e:  # a peer that cannot run a workload is reported, not fatal
             emit({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             status = 1
@@ -259,8 +258,7 @@ def run_nn(impl, fns, convert, finish, to_numpy, argv, version, wrap=None, refer
             t0 = time.perf_counter()
             finish(fn(*args))
             first = time.perf_counter() - t0
-            times = timed_steps(fn, args, finish, steps)
-            out = times.pop()
+            times, out = timed_steps(fn, args, finish, steps)
         except Exception as e:  # reported, not fatal
             emit({**base, "error": f"{type(e).__name__}: {e}"[:300]})
             status = 1
