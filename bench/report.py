@@ -510,16 +510,9 @@ WHY_MISSED = [
      "which for the 0.1 ms 256 product measured its first steps after the compile (0.19 ms: "
      "the threads waking) where forty steps measured 0.105 ms; every median is now over at "
      "least 50 ms of steps, kiln's and the peers' alike."),
-    ("GPT-2 step: copy-only", "the qkv gradient: the three heads' gradients, zero outside "
-     "their third of the features, were summed by one add kernel (the permuted attention "
-     "gradients read through masks at every element: 4.8 ms in the transformer block's "
-     "backward); this session autograd joins such pads into a cat, whose three regions copy "
-     "(1.0 ms there; the GPT-2 step's time level, 891-921 -> 899-900 ms alternating), and "
-     "those three copies per layer are what the count now holds. The next step is the "
-     "attention backward storing into the cat's regions, which its fixed output layout does "
-     "not allow yet."),
-    ("GPT-2 step (only the L4 d256 model in this run): copy-only", "as for the full model: "
-     "the qkv gradient's three cat regions (see the full model's row)."),
+    ("GPT-2 step: copy-only", "the forward's one copy per layer: the attention output "
+     "(its lse column beside it) permuted into the out-projection's operand, which a matmul "
+     "operand's strides cannot read."),
     ("GPT-2 step: peak memory", "the new parameters are still written beside the old ones: "
      "the loss, read at the step's sync, keeps the forward graph and so the old parameters; "
      "the moments' buffers are donated (jit/donate.c), which took the 124M step from 1.71 to "

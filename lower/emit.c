@@ -46,8 +46,16 @@ typedef struct emitter {
     int nfused, fused_cap;
     int region; /* a cat's region kernel: the source it stores (lower_kernel.region); -1 */
     int64_t tile; /* an elementwise kernel's tile (ELEMENTWISE_TILE, or a row: row_tile) */
+    const struct cat_store *cat_store; /* a cat the joint attention backward stores; NULL */
     bool failed;
 } emitter;
+
+/* A cat that the joint attention backward of dkv and dq stores whole
+ * (sched_cat_attention_stores): the kernel lowered for the cat is theirs. */
+typedef struct cat_store {
+    graph_node *dkv, *dq;
+    lower_operand store[3];
+} cat_store;
 
 /* How often a fused node may be lowered at different indices in one kernel
  * before it is materialised instead. A row kernel legitimately computes a
@@ -427,13 +435,16 @@ static void name_kernel(const sched *s, lower_kernel *k) {
         return;
     }
     const char *kind = k->kind == LOWER_REDUCE ? "r" : k->kind == LOWER_ELEMENTWISE ? "e" : "";
-    snprintf(k->name, sizeof k->name, "%s_%s%s", graph_op_name(shown->op), kind, dims);
-    k->dims_at = (int)(strlen(graph_op_name(shown->op)) + 1 + strlen(kind));
+    /* a joint attention backward storing into a cat: its op, the cat's sizes */
+    const char *op = graph_op_name(k->kind == LOWER_ATTENTION ? k->att.op : shown->op);
+    snprintf(k->name, sizeof k->name, "%s_%s%s", op, kind, dims);
+    k->dims_at = (int)(strlen(op) + 1 + strlen(kind));
     k->dims_len = (int)strlen(dims);
-    if (k->nouts > 1) {
-        size_t len = strlen(k->name);
+    len = strlen(k->name);
+    if (k->nouts > 1)
         snprintf(k->name + len, sizeof k->name - len, "_%douts", k->nouts);
-    }
+    else if (k->kind == LOWER_ATTENTION && n->op == GRAPH_CAT)
+        snprintf(k->name + len, sizeof k->name - len, "_into_cat");
 }
 
 /* A matmul kernel computes x's dot products; its root (k->out) is x itself or
@@ -467,6 +478,24 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
 /* A fused attention kernel (LOWER_ATTENTION): its sources as strides, its
  * sizes, and the one function its loops need from lower/, e^x, lowered
  * here by the same rule as every exp. */
+/* Output x's pieces in its own buffer (outs[buf]), row-major: columns
+ * [c0, c0 + width) of each row of `width_all`. */
+static void own_piece(lower_kernel *k, const graph_node *x, int buf, int64_t c0,
+                      lower_operand *at) {
+    int nd = x->ndim;
+    memset(at, 0, sizeof *at);
+    at->buf = buf;
+    at->offset = c0;
+    at->col_stride = 1;
+    at->row_stride = x->shape[nd - 1];
+    int64_t st = x->shape[nd - 1] * x->shape[nd - 2];
+    for (int d = nd - 3; d >= 0; d--) {
+        at->batch_strides[d] = st;
+        st *= x->shape[d];
+    }
+    (void)k;
+}
+
 static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
     k->kind = LOWER_ATTENTION;
     int nd = x->ndim;
@@ -490,8 +519,30 @@ static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
         a->src[j].buf = input_slot(e, base);
     }
     k->numel = graph_numel(x);
-    for (int o = 0; o < k->nouts; o++) /* a joint backward: "attention_dkv attention_dq" */
-        note_fused(e, k->outs[o]);
+    const cat_store *cs = e->cat_store;
+    a->joint = cs || (x->op == GRAPH_ATTENTION_DKV && k->nouts == 2);
+    if (cs) {
+        /* "attention_dkv attention_dq view... cat": the pair, then what it
+         * stores through */
+        note_fused(e, cs->dkv);
+        note_fused(e, cs->dq);
+        for (int j = 0; j < k->out->nsrc; j++)
+            for (graph_node *v = k->out->src[j]; v->op == GRAPH_VIEW; v = v->src[0])
+                note_fused(e, v);
+        note_fused(e, k->out);
+        a->nstores = 3;
+        memcpy(a->store, cs->store, sizeof a->store);
+    } else {
+        for (int o = 0; o < k->nouts; o++) /* a joint backward: "attention_dkv attention_dq" */
+            note_fused(e, k->outs[o]);
+        /* the forward's o and lse, dq, dkv's dk and dv, then the joint dq */
+        int64_t second = x->op == GRAPH_ATTENTION ? a->dv : a->d;
+        own_piece(k, x, 0, 0, &a->store[a->nstores++]);
+        if (x->op != GRAPH_ATTENTION_DQ)
+            own_piece(k, x, 0, second, &a->store[a->nstores++]);
+        if (a->joint)
+            own_piece(k, k->outs[1], 1, 0, &a->store[a->nstores++]);
+    }
     /* Halves compute in f32 (the CUDA renderer stages their tiles as f32):
      * e^x rounded to bf16 would put an error of 2^-9 on every weight. */
     kiln_dtype dt = x->dtype == KILN_F16 || x->dtype == KILN_BF16 ? KILN_F32 : x->dtype;
@@ -741,8 +792,8 @@ static bool lower_collective(lower_kernel *k, emitter *e) {
 /* Lowers the kernel whose outputs are outs[0..n): one root, or siblings.
  * KILN_OK with *retry NULL: k's IR is complete (see the end). */
 static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs, int n,
-                             int region, int64_t tile, graph_node **retry, char *msg,
-                             size_t cap) {
+                             int region, int64_t tile, const cat_store *cs, graph_node **retry,
+                             char *msg, size_t cap) {
     emitter e;
     memset(&e, 0, sizeof e);
     ir_init(&e.b);
@@ -751,6 +802,7 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
     e.ridx = -1;
     e.region = region;
     e.tile = tile;
+    e.cat_store = cs;
     graph_node *out = outs[0];
     k->outs = malloc(sizeof *k->outs * (size_t)n);
     k->results = calloc((size_t)n, sizeof *k->results);
@@ -771,6 +823,7 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
               : os->alias ? lower_alias(k, &e)
               : graph_op_is_collective(out->op) ? lower_collective(k, &e)
               : mm        ? lower_matmul(k, &e, mm)
+              : cs        ? lower_attention_kernel(k, &e, cs->dkv)
               : graph_op_is_attention(out->op) ? lower_attention_kernel(k, &e, out)
                           : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
@@ -927,10 +980,7 @@ static int cat_regions(const sched *s, const graph_node *x) {
     return x->nsrc;
 }
 
-/* The partner of attention backward node i for one joint kernel
- * (LOWER_JOINT_ATTENTION_GRADS): the materialised dq of a dkv, or dkv of a
- * dq, of the same sources and parameters; -1 when there is none. */
-static int64_t attention_partner(const sched *s, int64_t i) {
+int64_t sched_attention_partner(const sched *s, int64_t i) {
     const graph_node *x = s->order[i];
     if (!s->joint_attention || (x->op != GRAPH_ATTENTION_DKV && x->op != GRAPH_ATTENTION_DQ))
         return -1;
@@ -994,8 +1044,24 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
         }
     }
     /* the later of a joint attention backward's two nodes, lowered with the
-     * first (allocated at the first pair; out of memory, pairs stay apart) */
+     * first, and both nodes of a pair that stores into a cat, lowered at the
+     * cat (allocated at the first pair; out of memory, pairs stay apart) */
     bool *joined = NULL;
+    cat_store *stores = NULL; /* per node: the pair storing it, where it is such a cat */
+    for (int64_t i = 0; st == KILN_OK && s->joint_attention && i < s->count; i++) {
+        cat_store cs;
+        if (s->order[i]->op != GRAPH_CAT ||
+            !sched_cat_attention_stores(s, s->order[i], &cs.dkv, &cs.dq, cs.store))
+            continue;
+        if (!joined)
+            joined = calloc((size_t)s->count, sizeof *joined);
+        if (!stores)
+            stores = calloc((size_t)s->count, sizeof *stores);
+        if (!joined || !stores)
+            break;
+        stores[i] = cs;
+        joined[sched_pos(s, cs.dkv)] = joined[sched_pos(s, cs.dq)] = true;
+    }
     for (int64_t i = 0; st == KILN_OK && !*retry && i < s->count; i++) {
         const sched_node *xs = &s->nodes[i];
         if (!xs->materialized || (xs->sibling_group >= 0 && !xs->lowers_group) ||
@@ -1003,7 +1069,8 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
             continue;
         graph_node *outs[8] = {s->order[i]};
         int n = 1;
-        int64_t partner = xs->sibling_group >= 0 ? -1 : attention_partner(s, i);
+        const cat_store *cs = stores && stores[i].dkv ? &stores[i] : NULL;
+        int64_t partner = xs->sibling_group >= 0 || cs ? -1 : sched_attention_partner(s, i);
         if (xs->sibling_group >= 0) {
             /* its members in post-order: the chain back from the last, reversed */
             n = 0;
@@ -1025,10 +1092,10 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
                 n = 2;
             }
         }
-        int regions = n == 1 ? cat_regions(s, outs[0]) : 1;
+        int regions = n == 1 && !cs ? cat_regions(s, outs[0]) : 1;
         for (int r = 0; st == KILN_OK && !*retry && r < regions; r++) {
             lower_kernel *k = &p->kernels[p->nkernels];
-            st = lower_one(s, k, outs, n, regions > 1 ? r : -1, ELEMENTWISE_TILE, retry, msg,
+            st = lower_one(s, k, outs, n, regions > 1 ? r : -1, ELEMENTWISE_TILE, cs, retry, msg,
                            cap);
             int divisions = 0;
             int64_t row = st == KILN_OK && !*retry && s->row_tiles ? row_tile(k, &divisions) : 0;
@@ -1040,7 +1107,8 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
                 graph_node *rretry = NULL;
                 int64_t least;
                 int fewer = -1;
-                if (lower_one(s, &rk, outs, n, regions > 1 ? r : -1, row, &rretry, msg, cap) ==
+                if (lower_one(s, &rk, outs, n, regions > 1 ? r : -1, row, cs, &rretry, msg,
+                              cap) ==
                         KILN_OK &&
                     !rretry)
                     fewer = lane_divisions(&rk, &least);
@@ -1059,6 +1127,7 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
         }
     }
     free(joined);
+    free(stores);
     free(prev_member);
     free(last_member);
     if (st != KILN_OK || *retry) {

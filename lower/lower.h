@@ -245,14 +245,27 @@ static inline bool lower_operand_split(const lower_operand *o) {
  * x = UOP_ACC in the node's dtype (f32 for f16 and bf16), as lower's exp
  * rule does everywhere (results[0]): a renderer prints them as a function
  * its loops call. */
+enum { LOWER_ATT_STORES = 3 };
 typedef struct lower_attention {
-    graph_op op;     /* with two outputs: GRAPH_ATTENTION_DKV, then the dq of the same
-                        sources (LOWER_JOINT_ATTENTION_GRADS), [..., L, D] contiguous */
+    graph_op op;     /* joint: GRAPH_ATTENTION_DKV, and the dq of the same sources
+                        (LOWER_JOINT_ATTENTION_GRADS) */
+    bool joint;
     int64_t l, s, d, dv;
     double scale;
     bool causal;
     int nsrc;
     lower_operand src[6];
+    /* Where the values go, piece by piece: the forward's o (dv columns) and
+     * lse (1); dq (d); dkv's dk (d) and dv (dv); the joint kernel's dk, dv,
+     * dq. Piece p's element (batch..., row, c) is element offset + the batch
+     * strides' dot + row * row_stride + c of the buffer of outs[store[p].buf]
+     * (columns at stride 1; col_stride and the split fields unused). Each
+     * output's own row-major layout ([..., L, Dv + 1], [..., L, D], [..., S,
+     * D + Dv]; the joint kernel's dkv then dq as outs[0] and outs[1]), except
+     * where the joint kernel stores into a cat (lower/stores.c): then outs is
+     * the cat alone and every piece is its region. */
+    int nstores;
+    lower_operand store[LOWER_ATT_STORES];
 } lower_attention;
 
 typedef struct lower_kernel {
@@ -304,9 +317,9 @@ typedef struct lower_kernel {
 } lower_kernel;
 
 /* Whether k is the joint attention backward (LOWER_JOINT_ATTENTION_GRADS):
- * dkv as outs[0], dq as outs[1]. */
+ * dkv and dq in one kernel (see lower_attention.store for where each goes). */
 static inline bool lower_joint_attention(const lower_kernel *k) {
-    return k->kind == LOWER_ATTENTION && k->att.op == GRAPH_ATTENTION_DKV && k->nouts == 2;
+    return k->kind == LOWER_ATTENTION && k->att.joint;
 }
 
 typedef struct lower_program {
@@ -325,7 +338,11 @@ enum {
      * take seven). Only with LOWER_FUSE, and only where the batch has at least
      * LOWER_JOINT_ATTENTION_BATCH matrices: the joint kernel is one program
      * instance per matrix (dq sums over every key block), so fewer would leave
-     * threads idle that the two kernels' blocks keep busy. */
+     * threads idle that the two kernels' blocks keep busy. Such a target
+     * also stores a piece wherever lower_attention.store puts it: where dk,
+     * dv and dq are read only by one cat of views of them (the gradient of
+     * a fused qkv projection), the joint kernel stores into the cat's
+     * regions and nothing copies them there (lower/stores.c). */
     LOWER_JOINT_ATTENTION_GRADS = 2u,
     /* The target packs split matmul operands (lower_operand): a matmul's B
      * that is a reshape of a view over a buffer, where the view reads the

@@ -144,6 +144,14 @@ void lower_print_kernel(FILE *f, const lower_kernel *k) {
         for (int j = 0; j < a->nsrc; j++)
             fprintf(f, " buf%d+%lld (%lld, %lld)", a->src[j].buf, (long long)a->src[j].offset,
                     (long long)a->src[j].row_stride, (long long)a->src[j].col_stride);
+        fprintf(f, "\n  %sstores:", a->joint ? "joint; " : "");
+        for (int p = 0; p < a->nstores; p++) {
+            const lower_operand *o = &a->store[p];
+            fprintf(f, " buf%d+%lld (%lld;", o->buf, (long long)o->offset, (long long)o->row_stride);
+            for (int d = 0; d < k->nbatch; d++)
+                fprintf(f, " %lld", (long long)o->batch_strides[d]);
+            fprintf(f, ")");
+        }
         fprintf(f, "\n  e^x:\n");
     }
     for (int i = 0; i < k->nins; i++) {

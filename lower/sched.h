@@ -90,7 +90,22 @@ graph_node *sched_operand_base(const sched *s, graph_node *o, lower_operand *lay
 graph_node *sched_matmul_operand(const sched *s, const graph_node *x, int j,
                                  lower_operand *layout);
 
+/* ---- stores.c ---- */
+
+/* Whether cat x is stored whole by the joint attention backward of a pair
+ * (*dkv, *dq) instead of copied from them: every source of x a chain of
+ * views of dk, dv or dq read by nothing else, mapping each one-to-one into
+ * its region. Then store[0..2] place dk, dv and dq in x's buffer (buf 0),
+ * as lower_attention.store does. */
+bool sched_cat_attention_stores(const sched *s, const graph_node *x, graph_node **dkv,
+                                graph_node **dq, lower_operand store[3]);
+
 /* ---- emit.c ---- */
+
+/* The partner of attention backward node i for one joint kernel
+ * (LOWER_JOINT_ATTENTION_GRADS): the materialised dq of a dkv, or dkv of a
+ * dq, of the same sources and parameters; -1 when there is none. */
+int64_t sched_attention_partner(const sched *s, int64_t i);
 
 /* Lowers every kernel of the run into *out. KILN_OK with *out NULL and
  * *retry set when a fused node turned out not to fit its kernel (then

@@ -104,6 +104,12 @@ static void walk(lower_program *p, lower_plan *plans, visit_fn f, void *ctx) {
                 for (int d = 0; d < k->nbatch; d++)
                     visit_int(f, ctx, k, &a->src[j].batch_strides[d]);
             }
+            for (int j = 0; j < a->nstores; j++) {
+                visit_int(f, ctx, k, &a->store[j].offset);
+                visit_stride(f, ctx, k, &a->store[j].row_stride);
+                for (int d = 0; d < k->nbatch; d++)
+                    visit_int(f, ctx, k, &a->store[j].batch_strides[d]);
+            }
             break;
         }
         default:

@@ -7,7 +7,9 @@
  * that are strided views of one projection, broadcast batches and grouped
  * heads; the same graph recorded decomposed (KILN_FUSED_ATTENTION=0) agrees;
  * one kernel forward, three with the backward (two with 16 matrices or
- * more on the C path, where dq and dkv are one kernel); NaN stays in its row;
+ * more on the C path, where dq and dkv are one kernel); the gradient of a
+ * fused qkv projection, which that kernel stores straight into its thirds
+ * where nothing else reads dq, dk and dv; NaN stays in its row;
  * differentiating the backward again is an error that names it. */
 #define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
@@ -221,6 +223,114 @@ TU_TEST(attention, strided_heads_of_one_projection) {
     kiln_tensor *od = kiln_scaled_dot_product_attention(heads[0], heads[1], heads[2], true, 0.3);
     unsetenv("KILN_FUSED_ATTENTION");
     TU_EXPECT(od, KILN_F32, out, B * H * T * E);
+}
+
+/* The gradient of one fused qkv projection [B, T, 3 H E] whose three parts
+ * (in the order `order` gives: order[0] is q's third) are the heads of a
+ * 16-matrix attention: on the C path the joint backward stores dq, dk and
+ * dv straight into the gradient's thirds (lower/stores.c), and no kernel
+ * only copies. `heads_cat`: q, k and v are leaves of their own, and their
+ * gradients are joined by the caller's cat along the heads' axis (a region
+ * starting T E elements apart each head). The cat stays a copy where k's heads are also
+ * read by another term (`k_also`: the loss adds sum(k * w2)), so that dk is
+ * not only the cat's, and where the heads are read in pairs (`pairs`: head
+ * h is the projection's (h % (H/2)) * 2 + h / (H/2)), which no stride on
+ * dq's head axis places. Every part against the loops. */
+typedef struct qkv_case {
+    int order[3];
+    bool causal, heads_cat, k_also, pairs;
+} qkv_case;
+
+static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
+    TU_RNG(r);
+    enum { B = 2, T = 70, H = 8, E = 8, C = H * E, W = 3 * C, N = B * H * T * E };
+    static double x[B * T * W], w[N], w2[N], out[N], parts[3][N], grads[3][N], gx[B * T * W],
+        got[N];
+    kiln_scope_begin(ctx);
+    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, T, W), -1, 1, x);
+    kiln_tensor *tw = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, H, T, E), -1, 1, w);
+    kiln_tensor *tw2 = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, H, T, E), -1, 1, w2);
+    cr_assert_eq(kiln_requires_grad(tx, true), KILN_OK);
+    /* where element (b, h, t, e) of each part's heads is in the projection */
+    static int64_t at[3][N];
+    for (int part = 0; part < 3; part++)
+        for (int b = 0; b < B; b++)
+            for (int h = 0; h < H; h++)
+                for (int t = 0; t < T; t++)
+                    for (int e = 0; e < E; e++) {
+                        int64_t f = (c.pairs ? h % (H / 2) * 2 + h / (H / 2) : h) * E + e;
+                        int64_t i = ((b * H + h) * T + t) * E + e;
+                        at[part][i] = c.heads_cat
+                                          ? ((b * 3 * H + part * H + h) * T + t) * E + e
+                                          : (b * T + t) * W + c.order[part] * C + f;
+                        parts[part][i] = x[at[part][i]];
+                    }
+    ref_attention(parts[0], parts[1], parts[2], w, B * H, T, T, E, E, c.causal, 0.4, out, grads[0],
+                  grads[1], grads[2]);
+    if (c.k_also)
+        for (int i = 0; i < N; i++)
+            grads[1][i] += w2[i];
+    kiln_tensor *heads[3];
+    const int perm[] = {0, 2, 1, 3}, swap_pairs[] = {0, 1, 3, 2, 4};
+    for (int part = 0; part < 3; part++) {
+        int p = c.order[part];
+        kiln_tensor *third = kiln_slice(tx, 2, p * C, (p + 1) * C, 1);
+        if (c.pairs)
+            third = kiln_permute(kiln_reshape(third, 5, TU_DIMS(B, T, H / 2, 2, E)), swap_pairs);
+        heads[part] = kiln_permute(kiln_reshape(third, 4, TU_DIMS(B, T, H, E)), perm);
+        if (c.heads_cat) { /* the same values, a leaf of its own */
+            heads[part] = tu_tensor(ctx, KILN_F32, TU_S(B, H, T, E), parts[part]);
+            cr_assert_eq(kiln_requires_grad(heads[part], true), KILN_OK);
+        }
+    }
+    kiln_tensor *o = kiln_scaled_dot_product_attention(heads[0], heads[1], heads[2], c.causal, 0.4);
+    kiln_tensor *loss = kiln_sum(kiln_mul(o, tw), 0, NULL, false);
+    if (c.k_also)
+        loss = kiln_add(loss, kiln_sum(kiln_mul(heads[1], tw2), 0, NULL, false));
+    kiln_tensor *g, *gh[3];
+    cr_assert_eq(c.heads_cat ? kiln_gradients(loss, NULL, 3, heads, gh)
+                             : kiln_gradients(loss, NULL, 1, &tx, &g),
+                 KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    if (c.heads_cat)
+        g = kiln_cat(3, gh, 1);
+    const tu_exec *ex = tu_cur_exec();
+    const char *cc = getenv("KILN_CPU_COMPILER"), *check = getenv("KILN_CHECK_CUDA");
+    bool c_path = ex->dev == KILN_CPU && ex->mode == KILN_LAZY && (!cc || !strcmp(cc, "cc")) &&
+                  !(check && !strcmp(check, "1"));
+    cr_assert_eq(kiln_profile_begin(ctx), KILN_OK);
+    TU_READ(g, gx, B * T * W);
+    int copies = 0, into = 0;
+    for (int i = 0; i < kiln_profile_count(ctx); i++) {
+        kiln_kernel_profile p;
+        cr_assert_eq(kiln_profile_kernel(ctx, i, &p), KILN_OK);
+        /* a copy: nothing but cats and views ("cat view×2") */
+        bool copy = true;
+        for (const char *t = p.fused; *t; t += strcspn(t, " "), t += *t == ' ')
+            copy = copy && (!strncmp(t, "cat", 3) || !strncmp(t, "view", 4));
+        into += strstr(p.fused, "attention_dkv") && strstr(p.fused, "cat");
+        copies += copy;
+    }
+    cr_assert_eq(kiln_profile_end(ctx), KILN_OK);
+    bool stored = !c.k_also && !c.pairs;
+    if (c_path) {
+        cr_assert_eq(into, stored, "[%s] %d kernels store into the cat", tu_exec_name(), into);
+        cr_assert(!stored || copies == 0, "[%s] %d kernels copy into the cat", tu_exec_name(),
+                  copies);
+    }
+    for (int part = 0; part < 3; part++) {
+        for (int i = 0; i < N; i++)
+            got[i] = gx[at[part][i]];
+        tu_compare_tol_at(got, grads[part], N, KILN_F32, false, 1e-10, __FILE__, __LINE__);
+    }
+    kiln_scope_end(ctx);
+}
+
+TU_TEST(attention, qkv_gradient_stored_into_its_thirds) {
+    qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = true});
+    qkv_gradient_case(ctx, (qkv_case){{2, 0, 1}, .causal = false});
+    qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .heads_cat = true});
+    qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .k_also = true});
+    qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = false, .pairs = true});
 }
 
 /* Batch axes that broadcast (one key set for two query sets) and grouped

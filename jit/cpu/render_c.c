@@ -1155,6 +1155,21 @@ static void att_operand(sbuf *b, const lower_kernel *k, int x, const char *name,
     cstyle_put(b, "%s(void)RS%s; (void)CS%s;\n", indent, name, name);
 }
 
+/* "RSW<p> = ..." and W<p>, the place of piece p's element (batch bt, row 0,
+ * column 0): lower_attention.store, where each piece of the values goes. */
+static void att_stores(sbuf *b, const lower_kernel *k, const char *indent) {
+    kiln_dtype dt = k->out->dtype;
+    for (int p = 0; p < k->att.nstores; p++) {
+        const lower_operand *o = &k->att.store[p];
+        char off[16];
+        snprintf(off, sizeof off, "oW%d", p);
+        cstyle_operand_offset(b, &c_target, indent, off, k, o);
+        cstyle_put(b, "%sconst int64_t RSW%d = %s;\n", indent, p, cstyle_size(b, k, &o->row_stride));
+        cstyle_put(b, "%s%s *restrict const W%d = out%d + oW%d;\n", indent, stype(dt), p, o->buf, p);
+        cstyle_put(b, "%s(void)RSW%d; (void)W%d;\n", indent, p, p);
+    }
+}
+
 /* NAME_tr: dst[c * ld + r] = s * src[r * rs + c] for one block of VL x VL
  * (r, c < VL): VL rows loaded as vectors, transposed in registers by log2 VL
  * stages (the stage of distance h swaps, between rows i and i + h, the
@@ -1326,19 +1341,19 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         att_operand(b, k, 4, "l", "    ");
         att_operand(b, k, 5, "d", "    ");
     }
+    att_stores(b, k, "    ");
     /* Out of memory for a few hundred kilobytes of scratch: the outputs
-     * become NaN rather than anything that could pass for a result. */
-    const char *width = fwd ? "(DV + 1)" : dkv ? "(D + DV)" : "D";
+     * become NaN rather than anything that could pass for a result. Each
+     * piece's rows of this task, its columns: the forward's o and lse, dq,
+     * dk and dv (and the joint kernel's dq, every row of it). */
     cstyle_put(b, "    if (!mem) {\n");
-    cstyle_put(b, "      const int64_t rows = %s, n0 = bt * %s + u0;\n",
-               joint ? "NK" : dkv ? "NK - u0 < BK ? NK - u0 : BK" : "L - u0 < BQ ? L - u0 : BQ",
-               dkv ? "NK" : "L");
-    cstyle_put(b, "      for (int64_t r = 0; r < rows * %s; r++)\n", width);
-    cstyle_put(b, "        out0[n0 * %s + r] = ", width);
-    store_expr(b, dt, "(T)NAN");
-    cstyle_put(b, ";\n");
-    if (joint) {
-        cstyle_put(b, "      for (int64_t r = 0; r < L * D; r++)\n        out1[bt * L * D + r] = ");
+    cstyle_put(b, "      const int64_t r0 = %s, rows = %s;\n", joint ? "0" : "u0",
+               joint ? "NK" : dkv ? "NK - u0 < BK ? NK - u0 : BK" : "L - u0 < BQ ? L - u0 : BQ");
+    for (int p = 0; p < k->att.nstores; p++) {
+        const char *cols = fwd ? (p ? "1" : "DV") : dkv && p == 1 ? "DV" : "D";
+        cstyle_put(b, "      for (int64_t r = %s; r < %s; r++)\n", p == 2 ? "0" : "r0",
+                   p == 2 ? "L" : "r0 + rows");
+        cstyle_put(b, "        for (int64_t c = 0; c < %s; c++) W%d[r * RSW%d + c] = ", cols, p, p);
         store_expr(b, dt, "(T)NAN");
         cstyle_put(b, ";\n");
     }
@@ -1391,11 +1406,10 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
             "      }\n", name, name, name);
         cstyle_put(b, "      %s_gemm(m4, NVV, mk, P, BK, VR + j0 * DVP, DVP, O, DVP, 1);\n      }\n", name);
         cstyle_put(b, "      for (int64_t i = 0; i < mq; i++) {\n");
-        cstyle_put(b, "        const int64_t row = (bt * L + i0 + i) * (DV + 1);\n");
         cstyle_put(b, "        const T inv = 1 / LS[i];\n");
-        cstyle_put(b, "        for (int64_t c = 0; c < DV; c++) out0[row + c] = ");
+        cstyle_put(b, "        for (int64_t c = 0; c < DV; c++) W0[(i0 + i) * RSW0 + c] = ");
         store_expr(b, dt, "O[i * DVP + c] * inv");
-        cstyle_put(b, ";\n        out0[row + DV] = ");
+        cstyle_put(b, ";\n        W1[(i0 + i) * RSW1] = ");
         store_expr(b, dt, "(T)(M[i] + log((double)LS[i]))");
         cstyle_put(b, ";\n      }\n    }\n");
     } else if (!dkv) {
@@ -1424,7 +1438,7 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
             "      }\n", name);
         cstyle_put(b, "      %s_gemm(m4, NVD, mk, P, BK, KR, DP, DQ, DP, 1);\n      }\n", name);
         cstyle_put(b, "      for (int64_t i = 0; i < mq; i++)\n");
-        cstyle_put(b, "        for (int64_t c = 0; c < D; c++) out0[(bt * L + i0 + i) * D + c] = ");
+        cstyle_put(b, "        for (int64_t c = 0; c < D; c++) W0[(i0 + i) * RSW0 + c] = ");
         store_expr(b, dt, "DQ[i * DP + c] * scale");
         cstyle_put(b, ";\n    }\n");
     } else {
@@ -1469,15 +1483,14 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         }
         cstyle_put(b, "      }\n");
         cstyle_put(b, "      for (int64_t jj = 0; jj < mk; jj++) {\n");
-        cstyle_put(b, "        const int64_t row = (bt * NK + j0 + jj) * (D + DV);\n");
-        cstyle_put(b, "        for (int64_t c = 0; c < D; c++) out0[row + c] = ");
+        cstyle_put(b, "        for (int64_t c = 0; c < D; c++) W0[(j0 + jj) * RSW0 + c] = ");
         store_expr(b, dt, "DK[jj * DP + c] * scale");
-        cstyle_put(b, ";\n        for (int64_t c = 0; c < DV; c++) out0[row + D + c] = ");
+        cstyle_put(b, ";\n        for (int64_t c = 0; c < DV; c++) W1[(j0 + jj) * RSW1 + c] = ");
         store_expr(b, dt, "DVA[jj * DVP + c]");
         cstyle_put(b, ";\n      }\n      }\n");
         if (joint) {
             cstyle_put(b, "      for (int64_t i = 0; i < L; i++)\n");
-            cstyle_put(b, "        for (int64_t c = 0; c < D; c++) out1[(bt * L + i) * D + c] = ");
+            cstyle_put(b, "        for (int64_t c = 0; c < D; c++) W2[i * RSW2 + c] = ");
             store_expr(b, dt, "DQA[i * DP + c] * scale");
             cstyle_put(b, ";\n");
         }

@@ -296,7 +296,9 @@ static const char *refusal(const lower_kernel *k, const lower_plan *plan) {
     if (!graph_dtype_is_float(dt))
         return "kiln: the CUDA renderer computes attention in float dtypes only";
     if (!graph_op_is_attention(a->op) || a->nsrc != (a->op == GRAPH_ATTENTION ? 3 : 6) ||
-        k->nouts != 1)
+        k->nouts != 1 || a->joint || k->out->op != a->op)
+        /* joint kernels and stores into a cat's regions are the CPU's alone
+         * (LOWER_JOINT_ATTENTION_GRADS): here each output is row-major */
         return "kiln: the CUDA renderer was given a malformed attention kernel";
     for (int x = 0; x < a->nsrc; x++)
         if (buf_node(k, a->src[x].buf)->dtype != dt)
