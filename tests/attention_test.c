@@ -231,14 +231,16 @@ TU_TEST(attention, strided_heads_of_one_projection) {
  * dv straight into the gradient's thirds (lower/stores.c), and no kernel
  * only copies. `heads_cat`: q, k and v are leaves of their own, and their
  * gradients are joined by the caller's cat along the heads' axis (a region
- * starting T E elements apart each head). The cat stays a copy where k's heads are also
+ * starting T E elements apart each head); `vit`: the heads are taken as
+ * qkv.reshape(B, T, 3, H, E).permute(2, 0, 3, 1, 4)[p], the same values
+ * through other views. The cat stays a copy where k's heads are also
  * read by another term (`k_also`: the loss adds sum(k * w2)), so that dk is
  * not only the cat's, and where the heads are read in pairs (`pairs`: head
  * h is the projection's (h % (H/2)) * 2 + h / (H/2)), which no stride on
  * dq's head axis places. Every part against the loops. */
 typedef struct qkv_case {
     int order[3];
-    bool causal, heads_cat, k_also, pairs;
+    bool causal, heads_cat, k_also, pairs, vit;
 } qkv_case;
 
 static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
@@ -271,13 +273,18 @@ static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
         for (int i = 0; i < N; i++)
             grads[1][i] += w2[i];
     kiln_tensor *heads[3];
-    const int perm[] = {0, 2, 1, 3}, swap_pairs[] = {0, 1, 3, 2, 4};
+    const int perm[] = {0, 2, 1, 3}, swap_pairs[] = {0, 1, 3, 2, 4}, vit_perm[] = {2, 0, 3, 1, 4};
     for (int part = 0; part < 3; part++) {
         int p = c.order[part];
         kiln_tensor *third = kiln_slice(tx, 2, p * C, (p + 1) * C, 1);
         if (c.pairs)
             third = kiln_permute(kiln_reshape(third, 5, TU_DIMS(B, T, H / 2, 2, E)), swap_pairs);
         heads[part] = kiln_permute(kiln_reshape(third, 4, TU_DIMS(B, T, H, E)), perm);
+        if (c.vit) /* qkv.reshape(B, T, 3, H, E).permute(2, 0, 3, 1, 4)[p] */
+            heads[part] = kiln_reshape(
+                kiln_slice(kiln_permute(kiln_reshape(tx, 5, TU_DIMS(B, T, 3, H, E)), vit_perm), 0,
+                           p, p + 1, 1),
+                4, TU_DIMS(B, H, T, E));
         if (c.heads_cat) { /* the same values, a leaf of its own */
             heads[part] = tu_tensor(ctx, KILN_F32, TU_S(B, H, T, E), parts[part]);
             cr_assert_eq(kiln_requires_grad(heads[part], true), KILN_OK);
@@ -329,6 +336,7 @@ TU_TEST(attention, qkv_gradient_stored_into_its_thirds) {
     qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = true});
     qkv_gradient_case(ctx, (qkv_case){{2, 0, 1}, .causal = false});
     qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .heads_cat = true});
+    qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .vit = true});
     qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .k_also = true});
     qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = false, .pairs = true});
 }
