@@ -510,9 +510,6 @@ WHY_MISSED = [
      "which for the 0.1 ms 256 product measured its first steps after the compile (0.19 ms: "
      "the threads waking) where forty steps measured 0.105 ms; every median is now over at "
      "least 50 ms of steps, kiln's and the peers' alike."),
-    ("GPT-2 step: copy-only", "the forward's one copy per layer: the attention output "
-     "(its lse column beside it) permuted into the out-projection's operand, which a matmul "
-     "operand's strides cannot read."),
     ("GPT-2 step: peak memory", "the new parameters are still written beside the old ones: "
      "the loss, read at the step's sync, keeps the forward graph and so the old parameters; "
      "the moments' buffers are donated (jit/donate.c), which took the 124M step from 1.71 to "

@@ -51,10 +51,13 @@ typedef struct emitter {
 } emitter;
 
 /* A cat that the joint attention backward of dkv and dq stores whole
- * (sched_cat_attention_stores): the kernel lowered for the cat is theirs. */
+ * (sched_cat_attention_stores): the kernel lowered for the cat is theirs.
+ * Or (dkv NULL) a view that the forward attention fills beside its own
+ * output (sched_view_attention_copy), copy its place. */
 typedef struct cat_store {
     graph_node *dkv, *dq;
     lower_operand store[3];
+    graph_node *copy;
 } cat_store;
 
 /* How often a fused node may be lowered at different indices in one kernel
@@ -519,7 +522,7 @@ static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
         a->src[j].buf = input_slot(e, base);
     }
     k->numel = graph_numel(x);
-    const cat_store *cs = e->cat_store;
+    const cat_store *cs = e->cat_store && e->cat_store->dkv ? e->cat_store : NULL;
     a->joint = cs || (x->op == GRAPH_ATTENTION_DKV && k->nouts == 2);
     if (cs) {
         /* "attention_dkv attention_dq view... cat": the pair, then what it
@@ -542,6 +545,8 @@ static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
             own_piece(k, x, 0, second, &a->store[a->nstores++]);
         if (a->joint)
             own_piece(k, k->outs[1], 1, 0, &a->store[a->nstores++]);
+        if (x->op == GRAPH_ATTENTION && k->nouts == 2) /* o again, into the view it copies */
+            a->store[a->nstores++] = e->cat_store->store[0];
     }
     /* Halves compute in f32 (the CUDA renderer stages their tiles as f32):
      * e^x rounded to bf16 would put an error of 2^-9 on every weight. */
@@ -823,7 +828,7 @@ static kiln_status lower_one(const sched *s, lower_kernel *k, graph_node **outs,
               : os->alias ? lower_alias(k, &e)
               : graph_op_is_collective(out->op) ? lower_collective(k, &e)
               : mm        ? lower_matmul(k, &e, mm)
-              : cs        ? lower_attention_kernel(k, &e, cs->dkv)
+              : cs && cs->dkv ? lower_attention_kernel(k, &e, cs->dkv)
               : graph_op_is_attention(out->op) ? lower_attention_kernel(k, &e, out)
                           : lower_kernel_ir(k, &e);
     ok = ok && !e.failed && !e.b.failed;
@@ -1049,9 +1054,12 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
     bool *joined = NULL;
     cat_store *stores = NULL; /* per node: the pair storing it, where it is such a cat */
     for (int64_t i = 0; st == KILN_OK && s->joint_attention && i < s->count; i++) {
-        cat_store cs;
-        if (s->order[i]->op != GRAPH_CAT ||
-            !sched_cat_attention_stores(s, s->order[i], &cs.dkv, &cs.dq, cs.store))
+        cat_store cs = {0};
+        graph_node *att = NULL;
+        bool into_cat = s->order[i]->op == GRAPH_CAT &&
+                        sched_cat_attention_stores(s, s->order[i], &cs.dkv, &cs.dq, cs.store);
+        if (!into_cat && (s->order[i]->op != GRAPH_VIEW ||
+                          !sched_view_attention_copy(s, s->order[i], &att, cs.store)))
             continue;
         if (!joined)
             joined = calloc((size_t)s->count, sizeof *joined);
@@ -1059,8 +1067,14 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
             stores = calloc((size_t)s->count, sizeof *stores);
         if (!joined || !stores)
             break;
-        stores[i] = cs;
-        joined[sched_pos(s, cs.dkv)] = joined[sched_pos(s, cs.dq)] = true;
+        if (into_cat) {
+            stores[i] = cs;
+            joined[sched_pos(s, cs.dkv)] = joined[sched_pos(s, cs.dq)] = true;
+        } else if (!stores[sched_pos(s, att)].copy) { /* one copy per forward */
+            cs.copy = s->order[i];
+            stores[sched_pos(s, att)] = cs;
+            joined[i] = true;
+        }
     }
     for (int64_t i = 0; st == KILN_OK && !*retry && i < s->count; i++) {
         const sched_node *xs = &s->nodes[i];
@@ -1069,9 +1083,11 @@ kiln_status sched_emit_program(const sched *s, lower_program **out, graph_node *
             continue;
         graph_node *outs[8] = {s->order[i]};
         int n = 1;
-        const cat_store *cs = stores && stores[i].dkv ? &stores[i] : NULL;
+        const cat_store *cs = stores && (stores[i].dkv || stores[i].copy) ? &stores[i] : NULL;
         int64_t partner = xs->sibling_group >= 0 || cs ? -1 : sched_attention_partner(s, i);
-        if (xs->sibling_group >= 0) {
+        if (cs && cs->copy) {
+            outs[n++] = cs->copy;
+        } else if (xs->sibling_group >= 0) {
             /* its members in post-order: the chain back from the last, reversed */
             n = 0;
             for (int64_t j = last_member[xs->sibling_group]; j >= 0 && n < 8; j = prev_member[j])

@@ -263,7 +263,9 @@ typedef struct lower_attention {
      * output's own row-major layout ([..., L, Dv + 1], [..., L, D], [..., S,
      * D + Dv]; the joint kernel's dkv then dq as outs[0] and outs[1]), except
      * where the joint kernel stores into a cat (lower/stores.c): then outs is
-     * the cat alone and every piece is its region. */
+     * the cat alone and every piece is its region. A forward with a second
+     * output (a view of o that was only a copy of it) stores o there as a
+     * third piece. */
     int nstores;
     lower_operand store[LOWER_ATT_STORES];
 } lower_attention;

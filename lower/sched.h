@@ -100,6 +100,13 @@ graph_node *sched_matmul_operand(const sched *s, const graph_node *x, int j,
 bool sched_cat_attention_stores(const sched *s, const graph_node *x, graph_node **dkv,
                                 graph_node **dq, lower_operand store[3]);
 
+/* Whether view x is materialised only to copy the forward attention output
+ * o from *att's (a chain of views read by nothing else, one-to-one); then
+ * *store places o in x's buffer, as the attention kernel's second output
+ * (buf 1). */
+bool sched_view_attention_copy(const sched *s, const graph_node *x, graph_node **att,
+                               lower_operand *store);
+
 /* ---- emit.c ---- */
 
 /* The partner of attention backward node i for one joint kernel

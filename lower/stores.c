@@ -10,7 +10,13 @@
  * source (no mask, no broadcast, no flip) and each piece lands in the cat at
  * stride 1 along its columns, the kernel stores each piece straight into its
  * region instead (lower_attention.store), through the strides the views
- * compose to; dkv and dq then have no buffer at all. */
+ * compose to; dkv and dq then have no buffer at all.
+ *
+ * Likewise the forward's output o, permuted back from heads ([b, h, t, d]
+ * read as [b, t, h d]) for the out-projection, whose operand strides cannot
+ * read it so: a view materialised only to copy it. The forward kernel
+ * stores o there too, as a second output, and the copy's kernel is gone
+ * (its own output keeps o and lse for the backward's readers). */
 #include <string.h>
 
 #include "lower/sched.h"
@@ -184,4 +190,38 @@ bool sched_cat_attention_stores(const sched *s, const graph_node *x, graph_node 
         return false;
     int64_t partner = sched_attention_partner(s, sched_pos(s, *dkv));
     return partner >= 0 && s->order[partner] == *dq;
+}
+
+bool sched_view_attention_copy(const sched *s, const graph_node *x, graph_node **att,
+                               lower_operand *store) {
+    const sched_node *xs = sched_of(s, x);
+    if (x->op != GRAPH_VIEW || !xs || !xs->materialized || xs->alias ||
+        xs->form != SCHED_PLAIN || xs->sibling_group >= 0 || xs->epilogue_of)
+        return false;
+    placement p;
+    int64_t numel = 1;
+    for (int a = x->ndim - 1; a >= 0; a--) {
+        p.lo[a] = 0;
+        p.hi[a] = x->shape[a];
+        p.stride[a] = numel;
+        numel *= x->shape[a];
+    }
+    p.at = 0;
+    /* x itself is the copy; the views below it are read by it alone */
+    placement below;
+    if (!through_view(x, &p, &below))
+        return false;
+    graph_node *base = chain_base(s, x->src[0], &below);
+    const sched_node *bs = base ? sched_of(s, base) : NULL;
+    if (!bs || !bs->materialized || bs->alias || bs->sibling_group >= 0 ||
+        base->op != GRAPH_ATTENTION || base->dtype != x->dtype)
+        return false;
+    /* o: columns [0, dv) of the forward's [..., L, Dv + 1] */
+    int64_t dv = base->shape[base->ndim - 1] - 1;
+    if (below.lo[base->ndim - 1] != 0 || below.hi[base->ndim - 1] != dv ||
+        !piece(base, &below, 0, dv, store))
+        return false;
+    store->buf = 1;
+    *att = base;
+    return true;
 }

@@ -1350,9 +1350,9 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "      const int64_t r0 = %s, rows = %s;\n", joint ? "0" : "u0",
                joint ? "NK" : dkv ? "NK - u0 < BK ? NK - u0 : BK" : "L - u0 < BQ ? L - u0 : BQ");
     for (int p = 0; p < k->att.nstores; p++) {
-        const char *cols = fwd ? (p ? "1" : "DV") : dkv && p == 1 ? "DV" : "D";
-        cstyle_put(b, "      for (int64_t r = %s; r < %s; r++)\n", p == 2 ? "0" : "r0",
-                   p == 2 ? "L" : "r0 + rows");
+        const char *cols = fwd ? (p == 1 ? "1" : "DV") : dkv && p == 1 ? "DV" : "D";
+        cstyle_put(b, "      for (int64_t r = %s; r < %s; r++)\n", joint && p == 2 ? "0" : "r0",
+                   joint && p == 2 ? "L" : "r0 + rows");
         cstyle_put(b, "        for (int64_t c = 0; c < %s; c++) W%d[r * RSW%d + c] = ", cols, p, p);
         store_expr(b, dt, "(T)NAN");
         cstyle_put(b, ";\n");
@@ -1409,6 +1409,10 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
         cstyle_put(b, "        const T inv = 1 / LS[i];\n");
         cstyle_put(b, "        for (int64_t c = 0; c < DV; c++) W0[(i0 + i) * RSW0 + c] = ");
         store_expr(b, dt, "O[i * DVP + c] * inv");
+        if (a->nstores == 3) { /* o again, into the view that copied it */
+            cstyle_put(b, ";\n        for (int64_t c = 0; c < DV; c++) W2[(i0 + i) * RSW2 + c] = ");
+            store_expr(b, dt, "O[i * DVP + c] * inv");
+        }
         cstyle_put(b, ";\n        W1[(i0 + i) * RSW1] = ");
         store_expr(b, dt, "(T)(M[i] + log((double)LS[i]))");
         cstyle_put(b, ";\n      }\n    }\n");
