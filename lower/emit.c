@@ -481,10 +481,9 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
 /* A fused attention kernel (LOWER_ATTENTION): its sources as strides, its
  * sizes, and the one function its loops need from lower/, e^x, lowered
  * here by the same rule as every exp. */
-/* Output x's pieces in its own buffer (outs[buf]), row-major: columns
- * [c0, c0 + width) of each row of `width_all`. */
-static void own_piece(lower_kernel *k, const graph_node *x, int buf, int64_t c0,
-                      lower_operand *at) {
+/* A piece of output x in its own buffer (outs[buf]), row-major: its
+ * columns from c0 on, of each of x's rows. */
+static void own_piece(const graph_node *x, int buf, int64_t c0, lower_operand *at) {
     int nd = x->ndim;
     memset(at, 0, sizeof *at);
     at->buf = buf;
@@ -496,7 +495,6 @@ static void own_piece(lower_kernel *k, const graph_node *x, int buf, int64_t c0,
         at->batch_strides[d] = st;
         st *= x->shape[d];
     }
-    (void)k;
 }
 
 static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
@@ -540,11 +538,11 @@ static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
             note_fused(e, k->outs[o]);
         /* the forward's o and lse, dq, dkv's dk and dv, then the joint dq */
         int64_t second = x->op == GRAPH_ATTENTION ? a->dv : a->d;
-        own_piece(k, x, 0, 0, &a->store[a->nstores++]);
+        own_piece(x, 0, 0, &a->store[a->nstores++]);
         if (x->op != GRAPH_ATTENTION_DQ)
-            own_piece(k, x, 0, second, &a->store[a->nstores++]);
+            own_piece(x, 0, second, &a->store[a->nstores++]);
         if (a->joint)
-            own_piece(k, k->outs[1], 1, 0, &a->store[a->nstores++]);
+            own_piece(k->outs[1], 1, 0, &a->store[a->nstores++]);
         if (x->op == GRAPH_ATTENTION && k->nouts == 2) /* o again, into the view it copies */
             a->store[a->nstores++] = e->cat_store->store[0];
     }
