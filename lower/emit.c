@@ -46,14 +46,14 @@ typedef struct emitter {
     int nfused, fused_cap;
     int region; /* a cat's region kernel: the source it stores (lower_kernel.region); -1 */
     int64_t tile; /* an elementwise kernel's tile (ELEMENTWISE_TILE, or a row: row_tile) */
-    const struct cat_store *cat_store; /* a cat the joint attention backward stores; NULL */
+    const struct cat_store *cat_store; /* where an attention kernel also stores; NULL */
     bool failed;
 } emitter;
 
 /* A cat that the joint attention backward of dkv and dq stores whole
  * (sched_cat_attention_stores): the kernel lowered for the cat is theirs.
- * Or (dkv NULL) a view that the forward attention fills beside its own
- * output (sched_view_attention_copy), copy its place. */
+ * Or, dkv NULL, `copy`: a view that the forward attention lowered here
+ * fills beside its own output (sched_view_attention_copy), at store[0]. */
 typedef struct cat_store {
     graph_node *dkv, *dq;
     lower_operand store[3];
@@ -478,9 +478,6 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
     return true;
 }
 
-/* A fused attention kernel (LOWER_ATTENTION): its sources as strides, its
- * sizes, and the one function its loops need from lower/, e^x, lowered
- * here by the same rule as every exp. */
 /* A piece of output x in its own buffer (outs[buf]), row-major: its
  * columns from c0 on, of each of x's rows. */
 static void own_piece(const graph_node *x, int buf, int64_t c0, lower_operand *at) {
@@ -497,6 +494,10 @@ static void own_piece(const graph_node *x, int buf, int64_t c0, lower_operand *a
     }
 }
 
+/* A fused attention kernel (LOWER_ATTENTION): its sources as strides, its
+ * sizes, where it stores each piece of its values (lower_attention.store),
+ * and the one function its loops need from lower/, e^x, lowered here by the
+ * same rule as every exp. */
 static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
     k->kind = LOWER_ATTENTION;
     int nd = x->ndim;
