@@ -148,10 +148,54 @@ static kiln_status walk(rewrite *w, graph_node *y, int64_t **order, int64_t *nor
     return KILN_OK;
 }
 
+/* The box of m's (a masked view's) elements seen through v, a reshape of
+ * m that only splits its axes (each of m's axes is one run of v's): a
+ * masked axis must be cut at multiples of its run's inner sizes, so that
+ * its bounds fall on the run's first axis of more than one element. false
+ * where they do not, or where v merges axes. */
+static bool box_through_split(const graph_node *v, const graph_node *m, int64_t *lo,
+                              int64_t *hi) {
+    int j = 0;
+    for (int i = 0; i < m->ndim; i++) {
+        int64_t mlo = m->p.view.mask_lo[i], mhi = m->p.view.mask_hi[i], prod = 1;
+        int first = j, outer = -1;
+        while (prod < m->shape[i] && j < v->ndim) {
+            if (outer < 0 && v->shape[j] > 1)
+                outer = j;
+            prod *= v->shape[j++];
+        }
+        if (prod != m->shape[i])
+            return false;
+        int64_t inner = outer < 0 ? 1 : prod / v->shape[outer];
+        if ((mlo > 0 || mhi < m->shape[i]) && (outer < 0 || mlo % inner || mhi % inner))
+            return false;
+        for (int d = first; d < j; d++) {
+            lo[d] = d == outer ? mlo / inner : 0;
+            hi[d] = d == outer ? mhi / inner : v->shape[d];
+        }
+    }
+    for (; j < v->ndim; j++) { /* trailing axes of one */
+        lo[j] = 0;
+        hi[j] = 1;
+    }
+    return true;
+}
+
 /* The box where masked view v (a pad's gradient, a slice's) may be nonzero:
  * [lo[d], hi[d]) per axis; false where v is no masked view or its box is
- * empty. */
+ * empty. A reshape splitting a masked view's axes is one too: the view
+ * gradient's coarse spread reads a [b, t, 3, c] projection's slice of one
+ * along its third axis as [b t, 3 c] masked, reshaped back. */
 static bool zero_outside_box(const graph_node *v, int64_t *lo, int64_t *hi) {
+    if (v->op == GRAPH_VIEW && !v->p.view.masked && v->src[0]->op == GRAPH_VIEW &&
+        v->src[0]->p.view.masked && graph_view_is_reshape(v)) {
+        if (!box_through_split(v, v->src[0], lo, hi))
+            return false;
+        for (int d = 0; d < v->ndim; d++)
+            if (lo[d] >= hi[d])
+                return false;
+        return true;
+    }
     if (v->op != GRAPH_VIEW || !v->p.view.masked)
         return false;
     for (int d = 0; d < v->ndim; d++) {

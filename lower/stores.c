@@ -10,7 +10,8 @@
  * source (no mask, no broadcast, no flip) and each piece lands in the cat at
  * stride 1 along its columns, the kernel stores each piece straight into its
  * region instead (lower_attention.store), through the strides the views
- * compose to; dkv and dq then have no buffer at all.
+ * compose to (a masked view among them only where what is read lies inside
+ * its mask); dkv and dq then have no buffer at all.
  *
  * Likewise the forward's output o, permuted back from heads ([b, h, t, d]
  * read as [b, t, h d]) for the out-projection, whose operand strides cannot
@@ -39,8 +40,9 @@ typedef struct placement {
 static bool through_view(const graph_node *v, const placement *in, placement *out) {
     const graph_view *w = &v->p.view;
     const graph_node *src = v->src[0];
-    if (w->masked)
-        return false;
+    for (int e = 0; w->masked && e < v->ndim; e++) /* a mask the box lies within is none */
+        if (in->lo[e] < w->mask_lo[e] || in->hi[e] > w->mask_hi[e])
+            return false;
     int64_t off = w->offset, ws[KILN_MAX_DIMS], ext[KILN_MAX_DIMS], numel = 1;
     for (int e = 0; e < v->ndim; e++)
         off += in->lo[e] * w->strides[e];

@@ -231,9 +231,12 @@ TU_TEST(attention, strided_heads_of_one_projection) {
  * dv straight into the gradient's thirds (lower/stores.c), and no kernel
  * only copies. `heads_cat`: q, k and v are leaves of their own, and their
  * gradients are joined by the caller's cat along the heads' axis (a region
- * starting T E elements apart each head); `vit`: the heads are taken as
+ * starting T E elements apart each head), or (`padded`) each gradient
+ * padded by two zero rows first, which no store of dq, dk or dv writes; `vit`: the heads are taken as
  * qkv.reshape(B, T, 3, H, E).permute(2, 0, 3, 1, 4)[p], the same values
- * through other views; `out_proj`: the loss is |y|^2 / 2 of the
+ * through other views; `unbind`: the projection is [B, T, 3, H E] (the same
+ * places) and each part a slice of one along its third axis (qkv.unbind(2)),
+ * whose gradient joins into a cat through a reshape; `out_proj`: the loss is |y|^2 / 2 of the
  * out-projection y = o.permute(0, 2, 1, 3).reshape(B, T, H E) @ Wp, whose
  * operand the forward kernel stores beside its own output (no copy either).
  * The cat stays a copy where k's heads are also
@@ -243,16 +246,17 @@ TU_TEST(attention, strided_heads_of_one_projection) {
  * dq's head axis places. Every part against the loops. */
 typedef struct qkv_case {
     int order[3];
-    bool causal, heads_cat, k_also, pairs, vit, out_proj;
+    bool causal, heads_cat, k_also, pairs, vit, out_proj, unbind, padded;
 } qkv_case;
 
 static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
     TU_RNG(r);
     enum { B = 2, T = 70, H = 8, E = 8, C = H * E, W = 3 * C, N = B * H * T * E };
-    static double x[B * T * W], w[N], w2[N], out[N], parts[3][N], grads[3][N], gx[B * T * W],
-        got[N];
+    enum { TP = T + 2, NG = B * 3 * H * TP * E }; /* the padded cat's size, the largest */
+    static double x[B * T * W], w[N], w2[N], out[N], parts[3][N], grads[3][N], gx[NG], got[N];
     kiln_scope_begin(ctx);
-    kiln_tensor *tx = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, T, W), -1, 1, x);
+    kiln_tensor *tx = c.unbind ? tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, T, 3, C), -1, 1, x)
+                               : tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, T, W), -1, 1, x);
     kiln_tensor *tw = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, H, T, E), -1, 1, w);
     kiln_tensor *tw2 = tu_rand_tensor(ctx, &r, KILN_F32, TU_S(B, H, T, E), -1, 1, w2);
     cr_assert_eq(kiln_requires_grad(tx, true), KILN_OK);
@@ -269,6 +273,8 @@ static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
                                           ? ((b * 3 * H + part * H + h) * T + t) * E + e
                                           : (b * T + t) * W + c.order[part] * C + f;
                         parts[part][i] = x[at[part][i]];
+                        if (c.padded) /* the same element of the padded gradients' cat */
+                            at[part][i] = ((b * 3 * H + part * H + h) * TP + t) * E + e;
                     }
     enum { P = 5 };
     static double wp[C * P], y[B * T * P];
@@ -298,7 +304,8 @@ static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
     const int perm[] = {0, 2, 1, 3}, swap_pairs[] = {0, 1, 3, 2, 4}, vit_perm[] = {2, 0, 3, 1, 4};
     for (int part = 0; part < 3; part++) {
         int p = c.order[part];
-        kiln_tensor *third = kiln_slice(tx, 2, p * C, (p + 1) * C, 1);
+        kiln_tensor *third = c.unbind ? kiln_slice(tx, 2, p, p + 1, 1)
+                                      : kiln_slice(tx, 2, p * C, (p + 1) * C, 1);
         if (c.pairs)
             third = kiln_permute(kiln_reshape(third, 5, TU_DIMS(B, T, H / 2, 2, E)), swap_pairs);
         heads[part] = kiln_permute(kiln_reshape(third, 4, TU_DIMS(B, T, H, E)), perm);
@@ -324,6 +331,8 @@ static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
     cr_assert_eq(c.heads_cat ? kiln_gradients(loss, NULL, 3, heads, gh)
                              : kiln_gradients(loss, NULL, 1, &tx, &g),
                  KILN_OK, "%s", kiln_ctx_last_error(ctx));
+    for (int part = 0; c.padded && part < 3; part++)
+        gh[part] = kiln_pad(gh[part], (const int64_t[]){0, 0, 0, 0, 0, 2, 0, 0}, 0);
     if (c.heads_cat)
         g = kiln_cat(3, gh, 1);
     const tu_exec *ex = tu_cur_exec();
@@ -331,7 +340,7 @@ static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
     bool c_path = ex->dev == KILN_CPU && ex->mode == KILN_LAZY && (!cc || !strcmp(cc, "cc")) &&
                   !(check && !strcmp(check, "1"));
     cr_assert_eq(kiln_profile_begin(ctx), KILN_OK);
-    TU_READ(g, gx, B * T * W);
+    TU_READ(g, gx, c.padded ? NG : B * T * W);
     int copies = 0, into = 0, beside = 0;
     for (int i = 0; i < kiln_profile_count(ctx); i++) {
         kiln_kernel_profile p;
@@ -345,7 +354,7 @@ static void qkv_gradient_case(kiln_ctx *ctx, qkv_case c) {
         copies += copy;
     }
     cr_assert_eq(kiln_profile_end(ctx), KILN_OK);
-    bool stored = !c.k_also && !c.pairs;
+    bool stored = !c.k_also && !c.pairs && !c.padded;
     if (c_path) {
         cr_assert_eq(into, stored, "[%s] %d kernels store into the cat", tu_exec_name(), into);
         cr_assert(!stored || copies == 0, "[%s] %d kernels only copy", tu_exec_name(), copies);
@@ -364,7 +373,9 @@ TU_TEST(attention, qkv_gradient_stored_into_its_thirds) {
     qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = true});
     qkv_gradient_case(ctx, (qkv_case){{2, 0, 1}, .causal = false});
     qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .heads_cat = true});
+    qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = true, .heads_cat = true, .padded = true});
     qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .vit = true});
+    qkv_gradient_case(ctx, (qkv_case){{2, 1, 0}, .causal = false, .unbind = true});
     qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = true, .out_proj = true});
     qkv_gradient_case(ctx, (qkv_case){{1, 2, 0}, .causal = true, .k_also = true});
     qkv_gradient_case(ctx, (qkv_case){{0, 1, 2}, .causal = false, .pairs = true});
