@@ -270,16 +270,24 @@ Test(compiler, a_large_program_compiles_in_parts_that_agree_with_the_reference) 
  * Cut by text, the products (the program's first kernels, a third of its
  * text) shared the first unit. A logging KILN_CC counts the products in
  * each unit it compiles, then runs the real cc. */
-Test(compiler, costly_kernels_are_dealt_to_different_units) {
+/* A fresh context on 2 compile jobs whose compiler, a logging KILN_CC that
+ * then runs the real cc, appends `per_unit`'s output (a shell command of
+ * "$a", the unit's source) to dir/parts for each translation unit. */
+static kiln_ctx *logging_units(const char *per_unit) {
     fresh_dir();
     char body[600];
     snprintf(body, sizeof body,
-             "for a; do case \"$a\" in *part*.c) grep -c '^void matmul' \"$a\" >> %s/parts;; "
-             "esac; done\nexec cc \"$@\"", dir);
+             "for a; do case \"$a\" in *part*.c) %s >> %s/parts;; esac; done\nexec cc \"$@\"",
+             per_unit, dir);
     fake_cc(body);
     setenv("KILN_COMPILE_JOBS", "2", 1);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
     cr_assert(ctx);
+    return ctx;
+}
+
+Test(compiler, costly_kernels_are_dealt_to_different_units) {
+    kiln_ctx *ctx = logging_units("grep -c '^void matmul' \"$a\"");
     const int64_t ad[2] = {64, 96}, bd[2] = {96, 80};
     kiln_tensor *parts[32];
     const int64_t flat = 64 * 80;
@@ -312,15 +320,7 @@ Test(compiler, costly_kernels_are_dealt_to_different_units) {
  * units of at most 64, and on 2 cores are 4, so that no unit compiles
  * alone at the end (GPT-2's step: 9 units took 12.7 s, 10 units 11.2). */
 Test(compiler, units_past_the_cores_come_in_whole_rounds) {
-    fresh_dir();
-    char body[600];
-    snprintf(body, sizeof body,
-             "for a; do case \"$a\" in *part*.c) echo \"$a\" >> %s/parts;; esac; done\n"
-             "exec cc \"$@\"", dir);
-    fake_cc(body);
-    setenv("KILN_COMPILE_JOBS", "2", 1);
-    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
-    cr_assert(ctx);
+    kiln_ctx *ctx = logging_units("echo \"$a\"");
     enum { N = 75 }; /* a sum each, and a region of the cat each */
     kiln_tensor *rows[N];
     int ax = 1;
