@@ -187,23 +187,19 @@ static bool box_through_split(const graph_node *v, const graph_node *m, int64_t 
  * gradient's coarse spread reads a [b, t, 3, c] projection's slice of one
  * along its third axis as [b t, 3 c] masked, reshaped back. */
 static bool zero_outside_box(const graph_node *v, int64_t *lo, int64_t *hi) {
-    if (v->op == GRAPH_VIEW && !v->p.view.masked && v->src[0]->op == GRAPH_VIEW &&
-        v->src[0]->p.view.masked && graph_view_is_reshape(v)) {
-        if (!box_through_split(v, v->src[0], lo, hi))
-            return false;
-        for (int d = 0; d < v->ndim; d++)
-            if (lo[d] >= hi[d])
-                return false;
-        return true;
-    }
-    if (v->op != GRAPH_VIEW || !v->p.view.masked)
+    if (v->op != GRAPH_VIEW)
         return false;
-    for (int d = 0; d < v->ndim; d++) {
-        lo[d] = v->p.view.mask_lo[d];
-        hi[d] = v->p.view.mask_hi[d];
+    const graph_node *m = v->src[0];
+    if (v->p.view.masked) {
+        memcpy(lo, v->p.view.mask_lo, sizeof(int64_t) * (size_t)v->ndim);
+        memcpy(hi, v->p.view.mask_hi, sizeof(int64_t) * (size_t)v->ndim);
+    } else if (m->op != GRAPH_VIEW || !m->p.view.masked || !graph_view_is_reshape(v) ||
+               !box_through_split(v, m, lo, hi)) {
+        return false;
+    }
+    for (int d = 0; d < v->ndim; d++)
         if (lo[d] >= hi[d])
             return false;
-    }
     return true;
 }
 

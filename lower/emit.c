@@ -478,22 +478,6 @@ static bool lower_matmul(lower_kernel *k, emitter *e, graph_node *x) {
     return true;
 }
 
-/* A piece of output x in its own buffer (outs[buf]), row-major: its
- * columns from c0 on, of each of x's rows. */
-static void own_piece(const graph_node *x, int buf, int64_t c0, lower_operand *at) {
-    int nd = x->ndim;
-    memset(at, 0, sizeof *at);
-    at->buf = buf;
-    at->offset = c0;
-    at->col_stride = 1;
-    at->row_stride = x->shape[nd - 1];
-    int64_t st = x->shape[nd - 1] * x->shape[nd - 2];
-    for (int d = nd - 3; d >= 0; d--) {
-        at->batch_strides[d] = st;
-        st *= x->shape[d];
-    }
-}
-
 /* A fused attention kernel (LOWER_ATTENTION): its sources as strides, its
  * sizes, where it stores each piece of its values (lower_attention.store),
  * and the one function its loops need from lower/, e^x, lowered here by the
@@ -538,12 +522,11 @@ static bool lower_attention_kernel(lower_kernel *k, emitter *e, graph_node *x) {
         for (int o = 0; o < k->nouts; o++) /* a joint backward: "attention_dkv attention_dq" */
             note_fused(e, k->outs[o]);
         /* the forward's o and lse, dq, dkv's dk and dv, then the joint dq */
-        int64_t second = x->op == GRAPH_ATTENTION ? a->dv : a->d;
-        own_piece(x, 0, 0, &a->store[a->nstores++]);
+        sched_attention_own_piece(x, 0, 0, &a->store[a->nstores++]);
         if (x->op != GRAPH_ATTENTION_DQ)
-            own_piece(x, 0, second, &a->store[a->nstores++]);
+            sched_attention_own_piece(x, 0, lower_att_piece_cols(a, 0), &a->store[a->nstores++]);
         if (a->joint)
-            own_piece(k->outs[1], 1, 0, &a->store[a->nstores++]);
+            sched_attention_own_piece(k->outs[1], 1, 0, &a->store[a->nstores++]);
         if (x->op == GRAPH_ATTENTION && k->nouts == 2) /* o again, into the view it copies */
             a->store[a->nstores++] = e->cat_store->store[0];
     }

@@ -318,6 +318,17 @@ typedef struct lower_kernel {
     int64_t *size_value;
 } lower_kernel;
 
+/* Piece p of an attention kernel's values (lower_attention.store): its
+ * columns, and whether its rows are the keys (dk, dv) or the queries. */
+static inline int64_t lower_att_piece_cols(const lower_attention *a, int p) {
+    if (a->op == GRAPH_ATTENTION)
+        return p == 1 ? 1 : a->dv; /* o, lse, then o again where it is copied */
+    return a->op == GRAPH_ATTENTION_DKV && p == 1 ? a->dv : a->d;
+}
+static inline bool lower_att_piece_on_keys(const lower_attention *a, int p) {
+    return a->op == GRAPH_ATTENTION_DKV && p < 2;
+}
+
 /* Whether k is the joint attention backward (LOWER_JOINT_ATTENTION_GRADS):
  * dkv and dq in one kernel (see lower_attention.store for where each goes). */
 static inline bool lower_joint_attention(const lower_kernel *k) {

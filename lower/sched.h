@@ -107,6 +107,10 @@ bool sched_cat_attention_stores(const sched *s, const graph_node *x, graph_node 
 bool sched_view_attention_copy(const sched *s, const graph_node *x, graph_node **att,
                                lower_operand *store);
 
+/* Piece *at of attention output x in its own buffer (outs[buf]), row-major:
+ * its columns from c0 on, of each of x's rows. */
+void sched_attention_own_piece(const graph_node *x, int buf, int64_t c0, lower_operand *at);
+
 /* ---- emit.c ---- */
 
 /* The partner of attention backward node i for one joint kernel

@@ -29,6 +29,18 @@ typedef struct placement {
     int64_t at;
 } placement;
 
+/* x's elements placed in a buffer of x's own shape, row-major, from `at`. */
+static void whole(placement *p, const graph_node *x, int64_t at) {
+    int64_t numel = 1;
+    for (int a = x->ndim - 1; a >= 0; a--) {
+        p->lo[a] = 0;
+        p->hi[a] = x->shape[a];
+        p->stride[a] = numel;
+        numel *= x->shape[a];
+    }
+    p->at = at;
+}
+
 /* The placement of view v's source elements that v's box reads, from v's
  * own: false where v does not read its box one-to-one from a box of its
  * source with a stride per source axis. v's view maps its element i to the
@@ -145,20 +157,16 @@ bool sched_cat_attention_stores(const sched *s, const graph_node *x, graph_node 
     *dkv = *dq = NULL;
     bool have[3] = {false, false, false};
     int reads_dkv = 0, reads_dq = 0; /* chains ending at each */
-    int64_t cstride[KILN_MAX_DIMS], numel = 1, lo = 0;
-    for (int a = x->ndim - 1; a >= 0; a--) {
-        cstride[a] = numel;
-        numel *= x->shape[a];
-    }
+    placement cat;
+    whole(&cat, x, 0);
+    int64_t lo = 0;
     for (int j = 0; j < x->nsrc; j++) {
         graph_node *v = x->src[j];
-        placement p;
-        for (int a = 0; a < v->ndim; a++) {
-            p.lo[a] = 0;
+        /* source j: the cat's strides over its own shape, from its region */
+        placement p = cat;
+        for (int a = 0; a < v->ndim; a++)
             p.hi[a] = v->shape[a];
-            p.stride[a] = cstride[a];
-        }
-        p.at = lo * cstride[x->p.axis];
+        p.at = lo * cat.stride[x->p.axis];
         lo += v->shape[x->p.axis];
         graph_node *base = chain_base(s, v, &p);
         const sched_node *bs = base ? sched_of(s, base) : NULL;
@@ -200,17 +208,9 @@ bool sched_view_attention_copy(const sched *s, const graph_node *x, graph_node *
     if (x->op != GRAPH_VIEW || !xs || !xs->materialized || xs->alias ||
         xs->form != SCHED_PLAIN || xs->sibling_group >= 0 || xs->epilogue_of)
         return false;
-    placement p;
-    int64_t numel = 1;
-    for (int a = x->ndim - 1; a >= 0; a--) {
-        p.lo[a] = 0;
-        p.hi[a] = x->shape[a];
-        p.stride[a] = numel;
-        numel *= x->shape[a];
-    }
-    p.at = 0;
+    placement p, below;
+    whole(&p, x, 0);
     /* x itself is the copy; the views below it are read by it alone */
-    placement below;
     if (!through_view(x, &p, &below))
         return false;
     graph_node *base = chain_base(s, x->src[0], &below);
@@ -226,4 +226,11 @@ bool sched_view_attention_copy(const sched *s, const graph_node *x, graph_node *
     store->buf = 1;
     *att = base;
     return true;
+}
+
+void sched_attention_own_piece(const graph_node *x, int buf, int64_t c0, lower_operand *at) {
+    placement p;
+    whole(&p, x, 0);
+    piece(x, &p, c0, x->shape[x->ndim - 1] - c0, at);
+    at->buf = buf;
 }

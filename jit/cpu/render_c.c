@@ -1350,10 +1350,12 @@ static void render_attention(sbuf *b, const lower_kernel *k, const lower_plan *p
     cstyle_put(b, "      const int64_t r0 = %s, rows = %s;\n", joint ? "0" : "u0",
                joint ? "NK" : dkv ? "NK - u0 < BK ? NK - u0 : BK" : "L - u0 < BQ ? L - u0 : BQ");
     for (int p = 0; p < k->att.nstores; p++) {
-        const char *cols = fwd ? (p == 1 ? "1" : "DV") : dkv && p == 1 ? "DV" : "D";
-        cstyle_put(b, "      for (int64_t r = %s; r < %s; r++)\n", joint && p == 2 ? "0" : "r0",
-                   joint && p == 2 ? "L" : "r0 + rows");
-        cstyle_put(b, "        for (int64_t c = 0; c < %s; c++) W%d[r * RSW%d + c] = ", cols, p, p);
+        /* the joint kernel's dq: every query's row */
+        bool all_queries = joint && !lower_att_piece_on_keys(&k->att, p);
+        cstyle_put(b, "      for (int64_t r = %s; r < %s; r++)\n", all_queries ? "0" : "r0",
+                   all_queries ? "L" : "r0 + rows");
+        cstyle_put(b, "        for (int64_t c = 0; c < %lldLL; c++) W%d[r * RSW%d + c] = ",
+                   (long long)lower_att_piece_cols(&k->att, p), p, p);
         store_expr(b, dt, "(T)NAN");
         cstyle_put(b, ";\n");
     }
