@@ -191,7 +191,9 @@ KILN_API kiln_tensor *kiln_randn(kiln_ctx *ctx, kiln_dtype dtype, int ndim,
  * Same shape as the input. kiln_neg, kiln_abs and kiln_relu keep the dtype
  * (kiln_neg of bool is KILN_ERR_DTYPE); the others compute in floating point:
  * an integer or bool input gives f32. kiln_gelu is the exact erf form,
- * kiln_recip is 1/x, kiln_rsqrt is 1/sqrt(x). */
+ * kiln_recip is 1/x, kiln_rsqrt is 1/sqrt(x). On the compiled devices
+ * kiln_exp, kiln_sigmoid, kiln_silu (and softmax and attention, which use
+ * e^x) give +0 in f32 where e^x is below 2^-126, not a subnormal. */
 KILN_API kiln_tensor *kiln_neg(kiln_tensor *t);
 KILN_API kiln_tensor *kiln_abs(kiln_tensor *t);
 KILN_API kiln_tensor *kiln_exp(kiln_tensor *t);

@@ -17,13 +17,15 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 PEERS = ["numpy", "torch", "torch.compile", "tinygrad"]
-OPS_ORDER = ["gelu_chain", "chain11", "softmax_rows", "layer_norm_rows", "sum_all",
+OPS_ORDER = ["gelu_chain", "chain11", "softmax_rows", "softmax_wide_rows", "layer_norm_rows",
+             "sum_all",
              "column_sums", "matmul", "matmul_bias_relu", "conv2d_3x3", "transformer_block_fwd"]
 DESCRIPTION = {
     "gelu_chain": "gelu(a*b+c) (erf form)",
     "chain11": "11 elementwise ops with tanh and sigmoid",
     "column_sums": "sums down columns",
     "softmax_rows": "softmax over rows",
+    "softmax_wide_rows": "softmax over rows of logits N(0, 30^2) (e^(x - max) mostly below 2^-126)",
     "layer_norm_rows": "layer-norm over rows (no affine)",
     "sum_all": "sum of all elements",
     "matmul": "matmul",

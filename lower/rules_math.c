@@ -78,30 +78,54 @@ static int exp_f32_reduced(ir_builder *b, int x, int xl, int magic, int *scale) 
     return horner(b, exp_reduce(b, x, xl, magic, scale), fit, 7);
 }
 
+/* Where e^x falls below f32's least normal, 2^-126 (x < ln 2^-126), the
+ * f32 rules return +0 rather than the subnormal: an operation whose result
+ * is subnormal takes a microcode assist per lane on x86 (no flush-to-zero
+ * is set: kiln leaves its caller's floating-point state alone), as does
+ * every later one that reads it. A softmax over rows of N(0, 30^2) took
+ * 47.7 ms where N(0, 1) took 5.6 (4096 x 4096), and fused attention whose
+ * scores spread past 87 36 ms where 4.6 (b8 h8 s256 d64): most of their
+ * e^(s - max) were subnormals, and so were the products that read them.
+ * The flushed values are below 1.2e-38, which no sum of such terms with
+ * its largest, e^0 = 1, can show. The input is clamped to the threshold
+ * first, so that lanes past it compute a normal value the select drops. */
+#define EXP_LEAST_NORMAL_F32 -0x1.5d589ep+6 /* the f32 just above ln 2^-126 = -87.3365447...: \
+                                               e^x at the one below is subnormal, which every \
+                                               clamped lane would compute */
+static int flush_below_normal(ir_builder *b, int x, int e) {
+    return rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, x, f(b, EXP_LEAST_NORMAL_F32)),
+                     f(b, 0.0), e);
+}
+
 /* e^-y in f32 for y >= 0 or NaN (sigmoid's and silu's e^-|x|): exp_f32
- * without its overflow side: y is clamped to 104, where e^-y rounds to 0 as
- * for every y beyond, and the result is e^r 2^(n+64) 2^-64 (normal, then
- * one rounding where it is subnormal). A NaN y flows through as NaN. */
+ * without its overflow side: y is clamped to -ln 2^-126, and the result is
+ * e^r 2^(n+64) 2^-64, or +0 past the clamp (flush_below_normal). A NaN y
+ * flows through as NaN. */
 static int exp_nonpos_f32(ir_builder *b, int y) {
-    int yc = rules_p2(b, PRIM_MIN, KILN_F32, y, f(b, 104.0));
-    int scale, p = exp_f32_reduced(b, rules_p1(b, PRIM_NEG, KILN_F32, yc), -1, exp_magic(b, 64), &scale);
-    return mul(b, mul(b, p, scale), f(b, 0x1p-64));
+    int yc = rules_p2(b, PRIM_MIN, KILN_F32, y, f(b, -EXP_LEAST_NORMAL_F32));
+    int ny = rules_p1(b, PRIM_NEG, KILN_F32, yc);
+    int scale, p = exp_f32_reduced(b, ny, -1, exp_magic(b, 64), &scale);
+    return flush_below_normal(b, rules_p1(b, PRIM_NEG, KILN_F32, y),
+                              mul(b, mul(b, p, scale), f(b, 0x1p-64)));
 }
 
 /* e^x in f32 from primitives that every target vectorises (no libm call).
- * x is clamped to [-104.97, 89], past which e^x rounds to 0 and to inf as
- * it does there; below 0 e^r 2^(n+64) 2^-64 (normal, then one rounding
- * where it is subnormal), above e^r 2^(n-1) 2 (2^n itself has no exponent
- * field at n = 128, and e^88.7 is finite). NaN flows through the clamps
- * and the arithmetic: no selects of special values. 35 operations before,
- * about 20 now (two floors, two casts, six selects gone). Bound: 2 ulp
- * (measured in tests/rules_test.c through exp, tanh, sigmoid and silu). */
+ * x is clamped to [ln 2^-126, 89], below which the result is +0
+ * (flush_below_normal) and past whose top e^x rounds to inf as it does
+ * there; below 0 e^r 2^(n+64) 2^-64, above e^r 2^(n-1) 2 (2^n itself has
+ * no exponent field at n = 128, and e^88.7 is finite). NaN flows through
+ * the clamps, the arithmetic and the flush's test (false on NaN). 35
+ * operations before, about 20 now (two floors, two casts, six selects
+ * gone). Bound: 2 ulp where e^x is normal (measured in tests/rules_test.c
+ * through exp, tanh, sigmoid and silu). */
 static int exp_f32(ir_builder *b, int x) {
-    int xc = rules_p2(b, PRIM_MIN, KILN_F32, rules_p2(b, PRIM_MAX, KILN_F32, x, f(b, -104.97)), f(b, 89.0));
+    int xc = rules_p2(b, PRIM_MIN, KILN_F32,
+                      rules_p2(b, PRIM_MAX, KILN_F32, x, f(b, EXP_LEAST_NORMAL_F32)), f(b, 89.0));
     int neg = rules_test(b, PRIM_LT, x, f(b, 0.0));
     int magic = rules_sel(b, KILN_F32, neg, exp_magic(b, 64), exp_magic(b, -1));
     int scale, p = exp_f32_reduced(b, xc, -1, magic, &scale);
-    return mul(b, mul(b, p, scale), rules_sel(b, KILN_F32, neg, f(b, 0x1p-64), f(b, 2.0)));
+    return flush_below_normal(
+        b, x, mul(b, mul(b, p, scale), rules_sel(b, KILN_F32, neg, f(b, 0x1p-64), f(b, 2.0))));
 }
 
 /* exp: the rule above in f32; in f64 the primitive (libm's, below 1 ulp),

@@ -8,7 +8,10 @@
  * The error is measured in ulp of the result's dtype (a subnormal result's
  * ulp is the smallest subnormal, times |x| where the result is x times a
  * subnormal factor); the worst is printed and must stay within
- * the bound stated beside the rule. NaN and infinities must match exactly. */
+ * the bound stated beside the rule. NaN and infinities must match exactly.
+ * The f32 rules built on e^x give +0 where e^x (the result, or its factor)
+ * is below 2^-126 (lower/rules_math.c's flush_below_normal): there a zero
+ * passes, and anything else is measured as usual. */
 #include <float.h>
 
 #include "test_util.h"
@@ -42,12 +45,13 @@ typedef struct rule_case {
     kiln_tensor *(*op)(kiln_tensor *);
     ref_fn ref;
     double bound_f32, bound_f64; /* ulp */
+    bool flushes;                /* f32: +0 where e^x is below 2^-126 */
 } rule_case;
 
 static const rule_case cases[] = {
-    {"exp", kiln_exp, expl, 2, 2},          {"log", kiln_log, logl, 2, 2},
-    {"tanh", kiln_tanh, tanhl, 4, 4},       {"sigmoid", kiln_sigmoid, ref_sigmoid, 3, 3},
-    {"silu", kiln_silu, ref_silu, 4, 4},    {"rsqrt", kiln_rsqrt, ref_rsqrt, 1.5, 1.5},
+    {"exp", kiln_exp, expl, 2, 2, true},    {"log", kiln_log, logl, 2, 2},
+    {"tanh", kiln_tanh, tanhl, 4, 4},       {"sigmoid", kiln_sigmoid, ref_sigmoid, 3, 3, true},
+    {"silu", kiln_silu, ref_silu, 4, 4, true}, {"rsqrt", kiln_rsqrt, ref_rsqrt, 1.5, 1.5},
     {"recip", kiln_recip, ref_recip, 0.5, 0.5}, {"gelu", kiln_gelu, ref_gelu, 6, 7},
 };
 
@@ -126,6 +130,9 @@ static void check(kiln_ctx *ctx, const rule_case *c, bool f64) {
         }
         cr_assert(isfinite(got[i]), "[%s] %s %s(%a) = %a, expected %a", tu_exec_name(),
                   f64 ? "f64" : "f32", c->name, x[i], got[i], rounded);
+        bool tiny = fabsl(want) < FLT_MIN || (fabs(x[i]) > 1 && fabsl(want / x[i]) < FLT_MIN);
+        if (!f64 && c->flushes && tiny && got[i] == 0)
+            continue;
         double err = ulp_error(want, got[i], f64);
         /* x times a subnormal factor (silu's e far left, f64 gelu's erfc
          * near x = -37.6, where the result is still normal) carries the
@@ -148,5 +155,59 @@ TU_TEST(rules, every_rule_within_its_bound) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         check(ctx, &cases[i], false);
         check(ctx, &cases[i], true);
+    }
+}
+
+/* Where e^x falls below 2^-126 the compiled f32 rules give +0 (an operation
+ * with a subnormal result or operand takes a microcode assist per lane:
+ * lower/rules_math.c); just above it they give the normal value as usual,
+ * and the float64 reference keeps every subnormal. Then a softmax whose
+ * rows spread far past 87 (most of each row's e^(x - max) flushed) against
+ * float64 loops. */
+TU_TEST(rules, e_to_the_x_below_the_least_normal_is_zero) {
+    static const float x[] = {-0x1.5d589ep+6f, -87.34f, -90.0f, -100.0f, -103.9f, -150.0f,
+                              -INFINITY, -87.0f, 0.5f};
+    enum { N = sizeof x / sizeof *x };
+    bool ref = tu_cur_exec()->dev == KILN_REF;
+    kiln_tensor *t = kiln_from_data(ctx, KILN_F32, TU_S(N), x);
+    float e[N], s[N], want[N];
+    cr_assert_eq(kiln_to_host(kiln_exp(t), e, sizeof e), KILN_OK);
+    cr_assert_eq(kiln_to_host(kiln_sigmoid(t), s, sizeof s), KILN_OK);
+    for (int i = 0; i < N; i++) {
+        want[i] = (float)expl((long double)x[i]);
+        bool flushed = !ref && want[i] < FLT_MIN;
+        float tol = 2 * (want[i] < FLT_MIN ? 0x1p-149f : want[i] * 0x1p-23f);
+        cr_assert(flushed ? e[i] == 0 && !signbit(e[i]) : fabsf(e[i] - want[i]) <= tol,
+                  "[%s] exp(%a) = %a, expected %a", tu_exec_name(), x[i], e[i],
+                  flushed ? 0.0 : want[i]);
+        float sw = (float)(1.0L / (1.0L + expl(-(long double)x[i])));
+        float stol = 3 * (sw < FLT_MIN ? 0x1p-149f : sw * 0x1p-23f);
+        cr_assert(flushed ? s[i] == 0 : fabsf(s[i] - sw) <= stol,
+                  "[%s] sigmoid(%a) = %a, expected %a", tu_exec_name(), x[i], s[i], sw);
+    }
+    /* the first input is the f32 just above ln 2^-126: e^x there is normal */
+    cr_assert(e[0] >= FLT_MIN, "[%s] exp(%a) = %a, below 2^-126", tu_exec_name(), x[0], e[0]);
+
+    /* a softmax over rows uniform in [-150, 150] */
+    enum { R = 4, C = 300 };
+    static float l[R * C];
+    TU_RNG(rng);
+    for (int i = 0; i < R * C; i++)
+        l[i] = (float)tu_unif(&rng, -150, 150);
+    kiln_tensor *lt = kiln_from_data(ctx, KILN_F32, TU_S(R, C), l);
+    static float sm[R * C];
+    cr_assert_eq(kiln_to_host(kiln_softmax(lt, 1), sm, sizeof sm), KILN_OK);
+    for (int r = 0; r < R; r++) {
+        double mx = -INFINITY, sum = 0;
+        for (int c = 0; c < C; c++)
+            mx = fmax(mx, l[r * C + c]);
+        for (int c = 0; c < C; c++)
+            sum += exp((double)l[r * C + c] - mx);
+        for (int c = 0; c < C; c++) {
+            double w = exp((double)l[r * C + c] - mx) / sum;
+            cr_assert(fabs(sm[r * C + c] - w) <= 1e-6 * w + 2 * FLT_MIN,
+                      "[%s] softmax row %d column %d: %a, expected %a", tu_exec_name(), r, c,
+                      sm[r * C + c], w);
+        }
     }
 }
