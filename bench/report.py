@@ -451,7 +451,12 @@ WHY_MISSED = [
      "not 16384); the rest is the kernel zeroing the 64 MB it hands out, a write stream more "
      "for a kernel that reads 64 MB and writes 64 MB (with write-allocate, about 4/3 of its "
      "traffic: the floor for fresh memory). A step's released output is reused by default "
-     "(the reused column), which is what the goal's page faults were about."),
+     "(the reused column), which is what the goal's page faults were about. The ratio moves "
+     "with the run (1.87 in the 2026-12-07 quick run, 1.35 and 1.38 rerun alone right after). "
+     "Storing the kernel's output around the cache (non-temporal stores from a tile buffer on "
+     "the stack) was measured and not adopted: a*b+c alone 9.1 -> 7.6 ms, but the 11-op "
+     "chain 10.7 -> 11.7 ms, and an output the next kernel reads is slower streamed below "
+     "32 MB."),
     ("conv2d 3x3 forward", "torch.compile calls oneDNN's direct convolution; kiln reads its "
      "im2col in place through the matmul micro-kernel, packing each image's panels of it "
      "first. This session the packing works out where the padding's zeros fall once per tap "
@@ -461,7 +466,9 @@ WHY_MISSED = [
      "packing is still about 0.5 ms, 0.3 of which is only storing the panels (a variant that "
      "stores without loading), and the micro-kernel alone runs at about 73% of peak (1.7 ms, "
      "a variant that packs once). What is left is a micro-kernel that reads the input's rows "
-     "in place, with no packing at all."),
+     "in place, with no packing at all. The ratio flips between runs with the kernel unchanged "
+     "(1.04x, then 0.92x on 2026-12-07 with the forward 2.33 -> 2.19 ms from the "
+     "micro-kernel's unrolled k loop)."),
     ("attention forward", "the fused kernels' products run at about 85% of the FMA peak "
      "and take about half of a profile of the forward and backward; in the last session the "
      "products took 6-row register tiles (10 loads per 24 FMAs where 4 rows took 8 per 16), the forward "
@@ -476,7 +483,8 @@ WHY_MISSED = [
      "session's three runs with the same kernels: PyTorch's figure moves with the load.) Nine "
      "tenths of kiln's step are products (ten matmuls at 60-85% of the FMA peak one by one, and "
      "the fused attention); what remains is the matmul micro-kernel itself (register tiles 6x4, "
-     "8x3 and 12x2 vectors measured level, and unrolling its k loop 1-8 times level too). This "
+     "8x3 and 12x2 vectors measured level; unrolling its k loop 1-8 times measured level then, "
+     "and 1.07-1.14x faster on 2026-12-07, see below). This "
      "session the qkv gradient, a sum of three pads that one kernel computed as three masked "
      "loads of permuted views per element (4.8 ms), became a cat of the three (autograd joins "
      "pads side by side; 1.0 ms): fwd+bwd 150-154 -> 145 ms alternating; now the attention "
@@ -487,7 +495,13 @@ WHY_MISSED = [
      "epilogue (3.6 ms over the same product without it: it reads the pre-activation and the "
      "forward's output, 34 MB). With KILN_TUNE=1 "
      "the block's products take blocks timed on their shapes: fwd+bwd 1.07x faster than the "
-     "heuristics' plans (section KILN_TUNE below), not enough for 1.5x."),
+     "heuristics' plans (section KILN_TUNE below), not enough for 1.5x. On 2026-12-07 the "
+     "micro-kernel's k loop was unrolled by 4 (its loop overhead a tenth of the tile's "
+     "instructions) and a B read as w^T (every kiln_linear's forward) packs through 16 x 16 "
+     "in-register transposes (its scalar copy waited on 64 rows' lines at once: 28% of such a "
+     "product's time): fwd+bwd 140 -> 126 ms alternating with the session start in the quick "
+     "run, 1.26x PyTorch eager in the same run. The products now run at 75-88% of the peak "
+     "one by one; a profile of a 1024 product on one thread is nine tenths micro-kernel."),
     ("Fashion-MNIST CNN", "a 12.4-13.8 ms step (from 16.2-16.6 last session): the products "
      "are batched per image and run at 140-180 GFLOP/s, their partial tiles now on "
      "micro-kernels of their own size and their plain results stored straight into the output; "
@@ -501,9 +515,14 @@ WHY_MISSED = [
      "16-lane masked row loops, and (this session) the first convolution's weight gradient "
      "taken transposed so that its columns are the 16 channels instead of the 9 taps (0.76 -> "
      "0.96 ms). The im2col copy stays while the weight gradient reads it as a product's A, "
-     "which only B reads in place. This run (100 batches, the quick run's): kiln 11.1-11.5 ms a "
-     "step, PyTorch 13.5-16.5, at a load average of 1.3-1.5 (1.59x in a quieter run two "
-     "sessions ago, the same kernels)."),
+     "which only B reads in place. On 2026-12-07 the second convolution's input gradient was "
+     "computed as a convolution (the flipped weight times windows of the padded output "
+     "gradient, read in place as the forward's im2col) instead of a product 9x the input's "
+     "size and its col2im: its product [16, 288] @ [288, 196] per image ran 2.86 ms against "
+     "1.17 + 1.1 for the two it replaced, since with 16 output channels packing the 9x "
+     "expansion costs more than the products it feeds (not adopted: only a direct convolution "
+     "removes the expansion). This run (100 batches): kiln 10.4-11.4 ms a step, PyTorch "
+     "14.1-14.8, at a load average of 1.2-1.6."),
     ("recording an op", "met since a node made from a source nothing was made from before "
      "skips the interning table (it waits as that source's pending node): 217-241 -> 134-169 "
      "ns along the chain. Before: in a 1000-op graph it was met (128-140 ns); along a 100000-op chain "
@@ -514,7 +533,8 @@ WHY_MISSED = [
      "by libc's memset rather than an inlined rep stosq (259 -> 176-215 ns); a tag byte per "
      "slot, 8-byte slots (an address and a hash tag), and copying the prototype while the slot "
      "came in each measured level or slower."),
-    ("matmul, square", "OpenBLAS's SkylakeX kernel and kiln's are level at 1024 and 2048, "
+    ("matmul, square", "met on 2026-12-07 (worst 1.15 at 2048) once the micro-kernel's k loop "
+     "was unrolled by 4; before: OpenBLAS's SkylakeX kernel and kiln's were level at 1024 and 2048, "
      "and which is ahead moves with the run: the worst shape's ratio was 1.01, 1.04 and 0.94 in "
      "this session's last three quick runs, the kernel unchanged; kiln leads at 256 and "
      "the skinny shapes by 1.3-1.5x, at 512 by about 1.1. Until this session a quick run's median was of 3 steps, "
