@@ -89,9 +89,9 @@ static int exp_f32_reduced(ir_builder *b, int x, int xl, int magic, int *scale) 
  * The flushed values are below 1.2e-38, which no sum of such terms with
  * its largest, e^0 = 1, can show. The input is clamped to the threshold
  * first, so that lanes past it compute a normal value the select drops. */
-#define EXP_LEAST_NORMAL_F32 -0x1.5d589ep+6 /* the f32 just above ln 2^-126 = -87.3365447...: \
-                                               e^x at the one below is subnormal, which every \
-                                               clamped lane would compute */
+/* the f32 just above ln 2^-126 = -87.3365447...: e^x at the f32 below it
+ * is subnormal, which every clamped lane would then compute */
+#define EXP_LEAST_NORMAL_F32 -0x1.5d589ep+6
 static int flush_below_normal(ir_builder *b, int x, int e) {
     return rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, x, f(b, EXP_LEAST_NORMAL_F32)),
                      f(b, 0.0), e);

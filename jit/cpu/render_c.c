@@ -586,14 +586,6 @@ static void mm_micro_kernel(sbuf *b, const char *e, mm_shape s) {
     cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n#endif\n");
 }
 
-/* Packs rows [i0, i0 + mc) and k [p0, p0 + kc) of an operand into panels of
- * `unit` rows, step-major (unit values per k step), converted to the packed
- * type; rows past mc are zeros. A is packed by its rows, B by its columns,
- * so B's row stride is its k stride here. The strides are arguments (rs,
- * ks), shared by the kernels that call it, except a stride of literal 1
- * (rs_one, ks_one), which is the routine's own, so that its loop over the
- * contiguous axis is a plain vector loop; their values choose the loop
- * order. */
 /* A 16 x 16 block of f32 transposed in AVX-512 registers: rows s + i ss
  * (16 floats each) to rows d + j ds. Interleaving pairs of rows, then pairs
  * of pairs (as doubles), leaves lane L of vector 4i + j holding rows 4i ..
@@ -638,12 +630,23 @@ static void mm_tr16(sbuf *b) {
         "#endif\n");
 }
 
+/* Packs rows [i0, i0 + mc) and k [p0, p0 + kc) of an operand into panels of
+ * `unit` rows, step-major (unit values per k step), converted to the packed
+ * type; rows past mc are zeros. A is packed by its rows, B by its columns,
+ * so B's row stride is its k stride here. The strides are arguments (rs,
+ * ks), shared by the kernels that call it, except a stride of literal 1
+ * (rs_one, ks_one), which is the routine's own, so that its loop over the
+ * contiguous axis is a plain vector loop; their values choose the loop
+ * order. */
 static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, kiln_dtype dt,
                     int64_t row_stride, int64_t k_stride, bool rs_one, bool ks_one) {
     /* Reads run along the operand's contiguous axis; where that is k, in
      * steps of 16 so that the panel rows being written stay in L1. */
     bool by_k = k_stride == 1 && row_stride != 1;
-    if (by_k && ks_one && dt == KILN_F32 && !strcmp(e, "float") && unit % 16 == 0)
+    /* f32 read along k into panels of whole vectors: 16 x 16 blocks
+     * transposed in registers, 16 source rows at a time (mm_tr16) */
+    bool tr16 = by_k && ks_one && dt == KILN_F32 && !strcmp(e, "float") && unit % 16 == 0;
+    if (tr16)
         mm_tr16(b);
     snprintf(name, cap, "kh_mm_pack_%s_d%d_%d%s%s", mm_tag(e), (int)dt, unit, by_k ? "_k" : "",
              ks_one ? "_k1" : rs_one ? "_r1" : "");
@@ -655,9 +658,6 @@ static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, ki
     cstyle_put(b, "  const %s *restrict in0 = src;\n", stype(dt));
     if (ks_one || rs_one)
         cstyle_put(b, "  (void)%s;\n", ks_one ? "ks" : "rs");
-    /* f32 read along k into panels of whole vectors: 16 x 16 blocks
-     * transposed in registers, 16 source rows at a time (see mm_tr16) */
-    bool tr16 = by_k && ks_one && dt == KILN_F32 && !strcmp(e, "float") && unit % 16 == 0;
     cstyle_put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %d, dst += %d * kc) {\n", unit, unit);
     cstyle_put(b, "    if (r0 + %d <= mc) {\n", unit);
     if (tr16) {
