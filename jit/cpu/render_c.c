@@ -452,6 +452,24 @@ static void render_phased(sbuf *b, const lower_kernel *k, const lower_plan *plan
     cstyle_put(b, "  }\n}\n\n");
 }
 
+/* 512-bit vectors legal in every function of a kernel under clang
+ * (KILN_CC=clang), which otherwise splits the vector types the matmul and
+ * attention kernels name into 256-bit halves on AVX-512 hosts where its
+ * -march=native prefers 256: the 6 x 4 micro-kernel's 24 accumulators
+ * became 48 registers' worth and spilled, and products ran 7x slower than
+ * gcc's (256x768 @ w^T 25-28 ms against 3.7; at 0555a44 too). Loops it
+ * vectorises by itself keep its own width. */
+static void clang_wide_begin(sbuf *b, const lower_plan *plan) {
+    if (plan->vector_bytes >= 64)
+        cstyle_put(b, "#if defined(__clang__)\n#pragma clang attribute push "
+                      "(__attribute__((min_vector_width(512))), apply_to = function)\n#endif\n");
+}
+
+static void clang_wide_end(sbuf *b, const lower_plan *plan) {
+    if (plan->vector_bytes >= 64)
+        cstyle_put(b, "#if defined(__clang__)\n#pragma clang attribute pop\n#endif\n");
+}
+
 /* The plan's vector width, said to the compiler around a kernel whose
  * loops it vectorises by itself: gcc 12 under -march=native prefers 256-bit
  * vectors on AVX-512 hosts, and in 512-bit ones fused kernels ran
@@ -463,9 +481,11 @@ static void wide_begin(sbuf *b, const lower_plan *plan) {
     if (plan->vector_bytes >= 64)
         cstyle_put(b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
                       "#pragma GCC target(\"prefer-vector-width=512\")\n#endif\n");
+    clang_wide_begin(b, plan);
 }
 
 static void wide_end(sbuf *b, const lower_plan *plan) {
+    clang_wide_end(b, plan);
     if (plan->vector_bytes >= 64)
         cstyle_put(b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n");
 }
@@ -1587,9 +1607,11 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
         if (lower_kind_has_code(k->kind))
             cstyle_put(&b, "%s%s", JIT_CPU_KERNEL_MARK,
                        lower_plan_scalar(k, &plans[i]) ? JIT_CPU_TINY_MARK : "");
-        if (k->kind == LOWER_MATMUL)
+        if (k->kind == LOWER_MATMUL) {
+            clang_wide_begin(&b, &plans[i]);
             render_matmul(&b, k, &plans[i]);
-        else if (k->kind == LOWER_ATTENTION) {
+            clang_wide_end(&b, &plans[i]);
+        } else if (k->kind == LOWER_ATTENTION) {
             wide_begin(&b, &plans[i]);
             render_attention(&b, k, &plans[i]);
             wide_end(&b, &plans[i]);
