@@ -31,16 +31,22 @@ static void fresh_dir(void) {
     setenv("KILN_CACHE_DIR", cache, 1);
 }
 
-/* A KILN_CC script named name: answers --version, then runs body. */
-static void fake_cc_named(const char *name, const char *body) {
+/* A KILN_CC script named name: answers --version with version, then runs
+ * body. */
+static void fake_cc_version(const char *name, const char *version, const char *body) {
     char path[300];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     FILE *f = fopen(path, "w");
     cr_assert(f);
-    fprintf(f, "#!/bin/sh\ncase \"$1\" in --version) echo fake-cc 1.0; exit 0;; esac\n%s\n", body);
+    fprintf(f, "#!/bin/sh\ncase \"$1\" in --version) echo '%s'; exit 0;; esac\n%s\n", version,
+            body);
     cr_assert_eq(fclose(f), 0);
     cr_assert_eq(chmod(path, 0700), 0);
     setenv("KILN_CC", path, 1);
+}
+
+static void fake_cc_named(const char *name, const char *body) {
+    fake_cc_version(name, "fake-cc 1.0", body);
 }
 
 static void fake_cc(const char *body) { fake_cc_named("cc.sh", body); }
@@ -366,14 +372,17 @@ Test(compiler, a_failing_part_is_reported) {
     unsetenv("KILN_CC");
 }
 
-/* The optimisation flags a logging KILN_CC (that then runs the real cc) was
- * given while a program of n elements of exp compiled, into opt. */
-static void opt_levels_for(int64_t n, char *opt, size_t cap) {
+/* The optimisation and vector-width flags a logging KILN_CC answering
+ * --version with version (that then runs the real cc) was given while a
+ * program of n elements of exp compiled, into opt. */
+static void flags_for(const char *version, int64_t n, char *opt, size_t cap) {
     fresh_dir();
     char body[600];
     snprintf(body, sizeof body,
-             "for a; do case \"$a\" in -O*) echo \"$a\" >> %s/opt;; esac; done\nexec cc \"$@\"", dir);
-    fake_cc(body);
+             "for a; do case \"$a\" in -O*|-mprefer*) echo \"$a\" >> %s/opt;; esac; done\n"
+             "exec cc \"$@\"",
+             dir);
+    fake_cc_version(version[0] == 'c' ? "clang.sh" : "cc.sh", version, body);
     kiln_ctx *ctx = kiln_ctx_new(KILN_CPU);
     cr_assert(ctx);
     kiln_tensor *a = kiln_randn(ctx, KILN_F32, 1, &n, 12);
@@ -393,8 +402,23 @@ static void opt_levels_for(int64_t n, char *opt, size_t cap) {
  * in two thirds of -O3's time; any other at -O3. */
 Test(compiler, tiny_kernels_compile_at_O1) {
     char opt[256];
-    opt_levels_for(21, opt, sizeof opt);
+    flags_for("fake-cc 1.0", 21, opt, sizeof opt);
     cr_assert(strstr(opt, "-O1") && !strstr(opt, "-O3"), "a tiny program compiled with: %s", opt);
-    opt_levels_for(100000, opt, sizeof opt);
+    flags_for("fake-cc 1.0", 100000, opt, sizeof opt);
     cr_assert(strstr(opt, "-O3") && !strstr(opt, "-O1"), "a large program compiled with: %s", opt);
+}
+
+/* clang on an AVX-512 host is told -mprefer-vector-width=512 (its
+ * -march=native prefers 256-bit vectors for the loops it vectorises; gcc is
+ * told per kernel in the source), and no other compiler is. */
+Test(compiler, clang_is_told_512_bit_vectors) {
+#if defined(__x86_64__) || defined(__i386__)
+    if (!__builtin_cpu_supports("avx512f"))
+#endif
+        cr_skip_test("no AVX-512 on this host");
+    char opt[256];
+    flags_for("clang version 99.0.0, a stand-in", 100000, opt, sizeof opt);
+    cr_assert(strstr(opt, "-mprefer-vector-width=512"), "clang compiled with: %s", opt);
+    flags_for("fake-cc 1.0", 100000, opt, sizeof opt);
+    cr_assert(!strstr(opt, "-mprefer"), "another compiler compiled with: %s", opt);
 }
