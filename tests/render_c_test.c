@@ -66,6 +66,26 @@ Test(render_c, tiny_kernels_are_scalar_and_large_ones_vectorised) {
     graph_ctx_free(g);
 }
 
+/* The number a shell command prints about source src: cmd (a format of
+ * one %s) run on a temporary file holding it. */
+static int shell_count(const char *src, const char *cmd) {
+    char path[] = "/tmp/kiln_render_XXXXXX.c";
+    int fd = mkstemps(path, 2);
+    cr_assert(fd >= 0);
+    FILE *f = fdopen(fd, "w");
+    fputs(src, f);
+    fclose(f);
+    char line[1024];
+    snprintf(line, sizeof line, cmd, path);
+    FILE *pp = popen(line, "r");
+    cr_assert(pp);
+    int n = -1;
+    cr_assert_eq(fscanf(pp, "%d", &n), 1, "%s printed no number", line);
+    pclose(pp);
+    unlink(path);
+    return n;
+}
+
 static int count(const char *s, const char *what) {
     int n = 0;
     for (const char *at = strstr(s, what); at; at = strstr(at + 1, what))
@@ -165,20 +185,7 @@ Test(render_c, matmuls_of_one_program_share_their_micro_kernels) {
     cr_assert_eq(count(second, ukr), 1, "%s", src);
     cr_assert_eq(count(src, "#ifndef kh_mm_f32_64_6x4_ukr_\n"), 2, "%s", src);
     /* as the preprocessor sees the program: one definition */
-    char path[] = "/tmp/kiln_render_XXXXXX.c";
-    int fd = mkstemps(path, 2);
-    cr_assert(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    fputs(src, f);
-    fclose(f);
-    char cmd[256];
-    snprintf(cmd, sizeof cmd, "cc -E -P %s | grep -c 'void kh_mm_f32_64_6x4_ukr(int64_t kc'", path);
-    FILE *pp = popen(cmd, "r");
-    cr_assert(pp);
-    int defs = -1;
-    cr_assert_eq(fscanf(pp, "%d", &defs), 1);
-    pclose(pp);
-    unlink(path);
+    int defs = shell_count(src, "cc -E -P %s | grep -c 'void kh_mm_f32_64_6x4_ukr(int64_t kc'");
     cr_assert_eq(defs, 1, "%d definitions after preprocessing", defs);
     free(src);
     graph_unref(a);
@@ -227,24 +234,9 @@ Test(render_c, clang_keeps_the_products_512_bit_vectors) {
     graph_node *a = tu_leaf(g, KILN_F32, 2, as), *b = tu_leaf(g, KILN_F32, 2, bs);
     char *src = NULL;
     render(graph_matmul(a, b), &src);
-    char path[] = "/tmp/kiln_render_XXXXXX.c";
-    int fd = mkstemps(path, 2);
-    cr_assert(fd >= 0);
-    FILE *f = fdopen(fd, "w");
-    fputs(src, f);
-    fclose(f);
-    char cmd[512];
-    snprintf(cmd, sizeof cmd,
-             "clang -O3 -march=native -fopenmp -std=c11 -w -S -o - %s | awk "
-             "'/^kh_mm_f32_64_6x4_ukr:/{p=1} p&&/^\\.Lfunc_end/{exit} p' | "
-             "grep -c 'vfmadd[0-9]*ps.*zmm'",
-             path);
-    FILE *pp = popen(cmd, "r");
-    cr_assert(pp);
-    int fmas = -1;
-    cr_assert_eq(fscanf(pp, "%d", &fmas), 1);
-    pclose(pp);
-    unlink(path);
+    int fmas = shell_count(src, "clang -O3 -march=native -fopenmp -std=c11 -w -S -o - %s | awk "
+                                "'/^kh_mm_f32_64_6x4_ukr:/{p=1} p&&/^\\.Lfunc_end/{exit} p' | "
+                                "grep -c 'vfmadd[0-9]*ps.*zmm'");
     cr_assert(fmas >= 24, "%d FMAs on zmm registers in clang's micro-kernel, expected 24 a k step",
               fmas);
     free(src);
