@@ -78,6 +78,10 @@ static int exp_f32_reduced(ir_builder *b, int x, int xl, int magic, int *scale) 
     return horner(b, exp_reduce(b, x, xl, magic, scale), fit, 7);
 }
 
+/* the f32 just above ln 2^-126 = -87.3365447...: e^x at the f32 below it
+ * is subnormal, which every clamped lane would then compute */
+#define EXP_LEAST_NORMAL_F32 (-0x1.5d589ep+6)
+
 /* Where e^x falls below f32's least normal, 2^-126 (x < ln 2^-126), the
  * f32 rules return +0 rather than the subnormal: an operation whose result
  * is subnormal takes a microcode assist per lane on x86 (no flush-to-zero
@@ -89,9 +93,6 @@ static int exp_f32_reduced(ir_builder *b, int x, int xl, int magic, int *scale) 
  * The flushed values are below 1.2e-38, which no sum of such terms with
  * its largest, e^0 = 1, can show. The input is clamped to the threshold
  * first, so that lanes past it compute a normal value the select drops. */
-/* the f32 just above ln 2^-126 = -87.3365447...: e^x at the f32 below it
- * is subnormal, which every clamped lane would then compute */
-#define EXP_LEAST_NORMAL_F32 -0x1.5d589ep+6
 static int flush_below_normal(ir_builder *b, int x, int e) {
     return rules_sel(b, KILN_F32, rules_test(b, PRIM_LT, x, f(b, EXP_LEAST_NORMAL_F32)),
                      f(b, 0.0), e);
