@@ -19,18 +19,26 @@
 
 
 /* The C source of the program computing target (whose reference it takes),
- * malloc'd into *src. */
-static void render(graph_node *target, char **src) {
+ * malloc'd into *src, planned for vectors of vbytes bytes (64: AVX-512, 32:
+ * AVX2), or for this host's where vbytes is 0. The source is text whatever
+ * the host: tests that count what a plan decides name the width they count
+ * for. */
+static void render_for(graph_node *target, int vbytes, char **src) {
     lower_program *p = lower_schedule(1, &target, true);
     cr_assert(p);
     graph_unref(target);
-    lower_plan *plans = lower_plan_program(p, jit_cpu_target());
+    lower_target t = *jit_cpu_target();
+    if (vbytes)
+        t.vector_bytes = vbytes;
+    lower_plan *plans = lower_plan_program(p, &t);
     cr_assert(plans);
     char msg[256];
     cr_assert_eq(jit_cpu_render(p, plans, src, msg, sizeof msg), KILN_OK, "%s", msg);
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
 }
+
+static void render(graph_node *target, char **src) { render_for(target, 0, src); }
 
 Test(render_c, tiny_kernels_are_scalar_and_large_ones_vectorised) {
     graph_ctx *g = graph_ctx_new();
@@ -137,27 +145,34 @@ Test(render_c, row_kernels_prefetch_the_next_rows_plain_loads) {
 }
 
 /* A matmul whose rows and columns leave partial register tiles gets a
- * micro-kernel for each kind of partial tile (lower_mm_edges: 32 rows are 5
- * tiles of 6 and one of 2, 196 columns 3 panels of 64 and one of a vector),
- * chosen per tile; one whose tiles are all whole gets only the one. */
+ * micro-kernel for each kind of partial tile (lower_mm_edges), chosen per
+ * tile; one whose tiles are all whole gets only the one. With AVX-512's
+ * 6 x 4 tiles of 16 lanes, 32 rows are 5 tiles of 6 and one of 2, 196
+ * columns 3 panels of 64 and one of a vector. With AVX2's 6 x 2 tiles of 8
+ * lanes, 196 columns are 12 panels of 16 and a quarter of one: padded to
+ * 13 whole panels, a seventeenth more work, under the tenth that earns the
+ * columns an edge kernel; 72 columns, 4 panels and a half, earn it. */
 Test(render_c, partial_matmul_tiles_get_their_own_micro_kernels) {
     graph_ctx *g = graph_ctx_new();
     struct {
+        int vbytes;
         int64_t n, k, m;
         int kernels;
-    } cases[] = {{32, 144, 196, 4}, {36, 144, 256, 1}, {32, 144, 256, 2}, {36, 144, 196, 2}};
+    } cases[] = {{64, 32, 144, 196, 4}, {64, 36, 144, 256, 1}, {64, 32, 144, 256, 2},
+                 {64, 36, 144, 196, 2}, {32, 32, 144, 196, 2}, {32, 36, 144, 192, 1},
+                 {32, 32, 144, 72, 4}, {32, 36, 144, 72, 2}};
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         const int64_t as[2] = {cases[i].n, cases[i].k}, bs[2] = {cases[i].k, cases[i].m};
         graph_node *a = tu_leaf(g, KILN_F32, 2, as), *b = tu_leaf(g, KILN_F32, 2, bs);
         char *src = NULL;
-        render(graph_matmul(a, b), &src);
+        render_for(graph_matmul(a, b), cases[i].vbytes, &src);
         const char *k = strstr(src, JIT_CPU_KERNEL_MARK);
         cr_assert(k);
         /* each micro-kernel's definition names it with its parameter list */
         int n = count(k, "_ukr(int64_t kc");
-        cr_assert_eq(n, cases[i].kernels, "%lldx%lldx%lld: %d micro-kernels, want %d",
-                     (long long)cases[i].n, (long long)cases[i].k, (long long)cases[i].m, n,
-                     cases[i].kernels);
+        cr_assert_eq(n, cases[i].kernels, "%lldx%lldx%lld, %d-byte vectors: %d micro-kernels, want %d",
+                     (long long)cases[i].n, (long long)cases[i].k, (long long)cases[i].m,
+                     cases[i].vbytes, n, cases[i].kernels);
         free(src);
         graph_unref(a);
         graph_unref(b);
@@ -168,7 +183,7 @@ Test(render_c, partial_matmul_tiles_get_their_own_micro_kernels) {
 /* The matmuls of one program share their micro-kernels and packing routines
  * (named by tile shape and types, each guarded by #ifndef), so that gcc
  * compiles them once per translation unit: two products with 6x4 tiles
- * define one micro-kernel between them, and each kernel's text still
+ * (AVX-512's) define one micro-kernel between them, and each kernel's text still
  * carries its own guarded copy (a unit may hold either kernel alone). */
 Test(render_c, matmuls_of_one_program_share_their_micro_kernels) {
     graph_ctx *g = graph_ctx_new();
@@ -177,7 +192,7 @@ Test(render_c, matmuls_of_one_program_share_their_micro_kernels) {
     graph_node *c = tu_leaf(g, KILN_F32, 2, cs);
     graph_node *h = graph_unary(GRAPH_RELU, graph_matmul(a, b));
     char *src = NULL;
-    render(graph_matmul(h, c), &src);
+    render_for(graph_matmul(h, c), 64, &src);
     cr_assert_eq(count(src, JIT_CPU_KERNEL_MARK), 2, "%s", src);
     const char *second = strstr(strstr(src, JIT_CPU_KERNEL_MARK) + 1, JIT_CPU_KERNEL_MARK);
     const char *ukr = "void kh_mm_f32_64_6x4_ukr(int64_t kc";

@@ -606,21 +606,23 @@ static void mm_micro_kernel(sbuf *b, const char *e, mm_shape s) {
     cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n#endif\n");
 }
 
-/* A 16 x 16 block of f32 transposed in AVX-512 registers: rows s + i ss
- * (16 floats each) to rows d + j ds. Interleaving pairs of rows, then pairs
- * of pairs (as doubles), leaves lane L of vector 4i + j holding rows 4i ..
- * 4i + 3 at column 4L + j; two rounds of 128-bit lane shuffles gather each
- * column's four lanes. A B read as w^T (every kiln_linear's forward) packs
- * that way: its scalar copy, 16 k steps of 64 rows at a time, waited on 64
- * rows' lines at once (the product's function body 28% of a 256 x 768 @
- * 768 x 3072's time, against 7% for a plain B); all of w packed, 16 rows at
- * a time: 0.94 -> 0.54 ms. */
-static void mm_tr16(sbuf *b) {
+/* A KH_TR x KH_TR block of f32 transposed in vector registers: rows s + i
+ * ss to rows d + j ds; KH_TR is 16 with AVX-512, 8 with AVX2 (undefined
+ * otherwise: the pack copies scalars). AVX-512: interleaving pairs of rows,
+ * then pairs of pairs (as doubles), leaves lane L of vector 4i + j holding
+ * rows 4i .. 4i + 3 at column 4L + j; two rounds of 128-bit lane shuffles
+ * gather each column's four lanes. AVX2: the same two interleavings within
+ * each 128-bit half, then one exchange of halves. A B read as w^T (every
+ * kiln_linear's forward) packs that way: its scalar copy, 16 k steps of 64
+ * rows at a time, waited on 64 rows' lines at once (the product's function
+ * body 28% of a 256 x 768 @ 768 x 3072's time, against 7% for a plain B);
+ * all of w packed, 16 rows at a time: 0.94 -> 0.54 ms (AVX-512). */
+static void mm_tr(sbuf *b) {
     cstyle_put(b,
-        "#if defined(__AVX512F__) && !defined(KH_TR16)\n"
-        "#define KH_TR16\n"
+        "#if defined(__AVX512F__) && !defined(KH_TR)\n"
+        "#define KH_TR 16\n"
         "#include <immintrin.h>\n"
-        "static inline void kh_tr16(const float *restrict s, int64_t ss, float *restrict d, "
+        "static inline void kh_tr(const float *restrict s, int64_t ss, float *restrict d, "
         "int64_t ds) {\n"
         "  __m512 r[16], t[16];\n"
         "  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(s + i * ss);\n"
@@ -647,6 +649,30 @@ static void mm_tr16(sbuf *b) {
         "    _mm512_storeu_ps(d + (12 + j) * ds, _mm512_shuffle_f32x4(s1, s3, 0xdd));\n"
         "  }\n"
         "}\n"
+        "#elif defined(__AVX2__) && !defined(KH_TR)\n"
+        "#define KH_TR 8\n"
+        "#include <immintrin.h>\n"
+        "static inline void kh_tr(const float *restrict s, int64_t ss, float *restrict d, "
+        "int64_t ds) {\n"
+        "  __m256 r[8], t[8];\n"
+        "  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(s + i * ss);\n"
+        "  for (int i = 0; i < 4; i++) {\n"
+        "    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);\n"
+        "    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);\n"
+        "  }\n"
+        "  for (int i = 0; i < 2; i++) {\n"
+        "    const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);\n"
+        "    const __m256d c = _mm256_castps_pd(t[4 * i + 2]), e = _mm256_castps_pd(t[4 * i + 3]);\n"
+        "    r[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));\n"
+        "    r[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));\n"
+        "    r[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, e));\n"
+        "    r[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, e));\n"
+        "  }\n"
+        "  for (int j = 0; j < 4; j++) {\n"
+        "    _mm256_storeu_ps(d + j * ds, _mm256_permute2f128_ps(r[j], r[4 + j], 0x20));\n"
+        "    _mm256_storeu_ps(d + (4 + j) * ds, _mm256_permute2f128_ps(r[j], r[4 + j], 0x31));\n"
+        "  }\n"
+        "}\n"
         "#endif\n");
 }
 
@@ -663,11 +689,13 @@ static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, ki
     /* Reads run along the operand's contiguous axis; where that is k, in
      * steps of 16 so that the panel rows being written stay in L1. */
     bool by_k = k_stride == 1 && row_stride != 1;
-    /* f32 read along k into panels of whole vectors: 16 x 16 blocks
-     * transposed in registers, 16 source rows at a time (mm_tr16) */
-    bool tr16 = by_k && ks_one && dt == KILN_F32 && !strcmp(e, "float") && unit % 16 == 0;
-    if (tr16)
-        mm_tr16(b);
+    /* f32 read along k into panels of whole vectors: KH_TR x KH_TR blocks
+     * transposed in registers, KH_TR source rows at a time (mm_tr); units
+     * are whole vectors, so the preprocessor's test below holds wherever
+     * the compiler's vectors are the plan's */
+    bool tr = by_k && ks_one && dt == KILN_F32 && !strcmp(e, "float") && unit % 8 == 0;
+    if (tr)
+        mm_tr(b);
     snprintf(name, cap, "kh_mm_pack_%s_d%d_%d%s%s", mm_tag(e), (int)dt, unit, by_k ? "_k" : "",
              ks_one ? "_k1" : rs_one ? "_r1" : "");
     cstyle_put(b, "#ifndef %s_\n#define %s_\n", name, name);
@@ -680,12 +708,12 @@ static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, ki
         cstyle_put(b, "  (void)%s;\n", ks_one ? "ks" : "rs");
     cstyle_put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %d, dst += %d * kc) {\n", unit, unit);
     cstyle_put(b, "    if (r0 + %d <= mc) {\n", unit);
-    if (tr16) {
-        cstyle_put(b, "#ifdef KH_TR16\n");
-        cstyle_put(b, "      const int64_t q0 = kc - kc %% 16;\n");
-        cstyle_put(b, "      for (int64_t r = 0; r < %d; r += 16)\n", unit);
-        cstyle_put(b, "        for (int64_t q = 0; q < q0; q += 16)\n");
-        cstyle_put(b, "          kh_tr16(in0 + o + (r0 + r) * rs + q, rs, dst + q * %d + r, %d);\n",
+    if (tr) {
+        cstyle_put(b, "#if defined(KH_TR) && %d %% KH_TR == 0\n", unit);
+        cstyle_put(b, "      const int64_t q0 = kc - kc %% KH_TR;\n");
+        cstyle_put(b, "      for (int64_t r = 0; r < %d; r += KH_TR)\n", unit);
+        cstyle_put(b, "        for (int64_t q = 0; q < q0; q += KH_TR)\n");
+        cstyle_put(b, "          kh_tr(in0 + o + (r0 + r) * rs + q, rs, dst + q * %d + r, %d);\n",
                    unit, unit);
         cstyle_put(b, "      for (int64_t r = 0; r < %d; r++)\n", unit);
         cstyle_put(b, "        for (int64_t p = q0; p < kc; p++)\n");
@@ -705,7 +733,7 @@ static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, ki
                     : rs_one ? "o + (r0 + r) + p * ks" : "o + (r0 + r) * rs + p * ks";
     load_expr(b, dt, 0, idx);
     cstyle_put(b, ";\n");
-    if (tr16)
+    if (tr)
         cstyle_put(b, "#endif\n");
     cstyle_put(b, "    } else {\n");
     cstyle_put(b, "      for (int64_t p = 0; p < kc; p++)\n");
