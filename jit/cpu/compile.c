@@ -34,25 +34,29 @@ static const char *const cflags[] = {"-O3",         "-march=native",      "-fope
 #define NFLAGS (sizeof cflags / sizeof cflags[0] - 1)
 
 static bool clang_wide(void);
+static bool gcc_no_gathers(void);
 
-/* cflags, and the flag clang takes on an AVX-512 host (clang_wide):
- * what every compile passes and every key of its objects and programs
- * holds (jit_device_key), so that objects built without it are not
- * loaded for a compiler that now gets it. */
-static const char *cflags_wide[NFLAGS + 2];
+/* cflags and one flag more: the one clang takes on an AVX-512 host
+ * (clang_wide), or the one gcc takes on an AMD host without AVX-512
+ * (gcc_no_gathers). What every compile passes and every key of its objects
+ * and programs holds (jit_device_key), so that objects built without it
+ * are not loaded for a compiler that now gets it. */
+static const char *cflags_wide[NFLAGS + 2], *cflags_no_gathers[NFLAGS + 2];
 
-static void fill_cflags_wide(void) {
+static void fill_cflags(void) {
     memcpy(cflags_wide, cflags, sizeof(char *) * NFLAGS);
     cflags_wide[NFLAGS] = "-mprefer-vector-width=512";
-    cflags_wide[NFLAGS + 1] = NULL;
+    memcpy(cflags_no_gathers, cflags, sizeof(char *) * NFLAGS);
+    cflags_no_gathers[NFLAGS] = "-mtune-ctrl=^use_gather";
 }
 
 const char *const *jit_cpu_flags(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    if (!clang_wide())
+    bool wide = clang_wide(), no_gathers = !wide && gcc_no_gathers();
+    if (!wide && !no_gathers)
         return cflags;
-    pthread_once(&once, fill_cflags_wide);
-    return cflags_wide;
+    pthread_once(&once, fill_cflags);
+    return wide ? cflags_wide : cflags_no_gathers;
 }
 
 const char *jit_cpu_compiler(void) {
@@ -252,6 +256,24 @@ const char *jit_cpu_compiler_id(void) {
  * 10.6 (gcc 10.1-10.3 and 10.8-11.2). */
 static bool clang_wide(void) {
     return jit_cpu_target()->vector_bytes >= 64 && strstr(jit_cpu_compiler_id(), "clang");
+}
+
+/* Whether the compiler is gcc (not clang: -mtune-ctrl is gcc's) on an AMD
+ * host without AVX-512 (Zen 3 and before), where it is told not to
+ * vectorise through gathers: gcc 12's tuning for Zen 3 turns them on, and
+ * there each 8-lane vgatherdps cost the CNN's pooling backward (9 masked
+ * gathers an element for its col2im) 8.8 ms of a 37 ms step; with the
+ * loads scalar the step ran 27-31 ms against 38-43, alternating (2-core
+ * EPYC, Zen 3, 2026-12-07), and bench/ops' workloads level (they hold no
+ * gathers). AVX-512 hosts keep them: there the same kernel took 1.4 ms. */
+static bool gcc_no_gathers(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return jit_cpu_target()->vector_bytes < 64 && __builtin_cpu_is("amd") &&
+           !strstr(jit_cpu_compiler_id(), "clang");
+#else
+    return false;
+#endif
 }
 
 cache_key jit_cpu_key(const char *src) {
