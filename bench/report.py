@@ -423,11 +423,36 @@ def goals_section(ops, machine, out_md, compile_ms):
     if missed:
         out += ["", "Why this run's misses miss (causes measured by profiling and by hand-edited "
                 "variants of the generated kernels; see the closing notes of the CPU issue):", ""]
+        if machine and machine.get("vector_bits", 512) < 512:
+            out += [AVX2_NOTE, ""]
         for what in missed:
             cause = next((c for k, c in WHY_MISSED if what.startswith(k)), None)
             out.append(f"- {what}: {cause or 'no cause recorded yet.'}")
     return out + [""]
 
+
+# Said before the causes where the run's machine has no 512-bit vectors: the
+# causes were measured on AVX-512 machines.
+AVX2_NOTE = (
+    "This run's machine has 256-bit vectors (AVX2: the 2-core AMD EPYC, Zen 3, of "
+    "2026-12-07), and the causes below were measured on AVX-512 machines (an Intel Xeon and "
+    "a Zen 4 EPYC), where most of these rows were met. Here the FMA rate is about a third of "
+    "the Xeon's (173 against 476-492 GFLOP/s on two threads) and the triad 21 GB/s against "
+    "28, so compute-bound kernels (the 11-op chain, gelu, softmax's e^x pass, the products) "
+    "fall further behind the memory, and gcc compiles and host code (recording, cache hits, "
+    "cold compiles) run 2-3x slower. Measured on this machine on 2026-12-07: row softmax's "
+    "sum pass is about 40 instructions per 8-lane vector (e^x with its range selects, the "
+    "flush below 2^-126, the sum widened to double), compute-bound beside the memory; "
+    "the products' w^T packing had no AVX2 transpose (the 8x8 one added this session: "
+    "256x768 @ w^T 18.5-21.7 -> 15.5-16.5 ms); column sums ran in chunks of 256 outputs, a "
+    "kilobyte of each row (5.2-7.4 ms; chunks of 1024, 3.6-4.3 ms); the CNN's pool backward "
+    "with its col2im (9 masked loads an element) took 8.8 ms of a 37 ms step through gcc's "
+    "gathers, which its Zen 3 tuning turns on and which cost about a cycle a lane here: "
+    "gcc is now told not to use them on such hosts (jit/cpu/compile.c, the step 38-43 -> "
+    "27-31 ms), and the kernel's 6.3 ms left are its index arithmetic, scalar, recomputed "
+    "per element (divisions by 14, 196 and 3136 for each of its 4 + 9 loads): the fix is "
+    "a loop over rows with x innermost, which the Xeon did not need (there the kernel took "
+    "1.4 ms).")
 
 # The cause of each goal that runs have missed, keyed by the start of its row.
 WHY_MISSED = [
