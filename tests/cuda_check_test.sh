@@ -25,39 +25,15 @@ status=0
 tested=0 passing=0 failing=0
 ms() { echo $(($(date +%s%N) / 1000000)); }
 start=$(ms)
-# One binary per core at a time: each compiles its programs with NVRTC on one
-# thread, and run one after another they left a core idle for a quarter of an
-# hour on a 2-core machine (the suite's last test, alone). Their results are
-# read back in the order given.
-jobs=$(nproc 2>/dev/null || echo 2)
-((jobs >= 1)) || jobs=1
-run_one() { # run_one INDEX BINARY: its output, status and time under $TEST_TMPDIR
-    local t0
+for t in "$@"; do
     t0=$(ms)
-    "$2" >"$TEST_TMPDIR/out.$1" 2>&1
-    echo "$? $(($(ms) - t0))" >"$TEST_TMPDIR/rc.$1"
-}
-i=0
-for t in "$@"; do
-    while (($(jobs -rp | wc -l) >= jobs)); do
-        wait -n
-    done
-    run_one "$i" "$t" &
-    i=$((i + 1))
-done
-wait
-i=0
-for t in "$@"; do
-    read -r rc took <"$TEST_TMPDIR/rc.$i" || rc=1 took=0
-    out="$TEST_TMPDIR/out.$i"
-    i=$((i + 1))
-    if ((rc != 0)); then
+    if ! "$t" >"$TEST_TMPDIR/out" 2>&1; then
         status=1
         echo "cuda_check_test: $t FAILED:"
-        cat "$out"
+        cat "$TEST_TMPDIR/out"
     fi
     # the wrapped binaries' cases add up to one summary, which kiln.sh counts
-    synth=$(grep -a 'Synthesis: Tested:' "$out" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
+    synth=$(grep -a 'Synthesis: Tested:' "$TEST_TMPDIR/out" | tail -n 1 | sed 's/\x1b\[[0-9;]*m//g')
     if [[ $synth =~ Tested:\ *([0-9]+)\ *\|\ *Passing:\ *([0-9]+)\ *\|\ *Failing:\ *([0-9]+) ]]; then
         tested=$((tested + BASH_REMATCH[1]))
         passing=$((passing + BASH_REMATCH[2]))
@@ -67,7 +43,7 @@ for t in "$@"; do
         failing=$((failing + 1))
         status=1
     fi
-    echo "cuda_check_test: $(basename "$t") $took ms"
+    echo "cuda_check_test: $(basename "$t") $(($(ms) - t0)) ms"
 done
 echo "cuda_check_test: total $(($(ms) - start)) ms"
 if ((tested == 0)); then
