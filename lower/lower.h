@@ -445,6 +445,10 @@ typedef struct lower_mm_plan {
     int mr, nv, lanes;
     int64_t mc, nc, kc;
     bool a_direct;
+    int pack_tr;        /* CPU: B read along k (a w^T: k contiguous, f32) packs through
+                           pack_tr x pack_tr transposes in vector registers, 16 with
+                           64-byte vectors, 8 with 32-byte ones, where its panels of
+                           lanes x nv columns are whole blocks; 0: element copies */
     int tile, ktile;
     bool mma;           /* GPU: f16 or bf16 operands (or f32 ones rounded to TF32) through
                            the tensor cores (4 warps, each a 32 x 32 quarter of the tile in

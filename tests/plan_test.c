@@ -408,6 +408,48 @@ Test(plan, matmul_blocking_follows_the_vectors) {
     graph_ctx_free(g);
 }
 
+/* The register transposes a w^T's pack goes through are the plan's (lower_mm_plan.pack_tr):
+ * 16 x 16 with 64-byte vectors, 8 x 8 with 32-byte ones, for f32 B read along k, in every
+ * KILN_TUNE variant too (8 x 3 tiles' 48 columns, half-width vectors' 32); none for a plain B,
+ * for f64, or on a GPU. */
+Test(plan, wt_pack_transposes_follow_the_vectors) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t sx[2] = {256, 768}, sw[2] = {1024, 768}, sb[2] = {768, 1024};
+    graph_node *x = tu_leaf(g, KILN_F32, 2, sx), *w = tu_leaf(g, KILN_F32, 2, sw);
+    graph_node *bp = tu_leaf(g, KILN_F32, 2, sb), *xd = tu_leaf(g, KILN_F64, 2, sx);
+    graph_node *wd = tu_leaf(g, KILN_F64, 2, sw);
+    const int perm[2] = {1, 0};
+    graph_node *wt = graph_permute(w, perm), *wdt = graph_permute(wd, perm);
+    cr_assert_eq(cpu_mm_plan(x, wt).pack_tr, 16);
+    cr_assert_eq(cpu_mm_plan(x, bp).pack_tr, 0, "a plain B is read along its rows");
+    cr_assert_eq(cpu_mm_plan(xd, wdt).pack_tr, 0, "f64 packs by elements");
+    lower_program *p = schedule(graph_matmul(x, wt));
+    lower_plan *plans = lower_plan_program(p, &cpu256);
+    cr_assert_eq(plans[0].mm.pack_tr, 8);
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &cpu512);
+    lower_plan var[LOWER_PLAN_VARIANTS_MAX];
+    int n = lower_plan_variants(&p->kernels[0], &cpu512, &plans[0], var, LOWER_PLAN_VARIANTS_MAX);
+    cr_assert(n > 2);
+    for (int i = 0; i < n; i++) {
+        cr_assert_eq(var[i].mm.pack_tr, 16, "variant %d: %d x %d vectors of %d", i, var[i].mm.mr,
+                     var[i].mm.nv, var[i].mm.lanes);
+    }
+    lower_plans_free(plans, p->nkernels);
+    plans = lower_plan_program(p, &gpu);
+    cr_assert_eq(plans[0].mm.pack_tr, 0);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    graph_unref(wt);
+    graph_unref(wdt);
+    graph_unref(x);
+    graph_unref(w);
+    graph_unref(bp);
+    graph_unref(xd);
+    graph_unref(wd);
+    graph_ctx_free(g);
+}
+
 /* KILN_TUNE's variants of a kernel's plan (lower_plan_variants): the
  * heuristics' plan first, each other one distinct from every other, each a
  * valid blocking (whole register tiles in a block, k blocks within k, the

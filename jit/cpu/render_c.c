@@ -606,23 +606,21 @@ static void mm_micro_kernel(sbuf *b, const char *e, mm_shape s) {
     cstyle_put(b, "  }\n}\n#pragma GCC pop_options\n#endif\n");
 }
 
-/* A KH_TR x KH_TR block of f32 transposed in vector registers: rows s + i
- * ss to rows d + j ds; KH_TR is 16 with AVX-512, 8 with AVX2 (undefined
- * otherwise: the pack copies scalars). AVX-512: interleaving pairs of rows,
- * then pairs of pairs (as doubles), leaves lane L of vector 4i + j holding
- * rows 4i .. 4i + 3 at column 4L + j; two rounds of 128-bit lane shuffles
- * gather each column's four lanes. AVX2: the same two interleavings within
- * each 128-bit half, then one exchange of halves. A B read as w^T (every
- * kiln_linear's forward) packs that way: its scalar copy, 16 k steps of 64
- * rows at a time, waited on 64 rows' lines at once (the product's function
- * body 28% of a 256 x 768 @ 768 x 3072's time, against 7% for a plain B);
- * all of w packed, 16 rows at a time: 0.94 -> 0.54 ms (AVX-512). */
-static void mm_tr(sbuf *b) {
-    cstyle_put(b,
-        "#if defined(__AVX512F__) && !defined(KH_TR)\n"
-        "#define KH_TR 16\n"
+/* A tr x tr block of f32 transposed in vector registers (tr is the plan's
+ * lower_mm_plan.pack_tr): rows s + i ss to rows d + j ds; defines KH_TR16
+ * or KH_TR8 where the compiler has the vectors (else the pack copies).
+ * AVX-512 (16): interleaving pairs of rows, then pairs of pairs (as
+ * doubles), leaves lane L of vector 4i + j holding rows 4i .. 4i + 3 at
+ * column 4L + j; two rounds of 128-bit lane shuffles gather each column's
+ * four lanes. AVX2 (8): the same two interleavings within each 128-bit
+ * half, then one exchange of halves. */
+static void mm_tr(sbuf *b, int tr) {
+    if (tr == 16)
+        cstyle_put(b,
+        "#if defined(__AVX512F__) && !defined(KH_TR16)\n"
+        "#define KH_TR16\n"
         "#include <immintrin.h>\n"
-        "static inline void kh_tr(const float *restrict s, int64_t ss, float *restrict d, "
+        "static inline void kh_tr16(const float *restrict s, int64_t ss, float *restrict d, "
         "int64_t ds) {\n"
         "  __m512 r[16], t[16];\n"
         "  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(s + i * ss);\n"
@@ -649,10 +647,13 @@ static void mm_tr(sbuf *b) {
         "    _mm512_storeu_ps(d + (12 + j) * ds, _mm512_shuffle_f32x4(s1, s3, 0xdd));\n"
         "  }\n"
         "}\n"
-        "#elif defined(__AVX2__) && !defined(KH_TR)\n"
-        "#define KH_TR 8\n"
+        "#endif\n");
+    else
+        cstyle_put(b,
+        "#if defined(__AVX2__) && !defined(KH_TR8)\n"
+        "#define KH_TR8\n"
         "#include <immintrin.h>\n"
-        "static inline void kh_tr(const float *restrict s, int64_t ss, float *restrict d, "
+        "static inline void kh_tr8(const float *restrict s, int64_t ss, float *restrict d, "
         "int64_t ds) {\n"
         "  __m256 r[8], t[8];\n"
         "  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(s + i * ss);\n"
@@ -685,19 +686,17 @@ static void mm_tr(sbuf *b) {
  * contiguous axis is a plain vector loop; their values choose the loop
  * order. */
 static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, kiln_dtype dt,
-                    int64_t row_stride, int64_t k_stride, bool rs_one, bool ks_one) {
+                    int64_t row_stride, int64_t k_stride, bool rs_one, bool ks_one, int tr) {
     /* Reads run along the operand's contiguous axis; where that is k, in
      * steps of 16 so that the panel rows being written stay in L1. */
     bool by_k = k_stride == 1 && row_stride != 1;
-    /* f32 read along k into panels of whole vectors: KH_TR x KH_TR blocks
-     * transposed in registers, KH_TR source rows at a time (mm_tr); units
-     * are whole vectors, so the preprocessor's test below holds wherever
-     * the compiler's vectors are the plan's */
-    bool tr = by_k && ks_one && dt == KILN_F32 && !strcmp(e, "float") && unit % 8 == 0;
+    /* tr (the plan's pack_tr, 0 for A): f32 read along k into panels of
+     * whole tr x tr blocks, transposed in registers tr source rows at a
+     * time (mm_tr); element copies where the compiler lacks the vectors */
     if (tr)
-        mm_tr(b);
-    snprintf(name, cap, "kh_mm_pack_%s_d%d_%d%s%s", mm_tag(e), (int)dt, unit, by_k ? "_k" : "",
-             ks_one ? "_k1" : rs_one ? "_r1" : "");
+        mm_tr(b, tr);
+    snprintf(name, cap, "kh_mm_pack_%s_d%d_%d%s%s%s", mm_tag(e), (int)dt, unit, by_k ? "_k" : "",
+             ks_one ? "_k1" : rs_one ? "_r1" : "", tr == 16 ? "_t16" : tr == 8 ? "_t8" : "");
     cstyle_put(b, "#ifndef %s_\n#define %s_\n", name, name);
     cstyle_put(b,
         "static void %s(%s *restrict dst, const %s *restrict src, int64_t o, "
@@ -709,12 +708,12 @@ static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, ki
     cstyle_put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %d, dst += %d * kc) {\n", unit, unit);
     cstyle_put(b, "    if (r0 + %d <= mc) {\n", unit);
     if (tr) {
-        cstyle_put(b, "#if defined(KH_TR) && %d %% KH_TR == 0\n", unit);
-        cstyle_put(b, "      const int64_t q0 = kc - kc %% KH_TR;\n");
-        cstyle_put(b, "      for (int64_t r = 0; r < %d; r += KH_TR)\n", unit);
-        cstyle_put(b, "        for (int64_t q = 0; q < q0; q += KH_TR)\n");
-        cstyle_put(b, "          kh_tr(in0 + o + (r0 + r) * rs + q, rs, dst + q * %d + r, %d);\n",
-                   unit, unit);
+        cstyle_put(b, "#ifdef KH_TR%d\n", tr);
+        cstyle_put(b, "      const int64_t q0 = kc - kc %% %d;\n", tr);
+        cstyle_put(b, "      for (int64_t r = 0; r < %d; r += %d)\n", unit, tr);
+        cstyle_put(b, "        for (int64_t q = 0; q < q0; q += %d)\n", tr);
+        cstyle_put(b, "          kh_tr%d(in0 + o + (r0 + r) * rs + q, rs, dst + q * %d + r, %d);\n",
+                   tr, unit, unit);
         cstyle_put(b, "      for (int64_t r = 0; r < %d; r++)\n", unit);
         cstyle_put(b, "        for (int64_t p = q0; p < kc; p++)\n");
         cstyle_put(b, "          dst[p * %d + r] = in0[o + (r0 + r) * rs + p];\n", unit);
@@ -1009,7 +1008,7 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     char pack_a[96], pack_b[96];
     mm_pack(b, pack_a, sizeof pack_a, e, s.mr, at, k->a.row_stride, k->a.col_stride,
             lower_size_index(k, &k->a.row_stride) < 0 && k->a.row_stride == 1,
-            lower_size_index(k, &k->a.col_stride) < 0 && k->a.col_stride == 1);
+            lower_size_index(k, &k->a.col_stride) < 0 && k->a.col_stride == 1, 0);
     bool split = lower_operand_split(&k->b);
     if (split) {
         char unit[128];
@@ -1019,7 +1018,7 @@ static void render_matmul(sbuf *b, const lower_kernel *k, const lower_plan *plan
     } else {
         mm_pack(b, pack_b, sizeof pack_b, e, (int)nr, bt, k->b.col_stride, k->b.row_stride,
                 lower_size_index(k, &k->b.col_stride) < 0 && k->b.col_stride == 1,
-                lower_size_index(k, &k->b.row_stride) < 0 && k->b.row_stride == 1);
+                lower_size_index(k, &k->b.row_stride) < 0 && k->b.row_stride == 1, mm->pack_tr);
     }
     /* Sizes, blocks and strides are variables of the kernel (literals, or
      * run-time sizes when the program is shared by several sizes). */
