@@ -476,6 +476,13 @@ typedef struct lower_plan {
                            outputs in chunks of this many, each chunk's partial sums a
                            row in cache that the input's rows are added into, rather
                            than one strided walk per output; 0: per output */
+    int64_t rows;       /* columns: 0, or the outputs walked as rows of this many, chunks of
+                           whole rows (columns a multiple of it), a vector loop along each
+                           row: every division of the flat output index by a multiple of
+                           it (the output's coordinates, the places it reads) then a
+                           division of the row's index, once per row, and the loads along
+                           a row plain vector loads. A renderer may still walk the outputs
+                           flat (the same elements, the same order of each one's sum) */
     int64_t parallel;   /* 1: enough work to spread over threads (a number, not a bool,
                            so that a program shared by several sizes reads it at run
                            time: lower_sizes_mark) */

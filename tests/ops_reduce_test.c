@@ -198,34 +198,41 @@ TU_TEST(reduce, trailing_and_leading_axes) {
 }
 
 /* Reductions over small windows of a fixed few elements (lower/plan.c
- * takes them down columns: the outputs in chunks, the window's elements
- * rows taken into each chunk): a 2x3 pool's windows of [2, 3, 10, 2, 9, 3]
- * (540 outputs, three chunks, the last partial), every op and float dtype,
- * with NaN and infinities planted in some windows and not at their start. */
+ * takes them down columns: the outputs in chunks of about 1024, the
+ * window's elements rows taken into each chunk, walked in rows of the
+ * output's innermost axis where that is 8 or more): 2x3 pools' windows of
+ * [2, 3, 10, 2, 9, 3] (540 outputs, one chunk of rows of 9), of [2, 3, 20,
+ * 2, 13, 3] (1560 outputs, rows of 13: two chunks, the last partial) and
+ * of [2, 3, 50, 2, 5, 3] (1500 outputs walked flat: rows of 5 are too
+ * short), every op and float dtype, with NaN and infinities planted in
+ * some windows and not at their start. */
 TU_TEST(reduce, small_windows_down_columns) {
     TU_RNG(r);
-    const int64_t dims[6] = {2, 3, 10, 2, 9, 3};
+    const int64_t shapes[3][6] = {{2, 3, 10, 2, 9, 3}, {2, 3, 20, 2, 13, 3}, {2, 3, 50, 2, 5, 3}};
     const int axes[2] = {3, 5};
-    enum { N = 2 * 3 * 10 * 2 * 9 * 3 };
+    enum { N = 2 * 3 * 20 * 2 * 13 * 3 };
     static double in[N];
     int nf;
     const kiln_dtype *fl = tu_float_dtypes(&nf);
-    for (int k = 0; k < nf; k++) {
-        tu_rand_tensor(ctx, &r, fl[k], 6, dims, -4, 4, in);
-        in[7] = NAN;
-        in[200] = INFINITY;
-        in[1001] = -INFINITY;
-        in[2999] = NAN;
-        kiln_tensor *x = kiln_from_data(ctx, KILN_F64, 6, dims, in);
-        if (fl[k] != KILN_F64)
-            x = kiln_cast(x, fl[k]);
+    for (int s = 0; s < 3; s++) {
+        const int64_t *dims = shapes[s];
+        for (int k = 0; k < nf; k++) {
+            tu_rand_tensor(ctx, &r, fl[k], 6, dims, -4, 4, in);
+            in[7] = NAN;
+            in[200] = INFINITY;
+            in[1001] = -INFINITY;
+            in[2999] = NAN;
+            kiln_tensor *x = kiln_from_data(ctx, KILN_F64, 6, dims, in);
+            if (fl[k] != KILN_F64)
+                x = kiln_cast(x, fl[k]);
+            for (int o = 0; o < NROPS; o++)
+                check_reduce(ctx, (rop)o, x, in, fl[k], 6, dims, 2, axes, false);
+        }
+        /* integers: no NaN, extremes from INT64 bounds */
+        kiln_tensor *xi = tu_rand_tensor(ctx, &r, KILN_I32, 6, dims, -50, 50, in);
         for (int o = 0; o < NROPS; o++)
-            check_reduce(ctx, (rop)o, x, in, fl[k], 6, dims, 2, axes, false);
+            check_reduce(ctx, (rop)o, xi, in, KILN_I32, 6, dims, 2, axes, true);
     }
-    /* integers: no NaN, extremes from INT64 bounds */
-    kiln_tensor *xi = tu_rand_tensor(ctx, &r, KILN_I32, 6, dims, -50, 50, in);
-    for (int o = 0; o < NROPS; o++)
-        check_reduce(ctx, (rop)o, xi, in, KILN_I32, 6, dims, 2, axes, true);
 }
 
 TU_TEST(reduce, null_axes) {

@@ -332,6 +332,40 @@ Test(plan, column_sums_accumulate_rows) {
     graph_ctx_free(g);
 }
 
+/* A pooling window's max down columns walks its outputs in rows of the
+ * output's innermost axis (lower_plan.rows) where that is at least a vector
+ * of f32, in chunks of whole rows; rows of 7 stay flat, and a GPU plan has
+ * neither. */
+Test(plan, pooling_windows_walk_rows) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t s14[6] = {4, 6, 14, 2, 14, 2}, s7[6] = {4, 6, 7, 2, 7, 2};
+    graph_node *a = tu_leaf(g, KILN_F32, 6, s14), *b = tu_leaf(g, KILN_F32, 6, s7);
+    const uint32_t window = (1u << 3) | (1u << 5);
+    struct {
+        graph_node *target;
+        int64_t rows;
+    } cases[] = {{graph_reduce(GRAPH_RMAX, a, window, KILN_F32), 14},
+                 {graph_reduce(GRAPH_RMAX, b, window, KILN_F32), 0}};
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        lower_program *p = schedule(cases[i].target);
+        lower_plan *plans = lower_plan_program(p, &cpu256);
+        const lower_plan *pl = &plans[p->nkernels - 1];
+        cr_assert(pl->columns > 0);
+        cr_assert_eq(pl->rows, cases[i].rows, "case %zu: rows %lld", i, (long long)pl->rows);
+        if (pl->rows)
+            cr_assert(pl->columns % pl->rows == 0 && pl->columns > 1000, "chunks of %lld",
+                      (long long)pl->columns);
+        lower_plans_free(plans, p->nkernels);
+        plans = lower_plan_program(p, &gpu);
+        cr_assert(plans[p->nkernels - 1].rows == 0 && plans[p->nkernels - 1].columns == 0);
+        lower_plans_free(plans, p->nkernels);
+        lower_program_free(p);
+    }
+    graph_unref(a);
+    graph_unref(b);
+    graph_ctx_free(g);
+}
+
 /* Index values past int32 keep 64-bit index arithmetic. */
 Test(plan, wide_indices_stay_64_bit) {
     graph_ctx *g = graph_ctx_new();
@@ -571,7 +605,11 @@ Test(plan, image_views_load_linear_in_the_lane) {
  * (LOWER_ROW_TILES) gets the output's rows of 14 as the tile instead, and
  * the load is linear in the lane again; a bias added over [2, 3, 14, 14]
  * takes each channel's plane (196) as its tile, its bias one value per
- * tile; a plain contiguous op keeps the usual tile. */
+ * tile; a plain contiguous op keeps the usual tile. A 7 x 7 map read
+ * upsampled to 14 x 14 (a max-pool's backward: x / 2 and y / 2, divisors
+ * under 8) still takes the rows of 14; [2, 9, 3, 5, 6] permuted to [2, 5,
+ * 3, 9, 6] does not take rows of 6 x 9 (across axes: a program shared by
+ * sizes of the 9 could not keep them). */
 Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
     graph_ctx *g = graph_ctx_new();
     graph_node *x = tu_leaf(g, KILN_F32, 4, (int64_t[]){2, 3, 14, 14});
@@ -582,6 +620,12 @@ Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
     graph_node *plus = graph_binary(GRAPH_ADD, x, graph_expand(bias, (int64_t[]){2, 3, 14, 14}));
     graph_node *plain = graph_unary(GRAPH_EXP, x);
     graph_node *wide = tu_leaf(g, KILN_F32, 2, (int64_t[]){64, 128});
+    graph_node *small = tu_leaf(g, KILN_F32, 4, (int64_t[]){2, 3, 7, 7});
+    graph_node *up = graph_reshape(
+        graph_expand(graph_reshape(small, 6, (int64_t[]){2, 3, 7, 1, 7, 1}),
+                     (int64_t[]){2, 3, 7, 2, 7, 2}),
+        4, (int64_t[]){2, 3, 14, 14});
+    graph_node *batch = tu_leaf(g, KILN_F32, 5, (int64_t[]){2, 9, 3, 5, 6});
     struct {
         graph_node *target;
         unsigned flags;
@@ -600,6 +644,10 @@ Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
                                                           (int64_t[]){64, 64}),
                                               1, (int64_t[]){64 * 64})),
          LOWER_FUSE | LOWER_ROW_TILES, 64, false, "columns, flattened"},
+        {graph_binary(GRAPH_MUL, x, up), LOWER_FUSE | LOWER_ROW_TILES, 14, true,
+         "upsampled, rows"},
+        {graph_unary(GRAPH_NEG, graph_permute(batch, (int[]){0, 3, 2, 1, 4})),
+         LOWER_FUSE | LOWER_ROW_TILES, 1024, true, "rows across axes"},
     };
     for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
         lower_program *p = lower_schedule(1, &cases[c].target, cases[c].flags);
@@ -620,6 +668,9 @@ Test(plan, short_rows_become_the_tile_where_the_target_takes_them) {
     graph_unref(plus);
     graph_unref(plain);
     graph_unref(wide);
+    graph_unref(small);
+    graph_unref(up);
+    graph_unref(batch);
     graph_unref(x);
     graph_unref(bias);
     graph_ctx_free(g);

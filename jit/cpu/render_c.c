@@ -43,8 +43,37 @@ static void store_expr(sbuf *b, kiln_dtype dt, const char *val) {
     cstyle_put(b, "%s", e);
 }
 
+/* Loop counters as wide as the plan's indices: an int32 index taken from
+ * an int64 counter is not provably linear, so every load and store of a
+ * vectorised loop became a gather or scatter. */
+static const char *counter(const sbuf *b) { return b->narrow ? "int32_t" : "int64_t"; }
+
+/* In a columns kernel walked in rows of D (lower_plan.rows), the flat
+ * output index g is row D + col: its quotient by a multiple q D of D is the
+ * row's by q, its remainder the row's remainder by q, times D, plus col. The
+ * compiler, shown g alone, divides it per element. */
+static bool row_stmt(sbuf *b, const lower_ins *ins, int i) {
+    const lower_ins *x = &ins[i];
+    if (!b->rows || (x->op != UOP_IDIV && x->op != UOP_IMOD) || ins[x->a].op != UOP_GIDX ||
+        ins[x->b].op != UOP_IMM || ins[x->b].sized || ins[x->b].imm.i % b->rows)
+        return false;
+    long long q = (long long)(ins[x->b].imm.i / b->rows), d = (long long)b->rows;
+    const char *t = counter(b);
+    if (x->op == UOP_IDIV && q == 1)
+        cstyle_put(b, "      const %s v%d = row;\n", t, i);
+    else if (x->op == UOP_IDIV)
+        cstyle_put(b, "      const %s v%d = row / %lldLL;\n", t, i, q);
+    else if (q == 1)
+        cstyle_put(b, "      const %s v%d = col;\n", t, i);
+    else
+        cstyle_put(b, "      const %s v%d = row %% %lldLL * %lldLL + col;\n", t, i, q, d);
+    return true;
+}
+
 static void ins_stmt(sbuf *b, const lower_ins *ins, int i) {
     char s[1280], why[256];
+    if (row_stmt(b, ins, i))
+        return;
     if (cstyle_ins(&c_target, ins, i, b->narrow, s, sizeof s, why, sizeof why))
         cstyle_put(b, "      %s\n", s);
     else
@@ -133,11 +162,6 @@ static void stash_stmt(sbuf *b, const lower_kernel *k, const lower_block *blk) {
     if (blk->stash >= 0)
         cstyle_put(b, "        out0[v%d] = v%d;\n", k->store, blk->stash);
 }
-
-/* Loop counters as wide as the plan's indices: an int32 index taken from
- * an int64 counter is not provably linear, so every load and store of a
- * vectorised loop became a gather or scatter. */
-static const char *counter(const sbuf *b) { return b->narrow ? "int32_t" : "int64_t"; }
 
 /* The pragma spreading a kernel's loop over the threads: none when the plan
  * says the work is too little, or, when that is read at run time, an if
@@ -368,40 +392,66 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
     const char *init = sum ? "0" : f ? (mx ? "-INFINITY" : "INFINITY") : mx ? "INT64_MIN" : "INT64_MAX";
     cstyle_put(b, "  const %s N = %s, R = %s, CW = %lldLL;\n", ix, cstyle_size(b, k, &k->numel),
                cstyle_size(b, k, &k->rnumel), (long long)plan->columns);
-    parallel_for(b, k, plan);
-    cstyle_put(b, "  for (%s c0 = 0; c0 < N; c0 += CW) {\n", ix);
-    cstyle_put(b, "    const %s c1 = c0 + CW < N ? c0 + CW : N;\n", ix);
+    /* Chunks of outputs [g0, g0 + CW), or, walked in rows of D (the plan's
+     * rows), of CW / D whole rows [c0, c1): the loops over a chunk's
+     * outputs open with `outputs` (g set) and close with `close`. */
+    const char *outputs, *close;
+    char open_rows[256];
+    b->rows = plan->rows;
+    if (plan->rows) {
+        cstyle_put(b, "  const %s D = %lldLL, NR = N / D, CR = CW / D;\n", ix,
+                   (long long)plan->rows);
+        parallel_for(b, k, plan);
+        cstyle_put(b, "  for (%s c0 = 0; c0 < NR; c0 += CR) {\n", ix);
+        cstyle_put(b, "    const %s c1 = c0 + CR < NR ? c0 + CR : NR, g0 = c0 * D, g1 = c1 * D;\n",
+                   ix);
+        snprintf(open_rows, sizeof open_rows,
+                 "for (%s row = c0; row < c1; row++) {\n"
+                 "%s"
+                 "      for (%s col = 0; col < D; col++) {\n"
+                 "      const %s g = row * D + col;\n",
+                 ix, b->scalar ? "" : "      #pragma omp simd\n", ix, ix);
+        outputs = open_rows;
+        close = "      }}\n";
+    } else {
+        parallel_for(b, k, plan);
+        cstyle_put(b, "  for (%s g0 = 0; g0 < N; g0 += CW) {\n", ix);
+        cstyle_put(b, "    const %s g1 = g0 + CW < N ? g0 + CW : N;\n", ix);
+        snprintf(open_rows, sizeof open_rows, "%s      for (%s g = g0; g < g1; g++) {\n",
+                 b->scalar ? "" : "#pragma omp simd\n", ix);
+        outputs = open_rows;
+        close = "      }\n";
+    }
     cstyle_put(b, "    %s part[%lld];\n", acc, (long long)plan->columns);
-    cstyle_put(b, "    for (%s g = c0; g < c1; g++) part[g - c0] = %s;\n", ix, init);
+    cstyle_put(b, "    for (%s g = g0; g < g1; g++) part[g - g0] = %s;\n", ix, init);
     cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
-    simd(b, "      ", "");
-    cstyle_put(b, "      for (%s g = c0; g < c1; g++) {\n", ix);
+    cstyle_put(b, "      %s", outputs);
     for (int i = 0; i < red; i++)
         block_stmts(b, k, &plan->blocks[i]);
     block_stmts(b, k, &plan->blocks[red]);
     if (sum)
-        cstyle_put(b, "        part[g - c0] += (%s)v%d;\n", acc, x->a);
+        cstyle_put(b, "        part[g - g0] += (%s)v%d;\n", acc, x->a);
     else
         cstyle_put(b,
-                   "        const %s c = part[g - c0], w = (%s)v%d;\n"
-                   "        part[g - c0] = %sw %s c%s ? w : c;\n",
+                   "        const %s c = part[g - g0], w = (%s)v%d;\n"
+                   "        part[g - g0] = %sw %s c%s ? w : c;\n",
                    acc, acc, x->a, f ? "(c == c && (w != w || " : "(", mx ? ">" : "<",
                    f ? "))" : ")");
-    cstyle_put(b, "      }\n    }\n");
+    cstyle_put(b, "%s    }\n", close);
     /* vectorised too: what follows the reduction may be most of the work
      * (a max-pool backward's col2im divided by its window's tie count) */
-    simd(b, "    ", "");
-    cstyle_put(b, "    for (%s g = c0; g < c1; g++) {\n", ix);
+    cstyle_put(b, "    %s", outputs);
     for (int i = 0; i < red; i++)
         block_stmts(b, k, &plan->blocks[i]);
-    cstyle_put(b, "      %s v%d;\n      {\n        const %s %s = part[g - c0];\n", ctype(x->dt),
+    cstyle_put(b, "      %s v%d;\n      {\n        const %s %s = part[g - g0];\n", ctype(x->dt),
                plan->blocks[red].reduce, acc, sum ? "acc" : "best");
     reduce_result(b, x, plan->blocks[red].reduce);
     cstyle_put(b, "      }\n");
     for (int i = red + 1; i < plan->nblocks; i++)
         block_stmts(b, k, &plan->blocks[i]);
     store_stmt(b, k, "      ");
-    cstyle_put(b, "    }\n  }\n}\n\n");
+    cstyle_put(b, "%s  }\n}\n\n", close);
+    b->rows = 0;
 }
 
 /* Reductions and row kernels: a program instance per output row, walking

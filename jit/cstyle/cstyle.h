@@ -20,6 +20,7 @@ typedef struct cstyle_buf {
     bool refused;
     bool narrow; /* the plan's: index arithmetic in 32 bits */
     bool scalar; /* the C renderer's: loops not marked for vectorising */
+    int64_t rows; /* the C renderer's: the plan's rows while a columns kernel is walked in them */
     char *err;   /* where the reason for a refusal goes */
     size_t errcap;
     char sizes[8][128]; /* cstyle_size's results, the last eight */
