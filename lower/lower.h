@@ -480,9 +480,10 @@ typedef struct lower_plan {
                            whole rows (columns a multiple of it), a vector loop along each
                            row: every division of the flat output index by a multiple of
                            it (the output's coordinates, the places it reads) then a
-                           division of the row's index, once per row, and the loads along
-                           a row plain vector loads. A renderer may still walk the outputs
-                           flat (the same elements, the same order of each one's sum) */
+                           division of the row's index, once per row, and the places
+                           loaded along a row linear in it. A renderer may still walk the
+                           outputs flat (the same elements, each one's sum in the same
+                           order). CPU, 256-bit vectors only (see plan.c) */
     int64_t parallel;   /* 1: enough work to spread over threads (a number, not a bool,
                            so that a program shared by several sizes reads it at run
                            time: lower_sizes_mark) */

@@ -646,10 +646,13 @@ static int64_t plan_columns(const lower_plan *p, const lower_kernel *k) {
  * convolution's col2im, [128, 16, 14, 14] outputs over windows of 4, its
  * coordinates and 13 loads' places divisions by 14, 196 and 3136 per
  * element: 6.0-6.3 -> 3.2-4.5 ms walked in rows of 14 (the same C by hand,
- * Zen 3, alternating). None for run-time sizes (a literal row length). */
+ * Zen 3, alternating). None for run-time sizes (a literal row length), nor
+ * on AVX-512 machines until measured there: their gathers are cheap (the
+ * same kernel took 1.4 ms flat on the Xeon) and an earlier form of rows for
+ * pooling (each row a tile) measured worse there. */
 enum { ROWS_MIN = 8 };
 static int64_t plan_rows(const lower_plan *p, const lower_kernel *k) {
-    if (!p->columns || k->nsizes)
+    if (!p->columns || k->nsizes || p->vector_bytes >= 64)
         return 0;
     int64_t least = 0;
     for (int i = 0; i < k->nins; i++) {
