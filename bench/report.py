@@ -449,10 +449,15 @@ AVX2_NOTE = (
     "with its col2im (9 masked loads an element) took 8.8 ms of a 37 ms step through gcc's "
     "gathers, which its Zen 3 tuning turns on and which cost about a cycle a lane here: "
     "gcc is now told not to use them on such hosts (jit/cpu/compile.c, the step 38-43 -> "
-    "27-31 ms), and the kernel's 6.3 ms left are its index arithmetic, scalar, recomputed "
-    "per element (divisions by 14, 196 and 3136 for each of its 4 + 9 loads): the fix is "
-    "a loop over rows with x innermost, which the Xeon did not need (there the kernel took "
-    "1.4 ms).")
+    "27-31 ms). Its 6.3-6.7 ms left were its index arithmetic (divisions by 14, 196 and 3136 "
+    "for each of its 4 + 9 loads, per element): columns kernels now walk their outputs in "
+    "rows of the flat index's least divisor where it is 8 or more (lower_plan.rows, 256-bit "
+    "vectors only), the divisions once per row, 6.7 -> 3.7-4.5 ms, and the pool backward's "
+    "elementwise kernels take the output's rows of 28 (and 14) as their tile past the x / 2 "
+    "that hid them, 2.6 -> 1.2-1.5 ms (and 1.5 -> 1.0-1.2): the step 34 -> 25-29 ms. gcc "
+    "still vectorises the rows' masked loads only with 64-bit index arithmetic (an int32 "
+    "place sign-extended is not affine to its data-reference analysis); tried by hand on the "
+    "col2im kernel: 3.5-4.1 -> 3.0-3.4 ms, within this machine's noise, not adopted.")
 
 # The cause of each goal that runs have missed, keyed by the start of its row.
 WHY_MISSED = [
@@ -550,7 +555,13 @@ WHY_MISSED = [
      "1.17 + 1.1 for the two it replaced, since with 16 output channels packing the 9x "
      "expansion costs more than the products it feeds (not adopted: only a direct convolution "
      "removes the expansion). This run (100 batches): kiln 10.4-11.4 ms a step, PyTorch "
-     "14.1-14.8, at a load average of 1.2-1.6."),
+     "14.1-14.8, at a load average of 1.2-1.6. On the Zen 3 EPYC (AVX2, 2026-12-07) the step "
+     "was 34 ms, a fifth of it the pool backward's col2im and its where kernels walking their "
+     "outputs flat (a division per coordinate per element): walked in rows (lower_plan.rows "
+     "for the pooling reductions, rows of the output's last axis as the elementwise tile), "
+     "25-31 ms, 1.22x -> 1.37x PyTorch eager; the products (10 ms of the step, 32-43% of "
+     "this machine's FMA peak at 6 x 2 tiles of 8 lanes) and the im2col copy (2.3 ms) are "
+     "the rest."),
     ("recording an op", "met since a node made from a source nothing was made from before "
      "skips the interning table (it waits as that source's pending node): 217-241 -> 134-169 "
      "ns along the chain. Before: in a 1000-op graph it was met (128-140 ns); along a 100000-op chain "
