@@ -454,7 +454,8 @@ AVX2_NOTE = (
     "rows of the flat index's least divisor where it is 8 or more (lower_plan.rows, 256-bit "
     "vectors only), the divisions once per row, 6.7 -> 3.7-4.5 ms, and the pool backward's "
     "elementwise kernels take the output's rows of 28 (and 14) as their tile past the x / 2 "
-    "that hid them, 2.6 -> 1.2-1.5 ms (and 1.5 -> 1.0-1.2): the step 34 -> 25-29 ms. gcc "
+    "that hid them, 2.6 -> 1.2-1.5 ms (and 1.5 -> 1.0-1.2): the step 31.0-33.1 -> "
+    "28.4-30.2 ms (ea7a525 against this tree, alternating, 100 batches each). gcc "
     "still vectorises the rows' masked loads only with 64-bit index arithmetic (an int32 "
     "place sign-extended is not affine to its data-reference analysis); tried by hand on the "
     "col2im kernel: 3.5-4.1 -> 3.0-3.4 ms, within this machine's noise, not adopted.")
@@ -559,7 +560,8 @@ WHY_MISSED = [
      "was 34 ms, a fifth of it the pool backward's col2im and its where kernels walking their "
      "outputs flat (a division per coordinate per element): walked in rows (lower_plan.rows "
      "for the pooling reductions, rows of the output's last axis as the elementwise tile), "
-     "25-31 ms, 1.22x -> 1.37x PyTorch eager; the products (10 ms of the step, 32-43% of "
+     "31.0-33.1 -> 28.4-30.2 ms alternating with the tree before, 1.22x -> 1.37x PyTorch "
+     "eager in the quick runs; the products (10 ms of the step, 32-43% of "
      "this machine's FMA peak at 6 x 2 tiles of 8 lanes) and the im2col copy (2.3 ms) are "
      "the rest."),
     ("recording an op", "met since a node made from a source nothing was made from before "
