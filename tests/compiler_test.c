@@ -408,19 +408,36 @@ Test(compiler, tiny_kernels_compile_at_O1) {
     cr_assert(strstr(opt, "-O3") && !strstr(opt, "-O1"), "a large program compiled with: %s", opt);
 }
 
+/* The compiler `told` compiles with flag on this host (host; else the test
+ * is skipped for skip's reason), and the compiler `untold` does not. */
+static void host_flag_case(bool host, const char *skip, const char *told, const char *untold,
+                           const char *flag) {
+    if (!host)
+        cr_skip_test("%s", skip);
+    char opt[256];
+    flags_for(told, 100000, opt, sizeof opt);
+    cr_assert(strstr(opt, flag), "%s compiled with: %s", told, opt);
+    flags_for(untold, 100000, opt, sizeof opt);
+    cr_assert(!strstr(opt, flag), "%s compiled with: %s", untold, opt);
+}
+
+static bool host_is(bool amd, bool avx512) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_cpu_init();
+    return (!amd || __builtin_cpu_is("amd")) && !!__builtin_cpu_supports("avx512f") == avx512;
+#else
+    (void)amd;
+    (void)avx512;
+    return false;
+#endif
+}
+
 /* clang on an AVX-512 host is told -mprefer-vector-width=512 (its
  * -march=native prefers 256-bit vectors for the loops it vectorises; gcc is
  * told per kernel in the source), and no other compiler is. */
 Test(compiler, clang_is_told_512_bit_vectors) {
-#if defined(__x86_64__) || defined(__i386__)
-    if (!__builtin_cpu_supports("avx512f"))
-#endif
-        cr_skip_test("no AVX-512 on this host");
-    char opt[256];
-    flags_for("clang version 99.0.0, a stand-in", 100000, opt, sizeof opt);
-    cr_assert(strstr(opt, "-mprefer-vector-width=512"), "clang compiled with: %s", opt);
-    flags_for("fake-cc 1.0", 100000, opt, sizeof opt);
-    cr_assert(!strstr(opt, "-mprefer"), "another compiler compiled with: %s", opt);
+    host_flag_case(host_is(false, true), "no AVX-512 on this host",
+                   "clang version 99.0.0, a stand-in", "fake-cc 1.0", "-mprefer-vector-width=512");
 }
 
 /* gcc on an AMD host without AVX-512 (Zen 3) is told not to vectorise
@@ -428,14 +445,6 @@ Test(compiler, clang_is_told_512_bit_vectors) {
  * pooling backward 4x slower than scalar loads); clang is not told (the
  * flag is gcc's). Skipped on other hosts. */
 Test(compiler, gcc_on_zen3_vectorises_without_gathers) {
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_cpu_init();
-    if (!__builtin_cpu_is("amd") || __builtin_cpu_supports("avx512f"))
-#endif
-        cr_skip_test("not an AMD host without AVX-512");
-    char opt[256];
-    flags_for("fake-cc 1.0", 100000, opt, sizeof opt);
-    cr_assert(strstr(opt, "-mtune-ctrl=^use_gather"), "gcc compiled with: %s", opt);
-    flags_for("clang version 99.0.0, a stand-in", 100000, opt, sizeof opt);
-    cr_assert(!strstr(opt, "-mtune-ctrl"), "clang compiled with: %s", opt);
+    host_flag_case(host_is(true, false), "not an AMD host without AVX-512", "fake-cc 1.0",
+                   "clang version 99.0.0, a stand-in", "-mtune-ctrl=^use_gather");
 }

@@ -36,27 +36,35 @@ static const char *const cflags[] = {"-O3",         "-march=native",      "-fope
 static bool clang_wide(void);
 static bool gcc_no_gathers(void);
 
-/* cflags and one flag more: the one clang takes on an AVX-512 host
- * (clang_wide), or the one gcc takes on an AMD host without AVX-512
- * (gcc_no_gathers). What every compile passes and every key of its objects
- * and programs holds (jit_device_key), so that objects built without it
- * are not loaded for a compiler that now gets it. */
-static const char *cflags_wide[NFLAGS + 2], *cflags_no_gathers[NFLAGS + 2];
+/* Flags a compiler takes on some hosts beside cflags, one rule each (its
+ * condition reads the host and the cached compiler id): the first that
+ * holds adds its flag. What every compile passes and every key of its
+ * objects and programs holds (jit_device_key), so that objects built
+ * without it are not loaded for a compiler that now gets it. */
+static struct host_flag {
+    bool (*holds)(void);
+    const char *flag;
+    const char *argv[NFLAGS + 2]; /* cflags and the flag, filled once */
+} host_flags[] = {
+    {clang_wide, "-mprefer-vector-width=512", {NULL}},
+    {gcc_no_gathers, "-mtune-ctrl=^use_gather", {NULL}},
+};
 
 static void fill_cflags(void) {
-    memcpy(cflags_wide, cflags, sizeof(char *) * NFLAGS);
-    cflags_wide[NFLAGS] = "-mprefer-vector-width=512";
-    memcpy(cflags_no_gathers, cflags, sizeof(char *) * NFLAGS);
-    cflags_no_gathers[NFLAGS] = "-mtune-ctrl=^use_gather";
+    for (size_t i = 0; i < sizeof host_flags / sizeof *host_flags; i++) {
+        memcpy(host_flags[i].argv, cflags, sizeof(char *) * NFLAGS);
+        host_flags[i].argv[NFLAGS] = host_flags[i].flag;
+    }
 }
 
 const char *const *jit_cpu_flags(void) {
     static pthread_once_t once = PTHREAD_ONCE_INIT;
-    bool wide = clang_wide(), no_gathers = !wide && gcc_no_gathers();
-    if (!wide && !no_gathers)
-        return cflags;
-    pthread_once(&once, fill_cflags);
-    return wide ? cflags_wide : cflags_no_gathers;
+    for (size_t i = 0; i < sizeof host_flags / sizeof *host_flags; i++)
+        if (host_flags[i].holds()) {
+            pthread_once(&once, fill_cflags);
+            return host_flags[i].argv;
+        }
+    return cflags;
 }
 
 const char *jit_cpu_compiler(void) {
