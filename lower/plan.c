@@ -642,11 +642,13 @@ static int64_t plan_columns(const lower_plan *p, const lower_kernel *k) {
  * least divisor of the flat output index (UOP_GIDX) among its divisions,
  * where it is at least a vector of f32 (8) and divides the outputs. Not a
  * larger one past a smaller: a 7 x 7 output's rows of 49 left its
- * divisions by 7 per element, and its pooling kernels ran 20% slower. The CNN's max-pool backward fused with the second
- * convolution's col2im, [128, 16, 14, 14] outputs over windows of 4, its
- * coordinates and 13 loads' places divisions by 14, 196 and 3136 per
- * element: 6.0-6.3 -> 3.2-4.5 ms walked in rows of 14 (the same C by hand,
- * Zen 3, alternating). None for run-time sizes (a literal row length), nor
+ * divisions by 7 per element, and the CNN's two pooling kernels on it took
+ * 0.94 and 1.17 ms, against 0.56-0.61 and 0.76-0.83 flat (a profile each).
+ * The CNN's max-pool backward fused with the second convolution's col2im,
+ * [128, 16, 14, 14] outputs over windows of 4, its coordinates and 13
+ * loads' places divisions by 14, 196 and 3136 per element: 6.0-6.3 ->
+ * 3.2-4.5 ms walked in rows of 14 (the same C by hand, Zen 3, alternating);
+ * in the CNN's profile 6.7 -> 3.7-4.5 ms. None for run-time sizes (a literal row length), nor
  * on AVX-512 machines until measured there: their gathers are cheap (the
  * same kernel took 1.4 ms flat on the Xeon) and an earlier form of rows for
  * pooling (each row a tile) measured worse there. */
