@@ -164,6 +164,9 @@ typedef struct lower_ins {
     bool lane; /* index values: whether it depends on UOP_LANE (derived, as inner) */
     int64_t min, max; /* index values: bounds (inclusive) over every lane, masked
                          ones included; a target may pick a narrower type */
+    bool nonneg;      /* UOP_REDUCE, a float sum: every value it adds is zero or above
+                         (or NaN), as the ops before lower_rules show (e^x, a square,
+                         |x|, ...): no cancellation for a float accumulator to lose */
     int sized;        /* UOP_IMM: 0, or 1 + the run-time size (lower/sizes.c) that the
                          code reads this immediate from instead of printing imm */
 } lower_ins;
@@ -502,6 +505,11 @@ typedef struct lower_plan {
                            the next row's loads of pass prefetch_from (its first pass, which
                            reads the row from memory) at the same places */
     int prefetch_from, prefetch_in; /* blocks */
+    int64_t fsum;       /* CPU row kernel: 0, or chunk length: a pass finishing a sum of
+                           f32 (f16, bf16) values adds each chunk of this many elements in
+                           float, in vector lanes, and the chunk's sum into a double; where
+                           the pass prefetches, the prefetch's chunks (the same length).
+                           0: every element added in double (lower_pass_chunk) */
     lower_mm_plan mm;   /* LOWER_MATMUL */
     lower_att_plan att; /* LOWER_ATTENTION */
 } lower_plan;
@@ -540,6 +548,14 @@ int lower_prefetch_loads(const lower_kernel *k, const lower_plan *p, bool *need,
  * plan's prefetch_in, unless the kernel is tiny (lower_plan_scalar), where a
  * next row's prefetch costs more code than the row's work. */
 bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block);
+/* Whether block `block` of k's plan finishes a sum in float chunks
+ * (lower_plan.fsum): a sum of f32, f16 or bf16 values never below zero.
+ * Each chunk's end is hidden from the compiler (plan.c: plan_fsum). */
+bool lower_pass_fsum(const lower_kernel *k, const lower_plan *p, int block);
+/* The chunk length block `block` of k's plan runs its row in: the
+ * prefetch's, the float sum's (both the same where both hold), or 0 for the
+ * whole row at once. */
+int64_t lower_pass_chunk(const lower_kernel *k, const lower_plan *p, int block);
 
 /* The edges of a CPU matmul's register tiles (lower_mm_plan), where its
  * sizes are literals: *rows, the rows of the last tile of a column of

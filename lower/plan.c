@@ -1086,6 +1086,59 @@ bool lower_plan_prefetches(const lower_kernel *k, const lower_plan *p, int block
     return p->prefetch && p->prefetch_in == block && !lower_plan_scalar(k, p);
 }
 
+/* A sum adds in float when its values are floats (f16 and bf16 values are
+ * computed in float) that are never below zero (lower_ins.nonneg): with
+ * values of both signs, a float partial sum that holds a large value loses
+ * the small ones added while it does (ops_sum_accuracy_test's data), which
+ * double does not. */
+static bool float_sum(const lower_kernel *k, const lower_block *blk) {
+    if (blk->kind != LOWER_BLOCK_REDUCE || k->ins[blk->reduce].gop != GRAPH_SUM ||
+        !k->ins[blk->reduce].nonneg)
+        return false;
+    kiln_dtype in = k->ins[k->ins[blk->reduce].a].dt;
+    return graph_dtype_is_float(in) && in != KILN_F64;
+}
+
+bool lower_pass_fsum(const lower_kernel *k, const lower_plan *p, int block) {
+    return p->fsum && float_sum(k, &p->blocks[block]);
+}
+
+int64_t lower_pass_chunk(const lower_kernel *k, const lower_plan *p, int block) {
+    return lower_plan_prefetches(k, p, block) ? p->prefetch
+           : lower_pass_fsum(k, p, block)     ? p->fsum
+                                              : 0;
+}
+
+/* A CPU row kernel's sums of float values add each chunk of a row in float
+ * and the chunk's sum in double (lower_plan.fsum). Every element widened to
+ * double took two conversions and two dependent adds a vector of 8 floats
+ * (the vectoriser keeps one accumulator): 6 cycles of latency on Zen 3 for
+ * 8 elements, and with e^x beside it the softmax's sum pass was its limit.
+ * kiln_softmax over 4096x4096 on the 2-core Zen 3, 2 threads: 15.2-17.6 ->
+ * 12.6-14.5 ms. A chunk of 256 is 32 additions in each of 8 lanes: rounding
+ * error about 32 float ulps of the chunk's magnitude at worst, where the
+ * chunks then add exactly enough (double); a whole row in float would be a
+ * row's length / 8 of them. The chunk is the prefetch's (PREFETCH_CHUNK),
+ * so that a pass doing both runs one loop of chunks. Not for rows split
+ * across threads (a sum of 64M is memory-bound either way) nor columns
+ * (their partial sums are a row, not a chain).
+ *
+ * Float partial sums make the order of additions show in the result's
+ * bits, where a double sum of a few floats is exact in any order: so a
+ * program that reads its sizes at run time must add in the order of the one
+ * compiled for its size (dynamic_test). The decision is the blocks' alone;
+ * such a kernel is never left scalar when tiny (lower_plan_scalar: lanes,
+ * not one running sum), and the renderers hide each chunk's end from the
+ * compiler, so that a literal row length and a run-time one vectorise the
+ * chunk's loop alike. */
+static void plan_fsum(lower_plan *p, const lower_kernel *k, const lower_target *t) {
+    if (t->gpu || k->kind != LOWER_REDUCE || p->split || p->columns)
+        return;
+    for (int i = 0; i < p->nblocks; i++)
+        if (float_sum(k, &p->blocks[i]))
+            p->fsum = PREFETCH_CHUNK;
+}
+
 static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target *t) {
     memset(p, 0, sizeof *p);
     if (!lower_kind_has_code(k->kind))
@@ -1102,6 +1155,7 @@ static bool plan_kernel(lower_plan *p, const lower_kernel *k, const lower_target
     if (!ok || (k->kind == LOWER_REDUCE && !plan_stash(p, k)))
         return false;
     plan_prefetch(p, k, t);
+    plan_fsum(p, k, t);
     return true;
 }
 
@@ -1137,7 +1191,7 @@ lower_plan *lower_plan_program(const lower_program *p, const lower_target *t) {
 enum { TINY_WORK = 4096 };
 
 bool lower_plan_scalar(const lower_kernel *k, const lower_plan *plan) {
-    return plan->block_threads == 0 &&
+    return plan->block_threads == 0 && !plan->fsum &&
            (k->kind == LOWER_ELEMENTWISE || k->kind == LOWER_REDUCE) && k->nsizes == 0 &&
            k->numel >= 0 && k->rnumel >= 0 &&
            (double)k->numel * (double)(k->rnumel > 0 ? k->rnumel : 1) <= TINY_WORK;
@@ -1183,6 +1237,8 @@ void lower_print_plan(FILE *f, const lower_kernel *k, const lower_plan *p) {
     if (p->prefetch)
         fprintf(f, ", the next row's pass %d prefetched during pass %d, %lld at a time",
                 p->prefetch_from, p->prefetch_in, (long long)p->prefetch);
+    if (p->fsum)
+        fprintf(f, ", float sums in chunks of %lld", (long long)p->fsum);
     if (p->columns)
         fprintf(f, ", down columns in chunks of %lld", (long long)p->columns);
     if (p->rows)

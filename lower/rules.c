@@ -66,12 +66,64 @@ static int alu(ir_builder *b, const lower_kernel *k, const lower_ins *x, int a, 
     return rules_int(b, x->gop, x->dt, a, y);
 }
 
+/* Whether float value i of k (before the rules) is never below zero, NaN
+ * aside, by its op alone: into nn[i], its operands' already there. Integer
+ * values are never marked (an integer sum has no float to round). */
+static bool nonneg(const lower_kernel *k, const bool *nn, int i) {
+    const lower_ins *x = &k->ins[i];
+    if (!graph_dtype_is_float(x->dt))
+        return false;
+    bool a = x->a >= 0 && nn[x->a], b = x->b >= 0 && nn[x->b], c = x->c >= 0 && nn[x->c];
+    switch (x->op) {
+    case UOP_IMM:
+        return !x->sized && x->imm.f >= 0;
+    case UOP_WHERE:
+        return b && c;
+    case UOP_REDUCE:
+        return (x->gop == GRAPH_SUM || x->gop == GRAPH_RMAX || x->gop == GRAPH_RMIN) && a;
+    case UOP_ALU:
+        switch (x->gop) {
+        case GRAPH_EXP:
+        case GRAPH_SQRT:
+        case GRAPH_RSQRT:
+        case GRAPH_ABS:
+        case GRAPH_SIGMOID:
+        case GRAPH_RELU:
+        case GRAPH_COSH:
+        case GRAPH_ERFC:
+        case GRAPH_ACOS:
+            return true;
+        case GRAPH_MUL:
+            return x->a == x->b || (a && b); /* a square, or a product of such values */
+        case GRAPH_ADD:
+        case GRAPH_DIV:
+        case GRAPH_MINIMUM:
+            return a && b;
+        case GRAPH_MAXIMUM:
+            return a || b;
+        case GRAPH_RECIP:
+            return a;
+        case GRAPH_CAST:
+            return a; /* from a float marked (integers never are) */
+        default:
+            return false;
+        }
+    default:
+        return false;
+    }
+}
+
 bool lower_rules(lower_kernel *k) {
     if (k->nins == 0)
         return true;
     int *map = malloc(sizeof *map * (size_t)k->nins);
-    if (!map)
+    bool *nn = calloc((size_t)k->nins, sizeof *nn);
+    if (!map || !nn) {
+        free(map), free(nn);
         return false;
+    }
+    for (int i = 0; i < k->nins; i++)
+        nn[i] = nonneg(k, nn, i);
     ir_builder b;
     ir_init(&b);
     for (int i = 0; i < k->nins; i++) {
@@ -88,6 +140,7 @@ bool lower_rules(lower_kernel *k) {
             p.a = a;
             p.b = y;
             p.c = c;
+            p.nonneg = x->op == UOP_REDUCE && x->gop == GRAPH_SUM && nn[x->a];
             map[i] = ir_add(&b, p);
         }
     }
@@ -110,5 +163,6 @@ bool lower_rules(lower_kernel *k) {
     }
     ir_free(&b);
     free(map);
+    free(nn);
     return ok;
 }

@@ -78,3 +78,51 @@ TU_TEST(sum_accuracy, small_addends_beside_cancelling_large_ones) {
     check_sum(ctx, x);
     free(x);
 }
+
+/* Many rows, each summed by one thread (no split): the same data as rows of
+ * 4096 keeps every row within 2 float ulps, so these sums of values of
+ * either sign stay in double (lower_plan.fsum adds in float only values
+ * never below zero); the data defeats float32 partial sums of 256. */
+enum { ROWS = 256, COLS = 4096 };
+
+TU_TEST(sum_accuracy, signed_rows_stay_in_double) {
+    double *x = malloc((size_t)N * sizeof *x), got[ROWS];
+    fill(x, 3, 0x1p20, 64, 0.01, 0.02);
+    int lost = 0;
+    for (int r = 0; r < ROWS; r++)
+        lost += rel(sum_f32(x + (int64_t)r * COLS, COLS, COLS / 256), sum_ld(x + (int64_t)r * COLS, COLS)) > 1e-3;
+    cr_assert(lost == ROWS, "float32 partial sums of 256 are right on %d rows", ROWS - lost);
+    kiln_tensor *t = tu_tensor(ctx, KILN_F32, 2, TU_DIMS(ROWS, COLS), x);
+    tu_read_at(kiln_sum(t, TU_AXES(1), false), got, ROWS, __FILE__, __LINE__);
+    for (int r = 0; r < ROWS; r++) {
+        long double want = sum_ld(x + (int64_t)r * COLS, COLS);
+        cr_assert(rel(got[r], want) <= 2.4e-7, "[%s] row %d: %.9g, want %.9Lg", tu_exec_name(), r,
+                  got[r], want);
+    }
+    free(x);
+}
+
+/* Rows of e^x (never below zero), which do add in float chunks: within
+ * 2e-6 of each row's exact sum of the same e^x values (32 float additions
+ * a lane at most, each within half an ulp of a partial sum no larger than
+ * the row's). */
+TU_TEST(sum_accuracy, positive_rows_in_float_chunks) {
+    double *x = malloc((size_t)N * sizeof *x), e[COLS], got[ROWS];
+    tu_rng r0 = tu_rng_from(__func__, 4);
+    for (int64_t i = 0; i < (int64_t)ROWS * COLS; i++)
+        x[i] = (double)(float)tu_unif(&r0, -6, 6);
+    kiln_tensor *t = tu_tensor(ctx, KILN_F32, 2, TU_DIMS(ROWS, COLS), x);
+    /* the sum first, e^x fused into it (e^x read first would be a buffer) */
+    tu_read_at(kiln_sum(kiln_exp(t), TU_AXES(1), false), got, ROWS, __FILE__, __LINE__);
+    double *ev = malloc((size_t)ROWS * COLS * sizeof *ev);
+    tu_read_at(kiln_exp(t), ev, (int64_t)ROWS * COLS, __FILE__, __LINE__);
+    for (int r = 0; r < ROWS; r++) {
+        for (int c = 0; c < COLS; c++)
+            e[c] = ev[(int64_t)r * COLS + c];
+        long double want = sum_ld(e, COLS);
+        cr_assert(rel(got[r], want) <= 2e-6, "[%s] row %d: %.9g, want %.9Lg (rel %.3g)",
+                  tu_exec_name(), r, got[r], want, rel(got[r], want));
+    }
+    free(ev);
+    free(x);
+}

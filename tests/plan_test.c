@@ -145,11 +145,17 @@ Test(plan, softmax_is_two_passes_and_a_store) {
     cr_assert_eq(plans[0].blocks[plans[0].prefetch_from].kind, LOWER_BLOCK_REDUCE);
     cr_assert_eq(k->ins[plans[0].blocks[plans[0].prefetch_from].reduce].gop, GRAPH_RMAX);
     cr_assert_eq(k->ins[plans[0].blocks[plans[0].prefetch_in].reduce].gop, GRAPH_SUM);
+    /* e^x is never negative: its sum adds in float chunks, the prefetch's */
+    cr_assert_eq(plans[0].fsum, 256);
+    cr_assert(lower_pass_fsum(k, &plans[0], plans[0].prefetch_in));
+    cr_assert_eq(lower_pass_chunk(k, &plans[0], plans[0].prefetch_in), 256);
+    cr_assert(!lower_pass_fsum(k, &plans[0], plans[0].prefetch_from), "a max is no sum");
     lower_plans_free(plans, p->nkernels);
     plans = lower_plan_program(p, &gpu);
     cr_assert(plans);
     cr_assert_eq(plans[0].block_threads, 256);
     cr_assert_eq(plans[0].prefetch, 0, "a GPU has no next row to prefetch");
+    cr_assert_eq(plans[0].fsum, 0, "a GPU sums as it does");
     check_stash(k, &plans[0]);
     lower_plans_free(plans, p->nkernels);
     lower_program_free(p);
@@ -189,6 +195,63 @@ static bool any_stash(const lower_plan *p) {
 /* No stash where the store pass recomputes little (centring a row: one
  * subtraction), where the output is a half (storing the value would round
  * it), or where the rows are split across threads. */
+/* The row sums that add in float chunks (lower_plan.fsum) are those of
+ * floats never below zero, by the ops that make them; a sum of values of
+ * either sign keeps double, whose partial sums lose no small value beside a
+ * large one. Each helper takes the references it is given. */
+static graph_node *un(graph_op op, graph_node *a) {
+    graph_node *r = graph_unary(op, a);
+    graph_unref(a);
+    return r;
+}
+
+static graph_node *bin(graph_op op, graph_node *a, graph_node *b) {
+    graph_node *r = graph_binary(op, a, b);
+    graph_unref(a);
+    graph_unref(b);
+    return r;
+}
+
+static int64_t row_sum_fsum(graph_node *v) {
+    lower_program *p = schedule(graph_reduce(GRAPH_SUM, v, 2u, v->dtype));
+    graph_unref(v);
+    cr_assert_eq(p->nkernels, 1);
+    lower_plan *plans = lower_plan_program(p, &cpu256);
+    cr_assert(plans);
+    int64_t f = plans[0].fsum;
+    const lower_kernel *k = &p->kernels[0];
+    for (int b = 0; b < plans[0].nblocks; b++)
+        if (plans[0].blocks[b].kind == LOWER_BLOCK_REDUCE)
+            cr_assert_eq(lower_pass_fsum(k, &plans[0], b), f != 0);
+    lower_plans_free(plans, p->nkernels);
+    lower_program_free(p);
+    return f;
+}
+
+Test(plan, float_sums_only_of_values_never_below_zero) {
+    graph_ctx *g = graph_ctx_new();
+    int64_t shape[2] = {64, 4096};
+    graph_node *x = tu_leaf(g, KILN_F32, 2, shape), *y = tu_leaf(g, KILN_F32, 2, shape);
+    graph_node *d = tu_leaf(g, KILN_F64, 2, shape);
+#define X graph_ref(x)
+#define Y graph_ref(y)
+    cr_assert_eq(row_sum_fsum(X), 0, "loaded values may have either sign");
+    cr_assert_eq(row_sum_fsum(bin(GRAPH_SUB, X, Y)), 0);
+    cr_assert_eq(row_sum_fsum(bin(GRAPH_MUL, X, Y)), 0);
+    cr_assert_eq(row_sum_fsum(un(GRAPH_EXP, X)), 256);
+    cr_assert_eq(row_sum_fsum(bin(GRAPH_MUL, X, X)), 256, "a square");
+    cr_assert_eq(row_sum_fsum(bin(GRAPH_ADD, un(GRAPH_ABS, X), un(GRAPH_SIGMOID, Y))), 256);
+    cr_assert_eq(row_sum_fsum(bin(GRAPH_SUB, un(GRAPH_EXP, X), un(GRAPH_EXP, Y))), 0,
+                 "a difference of two such values");
+    cr_assert_eq(row_sum_fsum(un(GRAPH_EXP, graph_ref(d))), 0, "f64 sums in f64");
+#undef X
+#undef Y
+    graph_unref(x);
+    graph_unref(y);
+    graph_unref(d);
+    graph_ctx_free(g);
+}
+
 Test(plan, stash_only_where_it_saves_work) {
     graph_ctx *g = graph_ctx_new();
     int64_t shape[2] = {64, 1000}, longrow[2] = {2, 1 << 19};

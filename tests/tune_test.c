@@ -23,14 +23,14 @@ typedef struct tcase {
 } tcase;
 
 static const tcase cases[] = {
-    {KILN_F32, 1, 301, 530, 275, false, false}, /* partial tiles both ways, k blocks */
-    {KILN_F32, 3, 97, 144, 196, false, false},  /* a batch sharing B */
-    {KILN_F64, 1, 130, 700, 77, false, false},
-    {KILN_F32, 1, 200, 300, 260, true, false},  /* A packed from its transpose */
-    {KILN_F32, 2, 64, 1100, 40, false, false},  /* narrow: the taller register tile */
-    {KILN_I32, 1, 100, 300, 200, false, false}, /* exact sums */
-    {KILN_F16, 1, 128, 256, 160, false, false},
-    {KILN_F32, 4, 28, 16, 32, false, true},     /* im2col read in place */
+    {KILN_F32, 1, 301, 530, 275, false, false, 0}, /* partial tiles both ways, k blocks */
+    {KILN_F32, 3, 97, 144, 196, false, false, 0},  /* a batch sharing B */
+    {KILN_F64, 1, 130, 700, 77, false, false, 0},
+    {KILN_F32, 1, 200, 300, 260, true, false, 0},  /* A packed from its transpose */
+    {KILN_F32, 2, 64, 1100, 40, false, false, 0},  /* narrow: the taller register tile */
+    {KILN_I32, 1, 100, 300, 200, false, false, 0}, /* exact sums */
+    {KILN_F16, 1, 128, 256, 160, false, false, 0},
+    {KILN_F32, 4, 28, 16, 32, false, true, 0},     /* im2col read in place */
     {KILN_F32, 2, 128, 64, 4, false, false, 1}, /* fused attention (products on LLVM) */
     {KILN_F32, 2, 128, 64, 4, false, false, 2}, /* and its backward */
 };

@@ -96,6 +96,7 @@
     X(LLVMBuildBitCast)                                                                            \
     X(LLVMBuildLoad2)                                                                              \
     X(LLVMBuildStore)                                                                              \
+    X(LLVMSetVolatile)                                                                             \
     X(LLVMBuildInBoundsGEP2)                                                                       \
     X(LLVMBuildAlloca)                                                                             \
     X(LLVMBuildCall2)                                                                              \

@@ -786,7 +786,8 @@ static void racc_pass(gen *g, racc *a, const lower_block *blk, LLVMValueRef lo, 
     if (blk->stash >= 0)
         store(g, 0, g->val[g->k->store], g->val[blk->stash]);
     LLVMValueRef v = g->val[a->x->a];
-    v = a->fl ? to_f64(g, v, a->in) : wide(g, v, a->in);
+    if (a->t != g->f32) /* f32: a float chunk's sum (row_pass), its values f32 already */
+        v = a->fl ? to_f64(g, v, a->in) : wide(g, v, a->in);
     racc_step(g, a, v, g->ridx, NULL);
     loop_close(g, &l, a->sum && a->fl);
 }
@@ -1070,28 +1071,46 @@ static void store_pass(gen *g, const lower_block *blk, LLVMValueRef lo, LLVMValu
 }
 
 /* Pass i of the plan over the row's elements: a sum into a, or (a NULL)
- * the store pass; where the pass prefetches (lower_plan_prefetches), in the
- * prefetch's chunks, each led by prefetch_chunk. */
+ * the store pass; where the pass runs in chunks (lower_pass_chunk), chunk
+ * by chunk, each led by prefetch_chunk where the pass prefetches, and each
+ * summed into a float of its own, then into a's double, where it sums in
+ * float (lower_pass_fsum). */
 static void row_pass(gen *g, const lower_plan *plan, int i, racc *a) {
     const lower_block *blk = &plan->blocks[i];
     LLVMValueRef R = szv(g, &g->k->rnumel);
-    if (!lower_plan_prefetches(g->k, plan, i)) {
+    int64_t chunk = lower_pass_chunk(g->k, plan, i);
+    if (!chunk) {
         if (a)
             racc_pass(g, a, blk, i64c(g, 0), R);
         else
             store_pass(g, blk, i64c(g, 0), R);
         return;
     }
-    LLVMValueRef C = i64c(g, plan->prefetch);
+    LLVMValueRef C = i64c(g, chunk);
     loop cl;
-    LLVMValueRef ch = loop_open(g, &cl, i64c(g, 0), L_->LLVMBuildSDiv(B, add(g, R, i64c(g, plan->prefetch - 1)), C, ""));
+    LLVMValueRef ch = loop_open(g, &cl, i64c(g, 0), L_->LLVMBuildSDiv(B, add(g, R, i64c(g, chunk - 1)), C, ""));
     LLVMValueRef c0 = mul(g, ch, C), c1 = add(g, c0, C);
     c1 = sel(g, icmp(g, LLVMIntSLT, c1, R), c1, R);
-    prefetch_chunk(g, plan, c0, c1);
-    if (a)
+    if (lower_plan_prefetches(g->k, plan, i))
+        prefetch_chunk(g, plan, c0, c1);
+    if (a && lower_pass_fsum(g->k, plan, i)) {
+        /* the chunk's end through a volatile: its loop vectorised alike for a
+         * literal R and a run-time one, so their float sums add in one order */
+        LLVMValueRef end = var(g, g->i64, NULL);
+        L_->LLVMSetVolatile(L_->LLVMBuildStore(B, c1, end), 1);
+        c1 = get(g, g->i64, end);
+        L_->LLVMSetVolatile(c1, 1);
+        racc part = *a;
+        part.t = g->f32;
+        part.acc = var(g, g->f32, cf(g, g->f32, 0.0));
+        racc_pass(g, &part, blk, c0, c1);
+        LLVMValueRef s = L_->LLVMBuildFPExt(B, get(g, g->f32, part.acc), g->f64, "");
+        set(g, a->acc, L_->LLVMBuildFAdd(B, get(g, g->f64, a->acc), s, ""));
+    } else if (a) {
         racc_pass(g, a, blk, c0, c1);
-    else
+    } else {
         store_pass(g, blk, c0, c1);
+    }
     loop_close(g, &cl, false);
 }
 

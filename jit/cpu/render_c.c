@@ -316,20 +316,31 @@ static void prefetch_next_row(sbuf *b, const lower_kernel *k, const lower_plan *
 
 /* The start of pass i's loop over the row's elements (its simd clauses,
  * or NULL for none): r over [0, R), spread over the threads where the plan
- * splits rows, or, where the pass prefetches (lower_plan_prefetches), over
- * chunks [c0, c1), each led by its prefetch; pass_end closes it. */
+ * splits rows, or, where the pass runs in chunks (lower_pass_chunk), over
+ * chunks [c0, c1), each led by its prefetch where the pass prefetches, and
+ * each summed in float into `part` where it sums in float (lower_pass_fsum:
+ * `part` then replaces acc in the clauses); pass_end closes it. */
 static void pass_begin(sbuf *b, const lower_kernel *k, const lower_plan *plan, int i,
                        const char *clauses) {
     const char *ix = counter(b);
+    int64_t chunk = lower_pass_chunk(k, plan, i);
     if (plan->split) {
         cstyle_put(b, "      #pragma omp parallel for simd%s schedule(static) num_threads(nthreads)\n",
                    clauses ? clauses : "");
         cstyle_put(b, "      for (%s r = 0; r < R; r++) {\n", ix);
-    } else if (lower_plan_prefetches(k, plan, i)) {
-        cstyle_put(b, "      for (%s c0 = 0; c0 < R; c0 += %lldLL) {\n", ix, (long long)plan->prefetch);
-        cstyle_put(b, "      const %s c1 = c0 + %lldLL < R ? c0 + %lldLL : R;\n", ix,
-                   (long long)plan->prefetch, (long long)plan->prefetch);
-        prefetch_next_row(b, k, plan);
+    } else if (chunk) {
+        cstyle_put(b, "      for (%s c0 = 0; c0 < R; c0 += %lldLL) {\n", ix, (long long)chunk);
+        bool fsum = lower_pass_fsum(k, plan, i);
+        cstyle_put(b, "      %s%s c1 = c0 + %lldLL < R ? c0 + %lldLL : R;\n", fsum ? "" : "const ",
+                   ix, (long long)chunk, (long long)chunk);
+        if (lower_plan_prefetches(k, plan, i))
+            prefetch_next_row(b, k, plan);
+        if (fsum) {
+            /* the chunk's end hidden: its loop vectorised alike for a literal R
+             * and a run-time one, so their float sums add in one order */
+            cstyle_put(b, "      __asm__(\"\" : \"+r\"(c1));\n      float part = 0;\n");
+            clauses = " reduction(+:part)";
+        }
         if (clauses)
             simd(b, "      ", clauses);
         cstyle_put(b, "      for (%s r = c0; r < c1; r++) {\n", ix);
@@ -341,12 +352,18 @@ static void pass_begin(sbuf *b, const lower_kernel *k, const lower_plan *plan, i
 }
 
 static void pass_end(sbuf *b, const lower_kernel *k, const lower_plan *plan, int i) {
-    cstyle_put(b, !plan->split && lower_plan_prefetches(k, plan, i) ? "      }}\n" : "      }\n");
+    if (plan->split || !lower_pass_chunk(k, plan, i))
+        cstyle_put(b, "      }\n");
+    else if (lower_pass_fsum(k, plan, i))
+        cstyle_put(b, "      }\n      acc += part;\n      }\n");
+    else
+        cstyle_put(b, "      }}\n");
 }
 
 /* A pass over the reduced elements that finishes one reduction. A sum may
- * run in SIMD lanes (a different order of additions, in double, well inside
- * every float tolerance); max/min and the arg reductions keep their order,
+ * run in SIMD lanes (a different order of additions, in double, or in float
+ * chunks added in double: lower_plan.fsum; well inside every float
+ * tolerance); max/min and the arg reductions keep their order,
  * which decides ties and NaN. */
 static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_plan *plan, int bi) {
     const lower_block *blk = &plan->blocks[bi];
@@ -365,7 +382,10 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_plan *plan, 
         pass_begin(b, k, plan, bi, x->gop == GRAPH_SUM ? " reduction(+:acc)" : NULL);
         block_stmts(b, k, blk);
         stash_stmt(b, k, blk);
-        reduce_step(b, x, in);
+        if (!split && lower_pass_fsum(k, plan, bi))
+            cstyle_put(b, "        part += v%d;\n", x->a);
+        else
+            reduce_step(b, x, in);
         pass_end(b, k, plan, bi);
     }
     reduce_result(b, x, blk->reduce);
