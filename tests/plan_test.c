@@ -212,6 +212,8 @@ static graph_node *bin(graph_op op, graph_node *a, graph_node *b) {
     return r;
 }
 
+/* A tiny kernel (lower_plan_scalar) summing in float chunks still runs in
+ * lanes, the order of additions of the same kernel at a larger size. */
 static int64_t row_sum_fsum(graph_node *v) {
     lower_program *p = schedule(graph_reduce(GRAPH_SUM, v, 2u, v->dtype));
     graph_unref(v);
@@ -220,6 +222,8 @@ static int64_t row_sum_fsum(graph_node *v) {
     cr_assert(plans);
     int64_t f = plans[0].fsum;
     const lower_kernel *k = &p->kernels[0];
+    bool tiny = k->numel * k->rnumel <= 4096;
+    cr_assert_eq(lower_plan_scalar(k, &plans[0]), tiny && !f);
     for (int b = 0; b < plans[0].nblocks; b++)
         if (plans[0].blocks[b].kind == LOWER_BLOCK_REDUCE)
             cr_assert_eq(lower_pass_fsum(k, &plans[0], b), f != 0);
@@ -244,6 +248,11 @@ Test(plan, float_sums_only_of_values_never_below_zero) {
     cr_assert_eq(row_sum_fsum(bin(GRAPH_SUB, un(GRAPH_EXP, X), un(GRAPH_EXP, Y))), 0,
                  "a difference of two such values");
     cr_assert_eq(row_sum_fsum(un(GRAPH_EXP, graph_ref(d))), 0, "f64 sums in f64");
+    int64_t small[2] = {1, 4096}; /* tiny: 4096 elements of work */
+    graph_node *t = tu_leaf(g, KILN_F32, 2, small);
+    cr_assert_eq(row_sum_fsum(graph_ref(t)), 0);
+    cr_assert_eq(row_sum_fsum(un(GRAPH_EXP, graph_ref(t))), 256);
+    graph_unref(t);
 #undef X
 #undef Y
     graph_unref(x);
