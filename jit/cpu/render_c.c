@@ -181,6 +181,12 @@ static void simd(sbuf *b, const char *indent, const char *clauses) {
         cstyle_put(b, "%s#pragma omp simd%s\n", indent, clauses);
 }
 
+/* The same line (no clauses, six spaces in) as a string, for loop heads
+ * kept to be printed several times; "" when the kernel is scalar. */
+static const char *simd_line(const sbuf *b) {
+    return b->scalar ? "" : "      #pragma omp simd\n";
+}
+
 /* Elementwise: a tile of output elements per program instance, its loop
  * vectorised. */
 static void render_elementwise(sbuf *b, const lower_kernel *k, const lower_plan *plan) {
@@ -430,7 +436,7 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
                  "%s"
                  "      for (%s col = 0; col < D; col++) {\n"
                  "      const %s g = row * D + col;\n",
-                 ix, b->scalar ? "" : "      #pragma omp simd\n", ix, ix);
+                 ix, simd_line(b), ix, ix);
         outputs = open_rows;
         close = "      }}\n";
     } else {
@@ -438,7 +444,7 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
         cstyle_put(b, "  for (%s g0 = 0; g0 < N; g0 += CW) {\n", ix);
         cstyle_put(b, "    const %s g1 = g0 + CW < N ? g0 + CW : N;\n", ix);
         snprintf(open_rows, sizeof open_rows, "%s      for (%s g = g0; g < g1; g++) {\n",
-                 b->scalar ? "" : "#pragma omp simd\n", ix);
+                 simd_line(b), ix);
         outputs = open_rows;
         close = "      }\n";
     }
