@@ -561,12 +561,13 @@ main() {
         run_suite "-O2 build"
         # Under ASan, each host path once: the op suites again through LLVM
         # (tagged llvm; llvm_test keeps the LLVM renderer and JIT under ASan)
-        # and the suites again for NVRTC (cuda_check_test; cuda_render_test
+        # and the suites again for NVRTC (cuda_check_test and
+        # cuda_check_heavy_test; cuda_render_test
         # keeps the CUDA renderer) are left to the -O2 pass and to
         # `./kiln.sh asan`, which runs them all. On the 2-core AMD EPYC the
         # two took 1190 s of the ASan pass's 2800 s of tests, and the whole
         # command ran past an hour.
-        SUITE_EXCEPT='attr(tags, "llvm", tests(//tests:all)) + //tests:cuda_check_test' \
+        SUITE_EXCEPT='attr(tags, "llvm", tests(//tests:all)) + //tests:cuda_check_test + //tests:cuda_check_heavy_test' \
             run_suite "ASan+UBSan, once per host path" --config=asan
         smoke_test
         # Repeatable: 20000 inputs per target from seed 1 (at most 60 s
