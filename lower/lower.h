@@ -165,7 +165,8 @@ typedef struct lower_ins {
     int64_t min, max; /* index values: bounds (inclusive) over every lane, masked
                          ones included; a target may pick a narrower type */
     bool nonneg;      /* UOP_REDUCE, a float sum: every value it adds is zero or above
-                         (or NaN), as the ops before lower_rules show (e^x, a square,
+                         (or NaN, or -inf from a division by -0, which ends any sum
+                         alike), as the ops before lower_rules show (e^x, a square,
                          |x|, ...): no cancellation for a float accumulator to lose */
     int sized;        /* UOP_IMM: 0, or 1 + the run-time size (lower/sizes.c) that the
                          code reads this immediate from instead of printing imm */

@@ -1111,9 +1111,9 @@ int64_t lower_pass_chunk(const lower_kernel *k, const lower_plan *p, int block) 
 
 /* A CPU row kernel's sums of float values add each chunk of a row in float
  * and the chunk's sum in double (lower_plan.fsum). Every element widened to
- * double took two conversions and two dependent adds a vector of 8 floats
- * (the vectoriser keeps one accumulator): 6 cycles of latency on Zen 3 for
- * 8 elements, and with e^x beside it the softmax's sum pass was its limit.
+ * double took two conversions, a lane exchange and two adds a vector of 8
+ * floats where float takes one add: beside e^x's ~25 operations that was
+ * what bound the softmax's sum pass (throughput, not latency).
  * kiln_softmax over 4096x4096 on the 2-core Zen 3, 2 threads: 15.2-17.6 ->
  * 12.6-14.5 ms. A chunk of 256 is 32 additions in each of 8 lanes: rounding
  * error about 32 float ulps of the chunk's magnitude at worst, where the
