@@ -155,14 +155,5 @@ graph_node *api_broadcast_to(graph_node *n, int ndim, const int64_t *dims) {
      * broadcast view in one step, the node reshape-then-expand reaches. */
     if (n->op == GRAPH_CONST && !n->buf)
         return graph_full(n->g, n->dtype, ndim, dims, n->p.value);
-    int64_t shp[KILN_MAX_DIMS];
-    int lead = ndim - n->ndim;
-    for (int d = 0; d < ndim; d++)
-        shp[d] = d < lead ? 1 : n->shape[d - lead];
-    graph_node *r = graph_reshape(n, ndim, shp);
-    if (!r)
-        return NULL;
-    graph_node *e = graph_expand(r, dims);
-    graph_unref(r);
-    return e;
+    return graph_broadcast(n, ndim, dims);
 }

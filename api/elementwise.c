@@ -223,7 +223,9 @@ static kiln_tensor *with_scalar(const char *op, graph_op gop, kiln_tensor *t, do
     graph_scalar v = api_scalar(s, dt);
     graph_node *c;
     if (literal || scalar_is_literal(gop, dt, s)) {
-        if (!(c = graph_const(ctx->g, dt, v)))
+        /* in t's shape at once: the scalar's own 0-d node, made and freed
+         * again each op, was a fifth of recording one */
+        if (!(c = graph_full(ctx->g, dt, t->node->ndim, t->node->shape, v)))
             return api_wrap(ctx, NULL, op);
     } else {
         /* A bound input: the buffer holds the value, so a new value each

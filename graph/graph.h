@@ -171,21 +171,20 @@ typedef struct graph_node graph_node;
  * views and most others). */
 #define GRAPH_SRC_INLINE 3
 struct graph_node {
-    /* What walks and reference counting touch come first, within the first
-     * two cache lines: a sync's post-order walk chases sources from node
-     * to node (most of its time in cache misses), and nsrc, src, buf and
-     * scratch were spread over three lines of a 450-byte node. Measured
-     * level on a 1000-op chain, whose nodes stay in cache; the walk's
-     * prefetch of sources (walk.c) is what helped there. */
+    /* What walks and reference counting touch come first, within the
+     * first cache line: a sync's walk chases sources from node to node
+     * (most of its time in cache misses) and asks whether each was entered
+     * or realized (scratch, buf), which sat on the second line, so that
+     * the walk's prefetch of a source (walk.c) fetched the wrong one. */
     int64_t refs;
     graph_op op;
     kiln_dtype dtype;
     int ndim;
     int nsrc;
-    graph_node **src; /* src_inline when nsrc <= GRAPH_SRC_INLINE */
-    graph_node *src_inline[GRAPH_SRC_INLINE];
+    graph_node **src;  /* src_inline when nsrc <= GRAPH_SRC_INLINE */
     graph_buffer *buf; /* set once realized; the node then reads as a leaf */
     void *scratch;     /* owned by whichever pass is running */
+    graph_node *src_inline[GRAPH_SRC_INLINE];
     uint64_t hash;
     graph_node *hnext; /* a dying node's link; a free node's, in its slab */
     /* Hash-consing without the table where it cannot hit (node.c): the one
@@ -326,6 +325,10 @@ graph_node *graph_collective(graph_op op, graph_node *a, int reduce, int axis, i
 graph_node *graph_reshape(graph_node *a, int ndim, const int64_t *shape);
 graph_node *graph_permute(graph_node *a, const int *perm);
 graph_node *graph_expand(graph_node *a, const int64_t *shape); /* same ndim */
+/* a broadcast to shape (ndim >= a's; a's dims align with shape's last ones,
+ * each equal or 1): one view, as graph_reshape then graph_expand would make
+ * it, without the reshape's own node in between. */
+graph_node *graph_broadcast(graph_node *a, int ndim, const int64_t *shape);
 /* Per axis: element j of the result is element start[d] + j*step[d]. */
 graph_node *graph_slice(graph_node *a, const int64_t *start, const int64_t *step,
                         const int64_t *len);
@@ -386,6 +389,15 @@ double graph_rand_value(graph_op op, kiln_dtype dt, uint64_t seed, uint64_t inde
  * empty). Uses and clears every node's scratch; KILN_ERR_OOM on failure. */
 kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realized,
                             graph_node ***order, int64_t *count);
+/* The same walk, for a pass that works as it lists: visit(ctx, node, i) is
+ * called as each node is listed as the i-th; listed nodes' scratch then holds
+ * i + 1 (a node still being walked holds a mark), so that a node's sources'
+ * places are known when it is visited. A visit returning false stops the walk
+ * (KILN_ERR_OOM). On success the listed nodes keep their scratch for the
+ * caller to clear; on failure the walk clears it. */
+typedef bool (*graph_visit)(void *ctx, graph_node *n, int64_t i);
+kiln_status graph_walk(int n, graph_node *const *roots, bool stop_at_realized,
+                       graph_visit visit, void *ctx, graph_node ***order, int64_t *count);
 
 /* ---- capture ---- */
 /* The graph below some targets as a sync point captures it: the pending nodes

@@ -33,6 +33,11 @@ static inline void graph_proto(graph_node *p, graph_op op, kiln_dtype dt, int nd
  * unmasked view of one); *v receives it. */
 bool graph_const_value(const graph_node *n, graph_scalar *v);
 
+/* The length of the last signature a capture of g's nodes built (capture.c
+ * sizes the next one by it: a replayed step's capture never grows its
+ * buffer). */
+size_t *graph_ctx_sig_hint(graph_ctx *g);
+
 typedef void (*graph_feed)(void *ctx, const void *bytes, size_t len);
 /* Feeds a node's op parameters (constant, seed, view, axes ...) to feed. */
 void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx);

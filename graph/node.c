@@ -78,7 +78,10 @@ struct graph_ctx {
     graph_node *free_nodes; /* linked through hnext */
     graph_comm comm;
     bool has_comm;
+    size_t sig_hint;
 };
+
+size_t *graph_ctx_sig_hint(graph_ctx *g) { return &g->sig_hint; }
 
 graph_ctx *graph_ctx_new(void) {
     graph_ctx *g = calloc(1, sizeof *g);

@@ -148,6 +148,30 @@ graph_node *graph_expand(graph_node *a, const int64_t *shape) {
     return finish(&s, a->dtype);
 }
 
+graph_node *graph_broadcast(graph_node *a, int ndim, const int64_t *shape) {
+    view_state s = view_start(a), t = s;
+    int lead = ndim - a->ndim;
+    t.ndim = ndim;
+    for (int d = 0; d < ndim; d++) {
+        bool led = d < lead;
+        t.shape[d] = led ? 1 : s.shape[d - lead];
+        t.v.strides[d] = led ? 0 : s.v.strides[d - lead];
+        t.v.mask_lo[d] = led ? 0 : s.v.mask_lo[d - lead];
+        t.v.mask_hi[d] = led ? 1 : s.v.mask_hi[d - lead];
+    }
+    for (int d = 0; d < ndim; d++) {
+        if (t.shape[d] == shape[d])
+            continue;
+        t.v.strides[d] = 0;
+        if (t.v.masked && t.v.mask_lo[d] < t.v.mask_hi[d]) {
+            t.v.mask_lo[d] = 0;
+            t.v.mask_hi[d] = shape[d];
+        }
+        t.shape[d] = shape[d];
+    }
+    return finish(&t, a->dtype);
+}
+
 static int64_t floor_div(int64_t a, int64_t b) {
     int64_t q = a / b;
     return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;

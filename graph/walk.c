@@ -1,6 +1,7 @@
 /* walk.c — the one traversal every pass over the graph shares: the nodes
  * below some roots in post-order (every source before its consumers). It is
  * iterative, because graphs can be far deeper than the C stack. */
+#include <stdint.h>
 #include <stdlib.h>
 
 #include "graph/graph.h"
@@ -27,12 +28,14 @@ static bool grow(void **arr, int64_t *cap, int64_t need, size_t elsize) {
     return true;
 }
 
-static bool skipped(const graph_node *n, bool stop_at_realized) {
-    return n->scratch == &walk_mark || (stop_at_realized && n->buf);
+/* Whether the walk passes s by: entered already (its scratch holds the
+ * walk's mark or, once listed, its index + 1) or realized. */
+static bool skipped(const graph_node *s, bool stop_at_realized) {
+    return s->scratch || (stop_at_realized && s->buf);
 }
 
-kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realized,
-                            graph_node ***order, int64_t *count) {
+kiln_status graph_walk(int n, graph_node *const *roots, bool stop_at_realized,
+                       graph_visit visit, void *ctx, graph_node ***order, int64_t *count) {
     frame *stack = NULL;
     int64_t nstack = 0, stack_cap = 0, norder = 0, order_cap = 0;
     graph_node **out = NULL;
@@ -65,13 +68,27 @@ kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realiz
                 continue;
             }
             ok = grow((void **)&out, &order_cap, norder + 1, sizeof *out);
-            if (ok)
-                out[norder++] = stack[--nstack].node;
+            if (ok) {
+                graph_node *x = stack[--nstack].node;
+                /* The nodes below on the stack are listed next (along a
+                 * chain, one after another): a visit reads their shapes
+                 * and parameters, four lines further into the node, so
+                 * ask for them ahead. */
+                if (visit && nstack >= 4) {
+                    const char *ahead = (const char *)stack[nstack - 4].node;
+                    for (int l = 0; l < 5; l++)
+                        __builtin_prefetch(ahead + 64 * l);
+                }
+                out[norder++] = x;
+                x->scratch = (void *)(intptr_t)norder;
+                ok = !visit || visit(ctx, x, norder - 1);
+            }
         }
     }
-    for (int64_t i = 0; i < nstack; i++)
+    /* on failure the caller never sees the nodes: the walk clears them all */
+    for (int64_t i = 0; !ok && i < nstack; i++)
         stack[i].node->scratch = NULL;
-    for (int64_t i = 0; i < norder; i++)
+    for (int64_t i = 0; !ok && i < norder; i++)
         out[i]->scratch = NULL;
     free(stack);
     if (!ok) {
@@ -81,4 +98,12 @@ kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realiz
     *order = out;
     *count = norder;
     return KILN_OK;
+}
+
+kiln_status graph_postorder(int n, graph_node *const *roots, bool stop_at_realized,
+                            graph_node ***order, int64_t *count) {
+    kiln_status st = graph_walk(n, roots, stop_at_realized, NULL, NULL, order, count);
+    for (int64_t i = 0; st == KILN_OK && i < *count; i++)
+        (*order)[i]->scratch = NULL;
+    return st;
 }
