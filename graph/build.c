@@ -30,20 +30,29 @@ graph_node *graph_buffer_node(graph_ctx *g, kiln_dtype dt, int ndim, const int64
     return graph_intern(g, &p);
 }
 
+/* Canonical bits, so that equal constants hash alike. */
+static graph_scalar canonical(kiln_dtype dt, graph_scalar v) {
+    graph_scalar c;
+    memset(&c, 0, sizeof c);
+    if (graph_dtype_is_float(dt))
+        c.f = v.f;
+    else
+        c.i = v.i;
+    return c;
+}
+
 graph_node *graph_const(graph_ctx *g, kiln_dtype dt, graph_scalar v) {
     graph_node p;
     graph_proto(&p, GRAPH_CONST, dt, 0, NULL);
-    /* Canonical bits, so that equal constants hash alike. */
-    memset(&p.p.value, 0, sizeof p.p.value);
-    if (graph_dtype_is_float(dt))
-        p.p.value.f = v.f;
-    else
-        p.p.value.i = v.i;
+    p.p.value = canonical(dt, v);
     return graph_intern(g, &p);
 }
 
 graph_node *graph_full(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *shape,
                        graph_scalar v) {
+    graph_node *m = ndim ? graph_memo_full(g, dt, canonical(dt, v), ndim, shape) : NULL;
+    if (m)
+        return m;
     graph_node *c = graph_const(g, dt, v);
     if (!c || ndim == 0)
         return c;
@@ -54,6 +63,8 @@ graph_node *graph_full(graph_ctx *g, kiln_dtype dt, int ndim, const int64_t *sha
     p.src = srcs;
     graph_node *n = graph_intern(g, &p);
     graph_unref(c);
+    if (n)
+        graph_memo_put(g, n);
     return n;
 }
 

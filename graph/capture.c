@@ -139,7 +139,8 @@ kiln_status graph_capture_new(int n, graph_node *const *targets, graph_capture *
     graph_node **all = ok ? realloc(order, sizeof *order * (size_t)(count + w.nleaves + 1)) : NULL;
     if (all) {
         order = all;
-        memcpy(all + count, w.leaves, sizeof *all * (size_t)w.nleaves);
+        if (w.nleaves)
+            memcpy(all + count, w.leaves, sizeof *all * (size_t)w.nleaves);
         for (int r = 0; r < n; r++) {
             int64_t code = code_of(targets[r]);
             c->targets[r] = code >= 0 ? code : count - code - 1;

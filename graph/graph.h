@@ -194,6 +194,7 @@ struct graph_node {
     graph_node *pending;
     bool consumed;
     bool listed;
+    bool memo; /* in its context's memo of constants broadcast (node.c) */
     graph_ctx *g;
     int64_t id; /* creation order within its graph_ctx */
     int64_t shape[KILN_MAX_DIMS];

@@ -38,6 +38,13 @@ bool graph_const_value(const graph_node *n, graph_scalar *v);
  * buffer). */
 size_t *graph_ctx_sig_hint(graph_ctx *g);
 
+/* graph_full's memo (node.c): the node for v (canonical bits) broadcast to
+ * shape if the memo holds it (a new reference), else NULL; and the node to
+ * hold (a view of a 0-d constant), without taking a reference. */
+graph_node *graph_memo_full(graph_ctx *g, kiln_dtype dt, graph_scalar v, int ndim,
+                            const int64_t *shape);
+void graph_memo_put(graph_ctx *g, graph_node *n);
+
 typedef void (*graph_feed)(void *ctx, const void *bytes, size_t len);
 /* Feeds a node's op parameters (constant, seed, view, axes ...) to feed. */
 void graph_feed_params(const graph_node *n, graph_feed feed, void *ctx);

@@ -79,6 +79,11 @@ struct graph_ctx {
     graph_comm comm;
     bool has_comm;
     size_t sig_hint;
+    /* The constants broadcast to a shape that were asked for last, held
+     * without a reference (a node leaves when it dies): every
+     * kiln_*_scalar asks for one, and the table's way to it (two
+     * prototypes, two hashes, two probes) was a third of recording the op. */
+    graph_node *memo[8];
 };
 
 size_t *graph_ctx_sig_hint(graph_ctx *g) { return &g->sig_hint; }
@@ -460,6 +465,7 @@ graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
     n->pending = NULL;
     n->consumed = false;
     n->listed = false;
+    n->memo = false;
     graph_buffer_ref(n->buf);
     g->live++;
     if (interned(n)) {
@@ -476,9 +482,43 @@ graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
     return n;
 }
 
+static unsigned memo_slot(kiln_dtype dt, const graph_scalar *v, int ndim, const int64_t *shape) {
+    uint64_t bits;
+    memcpy(&bits, v, sizeof bits);
+    uint64_t h = (bits ^ (uint64_t)dt << 56 ^ (uint64_t)ndim << 48 ^
+                  (uint64_t)(ndim ? shape[ndim - 1] : 0)) * 0x9e3779b97f4a7c15u;
+    return (unsigned)(h >> 61);
+}
+
+graph_node *graph_memo_full(graph_ctx *g, kiln_dtype dt, graph_scalar v, int ndim,
+                            const int64_t *shape) {
+    graph_node *n = g->memo[memo_slot(dt, &v, ndim, shape)];
+    if (!n || n->dtype != dt || n->ndim != ndim ||
+        memcmp(n->shape, shape, sizeof(int64_t) * (size_t)ndim) ||
+        memcmp(&n->src[0]->p.value, &v, sizeof v))
+        return NULL;
+    return graph_ref(n);
+}
+
+void graph_memo_put(graph_ctx *g, graph_node *n) {
+    graph_node **slot = &g->memo[memo_slot(n->dtype, &n->src[0]->p.value, n->ndim, n->shape)];
+    if (*slot == n)
+        return;
+    if (*slot)
+        (*slot)->memo = false;
+    *slot = n;
+    n->memo = true;
+}
+
 /* Takes n out of hash-consing: out of the table, or off the source it is
- * pending at. */
+ * pending at; and out of the memo. */
 static void unlist(graph_ctx *g, graph_node *n) {
+    if (n->memo) {
+        for (int i = 0; i < 8; i++)
+            if (g->memo[i] == n)
+                g->memo[i] = NULL;
+        n->memo = false;
+    }
     if (n->listed) {
         table_remove(g, n);
         n->listed = false;

@@ -191,3 +191,58 @@ Test(graph_intern, first_consumers_kept_beside_the_table_stay_findable) {
     free(seen);
     graph_ctx_free(g);
 }
+
+/* graph_full's memo (node.c) holds recent fulls without a reference: it must
+ * give the node the table would, lose a node when it dies (ASan reports a
+ * freed one given out), and never mix dtypes, values or shapes. */
+Test(graph_intern, fulls_of_one_value_are_one_node_while_alive) {
+    graph_ctx *g = graph_ctx_new();
+    const int64_t s34[2] = {3, 4}, s43[2] = {4, 3};
+    graph_scalar f = {.f = 2.5}, i2 = {.i = 2}, f2 = {.f = 2.0};
+    graph_node *a = graph_full(g, KILN_F32, 2, s34, f), *b = graph_full(g, KILN_F32, 2, s34, f);
+    graph_node *c = graph_full(g, KILN_F32, 2, s43, f), *d = graph_full(g, KILN_F64, 2, s34, f);
+    graph_node *e = graph_full(g, KILN_I32, 2, s34, i2), *h = graph_full(g, KILN_F32, 2, s34, f2);
+    cr_assert(a && c && d && e && h);
+    cr_assert_eq(a, b);
+    cr_assert(a != c && a != d && a != e && a != h && c != d && e != h);
+    graph_scalar v;
+    cr_assert(graph_const_value(e, &v) && v.i == 2 && e->dtype == KILN_I32);
+    cr_assert(graph_const_value(h, &v) && v.f == 2.0 && h->dtype == KILN_F32);
+    graph_node *all[6] = {a, b, c, d, e, h};
+    for (int i = 0; i < 6; i++)
+        graph_unref(all[i]);
+    cr_assert_eq(graph_ctx_live_nodes(g), 0);
+    /* asked again after they died: new nodes, and the memo gives them again */
+    graph_node *a2 = graph_full(g, KILN_F32, 2, s34, f), *b2 = graph_full(g, KILN_F32, 2, s34, f);
+    cr_assert(a2 && a2 == b2);
+    cr_assert(graph_const_value(a2, &v) && v.f == 2.5);
+    graph_unref(a2);
+    graph_unref(b2);
+    /* more values alive than the memo holds: each still one node */
+    enum { M = 200 };
+    graph_node *many[M];
+    for (int i = 0; i < M; i++) {
+        graph_scalar x = {.f = i * 0.25};
+        cr_assert(many[i] = graph_full(g, KILN_F32, 2, s34, x));
+    }
+    for (int i = M - 1; i >= 0; i--) {
+        graph_scalar x = {.f = i * 0.25};
+        graph_node *again = graph_full(g, KILN_F32, 2, s34, x);
+        cr_assert_eq(again, many[i], "value %d: another node", i);
+        graph_unref(again);
+    }
+    for (int i = 0; i < M; i += 2)
+        graph_unref(many[i]);
+    for (int i = 0; i < M; i++) {
+        graph_scalar x = {.f = i * 0.25};
+        graph_node *again = graph_full(g, KILN_F32, 2, s34, x);
+        cr_assert(again && graph_const_value(again, &v) && v.f == i * 0.25);
+        if (i % 2)
+            cr_assert_eq(again, many[i]);
+        graph_unref(again);
+    }
+    for (int i = 1; i < M; i += 2)
+        graph_unref(many[i]);
+    cr_assert_eq(graph_ctx_live_nodes(g), 0);
+    graph_ctx_free(g);
+}
