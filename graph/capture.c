@@ -52,8 +52,6 @@ static inline void feed_bytes(sigbuf *b, const void *bytes, size_t len) {
     }
 }
 
-static void feed(void *ctx, const void *bytes, size_t len) { feed_bytes(ctx, bytes, len); }
-
 static void feed_i64(sigbuf *b, int64_t v) { feed_bytes(b, &v, sizeof v); }
 
 /* What a capture's walk builds as it lists the pending nodes. */
@@ -93,14 +91,14 @@ static bool add_leaf(capture_walk *w, graph_node *n) {
     return true;
 }
 
-/* Node x is listed: its sources already were (or are leaves). */
+/* Node x is listed: its sources already were (or are leaves). It is named
+ * by its digest (graph_node.sig) and its sources: what it reads sits in its
+ * first cache line. */
 static bool capture_visit(void *ctx, graph_node *x, int64_t i) {
     (void)i;
     capture_walk *w = ctx;
-    int head[4] = {(int)x->op, (int)x->dtype, x->ndim, x->nsrc};
+    uint64_t head[2] = {x->sig, (uint64_t)x->nsrc};
     feed_bytes(&w->b, head, sizeof head);
-    feed_bytes(&w->b, x->shape, sizeof(int64_t) * (size_t)x->ndim);
-    graph_feed_params(x, feed, &w->b);
     for (int s = 0; s < x->nsrc; s++) {
         if (!add_leaf(w, x->src[s]))
             return false;

@@ -171,20 +171,24 @@ typedef struct graph_node graph_node;
  * views and most others). */
 #define GRAPH_SRC_INLINE 3
 struct graph_node {
-    /* What walks and reference counting touch come first, within the
-     * first cache line: a sync's walk chases sources from node to node
-     * (most of its time in cache misses) and asks whether each was entered
-     * or realized (scratch, buf), which sat on the second line, so that
-     * the walk's prefetch of a source (walk.c) fetched the wrong one. */
-    int64_t refs;
-    graph_op op;
-    kiln_dtype dtype;
-    int ndim;
+    /* A capture's walk reads this first cache line of each node and no
+     * other (nodes are 64-byte aligned): its op and sources, whether it was
+     * entered (scratch) or realized (buf), and its structure's digest. A
+     * graph-cache hit on a 1000-op chain read five lines of each node
+     * (shape, view parameters), more than the second-level cache holds. */
+    _Alignas(64) graph_op op;
     int nsrc;
     graph_node **src;  /* src_inline when nsrc <= GRAPH_SRC_INLINE */
     graph_buffer *buf; /* set once realized; the node then reads as a leaf */
     void *scratch;     /* owned by whichever pass is running */
+    /* A digest of what the node is apart from its sources (op, dtype,
+     * shape, parameters), computed as it is made: a capture's signature
+     * (capture.c) takes it in their place. 0 for buffer nodes. */
+    uint64_t sig;
     graph_node *src_inline[GRAPH_SRC_INLINE];
+    int64_t refs;
+    kiln_dtype dtype;
+    int ndim;
     uint64_t hash;
     graph_node *hnext; /* a dying node's link; a free node's, in its slab */
     /* Hash-consing without the table where it cannot hit (node.c): the one
@@ -407,7 +411,11 @@ kiln_status graph_walk(int n, graph_node *const *roots, bool stop_at_realized,
  * their structure is the same: ops, dtypes, shapes, parameters (views,
  * constants, seeds), how the nodes connect and which of them are the targets,
  * never the data. A compiled program is reused for every capture with its
- * signature; node i of one capture plays the part of node i of the other. */
+ * signature; node i of one capture plays the part of node i of the other.
+ * Each pending node enters the signature as its 64-bit digest (graph_node.sig)
+ * and its sources' places, not as the bytes the digest was made from: two
+ * nodes that differ share a digest with a chance of about 2^-64, the price of
+ * a cache hit reading one cache line a node. */
 typedef struct graph_capture {
     int64_t npending, nleaves;
     graph_node **nodes; /* npending pending nodes, then nleaves leaves */

@@ -64,7 +64,11 @@ static void *huge_alloc(size_t bytes, bool zero) {
         return p;
     }
 #endif
-    return zero ? calloc(1, bytes) : malloc(bytes);
+    /* 64-byte aligned, for the node slabs */
+    size_t lines = (bytes + 63) & ~(size_t)63;
+    if ((p = aligned_alloc(64, lines ? lines : 64)) && zero)
+        memset(p, 0, bytes);
+    return p;
 }
 
 struct graph_ctx {
@@ -119,7 +123,8 @@ static graph_node *node_alloc(graph_ctx *g) {
         /* a few small slabs, then 2 MB ones: a small graph stays small */
         size_t n = g->nslabs < SMALL_SLABS ? SLAB_NODES
                                            : (HUGE_PAGE - sizeof(slab)) / sizeof(graph_node);
-        slab *s = g->nslabs < SMALL_SLABS ? malloc(sizeof *s + n * sizeof(graph_node))
+        /* 64-byte aligned, as graph_node is (its first line is a walk's) */
+        slab *s = g->nslabs < SMALL_SLABS ? aligned_alloc(64, sizeof *s + n * sizeof(graph_node))
                                           : huge_alloc(sizeof *s + n * sizeof(graph_node), false);
         if (!s)
             return NULL;
@@ -142,7 +147,7 @@ static graph_node *node_alloc(graph_ctx *g) {
     return n;
 #else
     (void)g;
-    return malloc(sizeof(graph_node));
+    return aligned_alloc(_Alignof(graph_node), sizeof(graph_node));
 #endif
 }
 
@@ -310,19 +315,30 @@ static void feed_mix(void *st, const void *p, size_t len) {
     }
 }
 
-static uint64_t node_hash(const graph_node *n) {
-    uint64_t h = mix_word((uint64_t)n->op << 32 | (uint64_t)n->dtype,
-                          (uint64_t)n->ndim << 32 | (uint64_t)n->nsrc);
-    for (int d = 0; d < n->ndim; d++)
-        h = mix_word(h, (uint64_t)n->shape[d]);
-    for (int i = 0; i < n->nsrc; i++)
-        h = mix_word(h, (uint64_t)(uintptr_t)n->src[i]);
-    graph_feed_params(n, feed_mix, &h);
+static inline uint64_t avalanche(uint64_t h) {
     h ^= h >> 30;
     h *= 0xbf58476d1ce4e5b9u;
     h ^= h >> 27;
     h *= 0x94d049bb133111ebu;
     return h ^ (h >> 31);
+}
+
+/* The node's structure apart from its sources (graph_node.sig). */
+static uint64_t node_sig(const graph_node *n) {
+    uint64_t h = mix_word((uint64_t)n->op << 32 | (uint64_t)n->dtype,
+                          (uint64_t)n->ndim << 32 | (uint64_t)n->nsrc);
+    for (int d = 0; d < n->ndim; d++)
+        h = mix_word(h, (uint64_t)n->shape[d]);
+    graph_feed_params(n, feed_mix, &h);
+    return avalanche(h);
+}
+
+/* The interning key: the structure and which nodes are the sources. */
+static uint64_t node_hash(const graph_node *n, uint64_t sig) {
+    uint64_t h = sig;
+    for (int i = 0; i < n->nsrc; i++)
+        h = mix_word(h, (uint64_t)(uintptr_t)n->src[i]);
+    return avalanche(h);
 }
 
 static bool same_dims(int ndim, const int64_t *a, const int64_t *b) {
@@ -420,10 +436,11 @@ static bool table_make_room(graph_ctx *g) {
 }
 
 graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
-    uint64_t h = 0;
+    uint64_t h = 0, sig = 0;
     graph_node *first = NULL; /* a source nothing was made from yet */
     if (interned(proto)) {
-        h = node_hash(proto);
+        sig = node_sig(proto);
+        h = node_hash(proto, sig);
         for (int i = 0; i < proto->nsrc; i++) {
             graph_node *s = proto->src[i];
             if (s->pending && s->pending->hash == h && node_equal(s->pending, proto))
@@ -460,6 +477,7 @@ graph_node *graph_intern(graph_ctx *g, const graph_node *proto) {
     n->g = g;
     n->id = g->next_id++;
     n->hash = h;
+    n->sig = sig;
     n->hnext = NULL;
     n->scratch = NULL;
     n->pending = NULL;

@@ -245,3 +245,48 @@ Test(capture, broadcast_is_reshape_then_expand) {
     cr_assert_eq(graph_ctx_live_nodes(g), 0);
     graph_ctx_free(g);
 }
+
+/* What a node is beyond its sources enters the signature through its digest:
+ * a constant's value, a view's strides, a dtype, a shape. */
+Test(capture, digests_tell_parameters_apart) {
+    graph_ctx *g = graph_ctx_new();
+    const int64_t s23[2] = {2, 3};
+    graph_buffer *buf = graph_buffer_new(sizeof(float) * 6);
+    graph_node *x = graph_buffer_node(g, KILN_F32, 2, s23, buf);
+    graph_buffer_unref(buf);
+    graph_scalar a = {.f = 2.5}, b = {.f = 3.5};
+    const int perm[2] = {1, 0};
+    const int64_t start[2] = {0, 0}, step1[2] = {1, 1}, step2[2] = {1, 2}, len[2] = {2, 2};
+    graph_node *fa = graph_full(g, KILN_F32, 2, s23, a), *fb = graph_full(g, KILN_F32, 2, s23, b);
+    graph_node *ys[6];
+    ys[0] = graph_binary(GRAPH_ADD, x, fa);
+    ys[1] = graph_binary(GRAPH_ADD, x, fb);            /* another constant */
+    ys[2] = graph_unary(GRAPH_EXP, graph_permute(x, perm)); /* 3x2 */
+    graph_node *s1 = graph_slice(x, start, step1, len), *s2 = graph_slice(x, start, step2, len);
+    ys[3] = graph_unary(GRAPH_EXP, s1);
+    ys[4] = graph_unary(GRAPH_EXP, s2);                /* other strides, same shape */
+    ys[5] = graph_cast(ys[3], KILN_F64);               /* another dtype */
+    graph_capture c[6];
+    for (int i = 0; i < 6; i++) {
+        cr_assert(ys[i]);
+        cr_assert_eq(graph_capture_new(1, &ys[i], &c[i]), KILN_OK);
+    }
+    cr_assert_eq(c[0].siglen, c[1].siglen);
+    cr_assert(!same_sig(&c[0], &c[1]), "constants 2.5 and 3.5 captured alike");
+    cr_assert_eq(c[3].siglen, c[4].siglen);
+    cr_assert(!same_sig(&c[3], &c[4]), "slices of steps 1 and 2 captured alike");
+    cr_assert(!same_sig(&c[2], &c[3]));
+    cr_assert(!same_sig(&c[3], &c[5]));
+    for (int i = 0; i < 6; i++)
+        graph_capture_free(&c[i]);
+    graph_unref(ys[2]->src[0]); /* the permute, made inline above */
+    for (int i = 5; i >= 0; i--)
+        graph_unref(ys[i]);
+    graph_unref(s1);
+    graph_unref(s2);
+    graph_unref(fa);
+    graph_unref(fb);
+    graph_unref(x);
+    cr_assert_eq(graph_ctx_live_nodes(g), 0);
+    graph_ctx_free(g);
+}
