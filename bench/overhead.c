@@ -2,8 +2,8 @@
  * issue's goals name, one readable line each:
  *   record       recording an op: a chain of n elementwise ops on a
  *                4-element tensor, never synced, per op: n = 1000 (a
- *                training step's graph, best of 100 chains) and n = 100000
- *                (best of 5; its nodes and the interning table no longer fit
+ *                training step's graph, best of 1000 chains) and n = 100000
+ *                (best of 10; its nodes and the interning table no longer fit
  *                in cache);
  *   hit          a graph-cache hit: a realized chain of n elementwise ops
  *                (one fused kernel on 16 elements) synced again, n = 100 and
@@ -62,9 +62,12 @@ static double record_secs(kiln_ctx *ctx, int n, int reps) {
 }
 
 static int record(kiln_ctx *ctx) {
-    double small = record_secs(ctx, 1000, 100), big = record_secs(ctx, 100000, 5);
-    printf("record: %.0f ns per op in a chain of 1000 ops (best of 100), %.0f ns per op in a "
-           "chain of 100000 (best of 5)\n",
+    /* best of many: this machine's host code runs in slow phases seconds
+     * long (the same chain 190 or 340 ns an op), which a best of 100 chains
+     * (20 ms) could sit inside entirely */
+    double small = record_secs(ctx, 1000, 1000), big = record_secs(ctx, 100000, 10);
+    printf("record: %.0f ns per op in a chain of 1000 ops (best of 1000), %.0f ns per op in a "
+           "chain of 100000 (best of 10)\n",
            small * 1e9, big * 1e9);
     return 0;
 }
