@@ -246,7 +246,9 @@ static kiln_status many_kernels(kiln_ctx *ctx, float *out) {
     kiln_tensor *rows[30];
     int ax = 1;
     for (int i = 0; i < 30; i++)
-        rows[i] = kiln_sum(kiln_mul_scalar(kiln_randn(ctx, KILN_F32, 2, (const int64_t[]){7, 19},
+        /* rows of different lengths: kernels of different texts (equal
+         * ones would compile once, fold_twins) */
+        rows[i] = kiln_sum(kiln_mul_scalar(kiln_randn(ctx, KILN_F32, 2, (const int64_t[]){7, 19 + i},
                                                       100 + (uint64_t)i), 1.0 + i),
                            1, &ax, false);
     return kiln_to_host(kiln_cat(30, rows, 0), out, sizeof(float) * 30 * 7);
@@ -294,13 +296,14 @@ static kiln_ctx *logging_units(const char *per_unit) {
 
 Test(compiler, costly_kernels_are_dealt_to_different_units) {
     kiln_ctx *ctx = logging_units("grep -c '^void matmul' \"$a\"");
-    const int64_t ad[2] = {64, 96}, bd[2] = {96, 80};
     kiln_tensor *parts[32];
-    const int64_t flat = 64 * 80;
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
+        /* of two shapes: equal products would compile once (fold_twins) */
+        const int64_t ad[2] = {64, 96}, bd[2] = {96, 80 - 8 * i}, flat = 64 * (80 - 8 * i);
         parts[i] = kiln_reshape(kiln_matmul(kiln_randn(ctx, KILN_F32, 2, ad, 1 + 2 * (uint64_t)i),
                                             kiln_randn(ctx, KILN_F32, 2, bd, 2 + 2 * (uint64_t)i)),
                                 1, &flat);
+    }
     int ax = 1;
     for (int i = 0; i < 30; i++)
         parts[2 + i] = kiln_sum(kiln_randn(ctx, KILN_F32, 2, (const int64_t[]){3 + i, 5}, 10 + (uint64_t)i),
@@ -447,4 +450,61 @@ Test(compiler, clang_is_told_512_bit_vectors) {
 Test(compiler, gcc_on_zen3_vectorises_without_gathers) {
     host_flag_case(host_is(true, false), "not an AMD host without AVX-512", "fake-cc 1.0",
                    "clang version 99.0.0, a stand-in", "-mtune-ctrl=^use_gather");
+}
+
+/* Kernels whose text is the same but for their names (a model's repeated
+ * layers) are compiled once: the later ones become aliases of the first
+ * (compile.c, fold_twins). Eight chains alike over eight inputs, at one sync
+ * through eight assignments: each output still comes from its own input. */
+Test(compiler, repeated_kernels_compile_once) {
+    fresh_dir();
+    char body[600];
+    snprintf(body, sizeof body,
+             "for a; do case \"$a\" in *.c) cat \"$a\" >> %s/src;; esac; done\nexec cc \"$@\"", dir);
+    fake_cc(body);
+    enum { N = 8, E = 1000 };
+    kiln_ctx *ctx = kiln_ctx_new(KILN_CPU), *ref = kiln_ctx_new(KILN_REF);
+    cr_assert(ctx && ref);
+    const int64_t e = E;
+    static float got[N][E], want[N][E];
+    kiln_ctx *both[2] = {ctx, ref};
+    for (int c = 0; c < 2; c++) {
+        kiln_tensor *dst[N], *x[N], *w[N];
+        for (int i = 0; i < N; i++) {
+            /* products: elementwise chains of one shape would fuse into
+             * one kernel */
+            x[i] = kiln_randn(both[c], KILN_F32, 2, (const int64_t[]){E / 10, 10}, 40 + (uint64_t)i);
+            w[i] = kiln_randn(both[c], KILN_F32, 2, (const int64_t[]){10, 10}, 80 + (uint64_t)i);
+            dst[i] = kiln_zeros(both[c], KILN_F32, 1, &e);
+            cr_assert_eq(kiln_realize(x[i]), KILN_OK);
+            cr_assert_eq(kiln_realize(w[i]), KILN_OK);
+            cr_assert_eq(kiln_realize(dst[i]), KILN_OK);
+        }
+        /* (a realize would run the assignments made before it) */
+        for (int i = 0; i < N; i++) {
+            kiln_tensor *y = kiln_reshape(kiln_tanh(kiln_matmul(x[i], w[i])), 1, &e);
+            cr_assert_eq(kiln_assign(dst[i], y), KILN_OK, "%s", kiln_ctx_last_error(both[c]));
+        }
+        cr_assert_eq(kiln_sync(both[c]), KILN_OK, "%s", kiln_ctx_last_error(both[c]));
+        for (int i = 0; i < N; i++)
+            cr_assert_eq(kiln_to_host(dst[i], c ? want[i] : got[i], sizeof got[i]), KILN_OK);
+    }
+    for (int i = 0; i < N; i++)
+        for (int j = 0; j < E; j++)
+            cr_assert(fabsf(got[i][j] - want[i][j]) <= 1e-5f * (1 + fabsf(want[i][j])),
+                      "output %d, element %d: %g, the reference %g", i, j, (double)got[i][j],
+                      (double)want[i][j]);
+    kiln_ctx_free(ctx);
+    kiln_ctx_free(ref);
+    unsetenv("KILN_CC");
+    char path[300];
+    snprintf(path, sizeof path, "%s/src", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert(f, "nothing was compiled");
+    char line[4096];
+    int aliases = 0;
+    while (fgets(line, sizeof line, f))
+        aliases += strstr(line, "__attribute__((alias(") != NULL;
+    fclose(f);
+    cr_assert_geq(aliases, N - 1, "%d kernels compiled as aliases of an equal one", aliases);
 }

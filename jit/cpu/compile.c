@@ -664,6 +664,134 @@ static bool build_parallel(const char *src, int nk, int parts, int at_once, cons
     return ok;
 }
 
+/* ---- identical kernels, compiled once ---- */
+
+/* How every kernel's function opens (render_c.c's params()). */
+#define KERNEL_OPENS "(char **bufs, int nthreads) {\n"
+
+typedef struct twin_span {
+    const char *at, *sym;
+    size_t len, symlen;
+    uint64_t hash;
+    int leader; /* the first span of its text: itself, or an earlier one */
+} twin_span;
+
+static bool ident_char(char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+}
+
+/* The span's kernel function's name (the identifier before KERNEL_OPENS). */
+static bool span_symbol(twin_span *t) {
+    const char *open = memmem(t->at, t->len, KERNEL_OPENS, strlen(KERNEL_OPENS));
+    if (!open)
+        return false;
+    const char *s = open;
+    while (s > t->at && ident_char(s[-1]))
+        s--;
+    t->sym = s;
+    t->symlen = (size_t)(open - s);
+    return t->symlen > 0;
+}
+
+/* The span's text with each occurrence of its own name as one placeholder:
+ * a kernel names its helpers after itself (NAME_MR, NAME_epi), so two
+ * kernels of one text differ only there. */
+static uint64_t twin_hash(const twin_span *t) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < t->len;) {
+        if (t->at[i] == t->sym[0] && t->len - i >= t->symlen &&
+            !memcmp(t->at + i, t->sym, t->symlen)) {
+            h = (h ^ 0x100) * 1099511628211ull;
+            i += t->symlen;
+        } else {
+            h = (h ^ (unsigned char)t->at[i++]) * 1099511628211ull;
+        }
+    }
+    return h;
+}
+
+static bool twins(const twin_span *a, const twin_span *b) {
+    size_t i = 0, j = 0;
+    while (i < a->len && j < b->len) {
+        bool na = a->at[i] == a->sym[0] && a->len - i >= a->symlen &&
+                  !memcmp(a->at + i, a->sym, a->symlen);
+        bool nb = b->at[j] == b->sym[0] && b->len - j >= b->symlen &&
+                  !memcmp(b->at + j, b->sym, b->symlen);
+        if (na != nb)
+            return false;
+        if (na) {
+            i += a->symlen;
+            j += b->symlen;
+        } else if (a->at[i++] != b->at[j++]) {
+            return false;
+        }
+    }
+    return i == a->len && j == b->len;
+}
+
+/* src's *nk kernels with each kernel whose text (but for its name) an
+ * earlier one already has left out, its name made an alias of the earlier
+ * one's (after that one's text, so in its translation unit): a program's
+ * repeated layers compile once. GPT-2's small step had 208 kernels of 59
+ * texts. NULL when nothing repeats or out of memory (src is then compiled as
+ * it is); else *nk is the kernels left. */
+static char *fold_twins(const char *src, int *nk) {
+    int n = *nk;
+    const size_t mk = strlen(JIT_CPU_KERNEL_MARK);
+    const char *first = strstr(src, JIT_CPU_KERNEL_MARK);
+    twin_span *t = n > 1 && first ? calloc((size_t)n, sizeof *t) : NULL;
+    if (!t)
+        return NULL;
+    const char *p = first;
+    int folded = 0;
+    for (int i = 0; i < n; i++) {
+        const char *next = strstr(p + mk, JIT_CPU_KERNEL_MARK);
+        t[i].at = p;
+        t[i].len = next ? (size_t)(next - p) : strlen(p);
+        t[i].leader = i;
+        if (!span_symbol(&t[i])) {
+            free(t);
+            return NULL;
+        }
+        t[i].hash = twin_hash(&t[i]);
+        for (int j = 0; j < i; j++)
+            if (t[j].leader == j && t[j].hash == t[i].hash && twins(&t[j], &t[i])) {
+                t[i].leader = j;
+                folded++;
+                break;
+            }
+        p = next;
+    }
+    if (!folded) {
+        free(t);
+        return NULL;
+    }
+    size_t pre = (size_t)(first - src), total = pre + 1;
+    for (int i = 0; i < n; i++)
+        total += t[i].leader == i ? t[i].len : 2 * t[i].symlen + 128;
+    char *out = malloc(total);
+    if (out) {
+        size_t at = pre;
+        memcpy(out, src, pre);
+        for (int i = 0; i < n; i++) {
+            if (t[i].leader != i)
+                continue;
+            memcpy(out + at, t[i].at, t[i].len);
+            at += t[i].len;
+            for (int j = i + 1; j < n; j++)
+                if (t[j].leader == i)
+                    at += (size_t)sprintf(out + at,
+                                          "void %.*s(char **bufs, int nthreads) "
+                                          "__attribute__((alias(\"%.*s\")));\n",
+                                          (int)t[j].symlen, t[j].sym, (int)t[i].symlen, t[i].sym);
+        }
+        out[at] = '\0';
+        *nk = n - folded;
+    }
+    free(t);
+    return out;
+}
+
 static void *load_or_build(cache *c, const char *src, cache_key key, bool *compiled, char *msg,
                            size_t cap) {
     char path[4096];
@@ -685,6 +813,9 @@ static void *load_or_build(cache *c, const char *src, cache_key key, bool *compi
     int jobs, kernels = 0;
     for (const char *p = src; (p = strstr(p, JIT_CPU_KERNEL_MARK)); p += strlen(JIT_CPU_KERNEL_MARK))
         kernels++;
+    char *folded = fold_twins(src, &kernels);
+    if (folded)
+        src = folded;
     int parts = compile_parts(kernels, &jobs);
     if (parts > 1) {
         if (!build_parallel(src, kernels, parts, jobs, dir, sopath, msg, cap))
@@ -713,6 +844,7 @@ static void *load_or_build(cache *c, const char *src, cache_key key, bool *compi
     else
         cache_disk_put_file(c, key, "so", sopath);
 done:
+    free(folded);
     unlink(cpath);
     unlink(sopath);
     unlink(logpath);
