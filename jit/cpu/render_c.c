@@ -691,36 +691,56 @@ static void mm_micro_kernel(sbuf *b, const char *e, mm_shape s) {
  * four lanes. AVX2 (8): the same two interleavings within each 128-bit
  * half, then one exchange of halves. */
 static void mm_tr(sbuf *b, int tr) {
+    /* In the compiler's vector extensions, not <immintrin.h>: parsing that
+     * header was 0.65 s of every translation unit that packed a transposed
+     * operand (the MLP training step's cold compile: 2 units, 1.8 s in
+     * all). The shuffles' indices are those of the intrinsics they replace:
+     * unpacklo/hi_ps, unpacklo/hi_pd (as pairs of floats), permute2f128
+     * and shuffle_f32x4; gcc and clang pick the instructions. */
+    cstyle_put(b,
+        "#if !defined(KH_SHUF)\n"
+        "#if defined(__clang__)\n"
+        "#define KH_SHUF(m, a, b, ...) __builtin_shufflevector(a, b, __VA_ARGS__)\n"
+        "#else\n"
+        "#define KH_SHUF(m, a, b, ...) __builtin_shuffle(a, b, (m){__VA_ARGS__})\n"
+        "#endif\n"
+        "#endif\n");
     if (tr == 16)
         cstyle_put(b,
         "#if defined(__AVX512F__) && !defined(KH_TR16)\n"
         "#define KH_TR16\n"
-        "#include <immintrin.h>\n"
+        "typedef float kh_tr16_v __attribute__((vector_size(64), may_alias, aligned(4)));\n"
+        "typedef int32_t kh_tr16_m __attribute__((vector_size(64)));\n"
+        "#define KH_LO16 0, 16, 1, 17, 4, 20, 5, 21, 8, 24, 9, 25, 12, 28, 13, 29\n"
+        "#define KH_HI16 2, 18, 3, 19, 6, 22, 7, 23, 10, 26, 11, 27, 14, 30, 15, 31\n"
+        "#define KH_LOD16 0, 1, 16, 17, 4, 5, 20, 21, 8, 9, 24, 25, 12, 13, 28, 29\n"
+        "#define KH_HID16 2, 3, 18, 19, 6, 7, 22, 23, 10, 11, 26, 27, 14, 15, 30, 31\n"
+        "#define KH_EVEN16 0, 1, 2, 3, 8, 9, 10, 11, 16, 17, 18, 19, 24, 25, 26, 27\n"
+        "#define KH_ODD16 4, 5, 6, 7, 12, 13, 14, 15, 20, 21, 22, 23, 28, 29, 30, 31\n"
         "static inline void kh_tr16(const float *restrict s, int64_t ss, float *restrict d, "
         "int64_t ds) {\n"
-        "  __m512 r[16], t[16];\n"
-        "  for (int i = 0; i < 16; i++) r[i] = _mm512_loadu_ps(s + i * ss);\n"
+        "  kh_tr16_v r[16], t[16];\n"
+        "  for (int i = 0; i < 16; i++) r[i] = *(const kh_tr16_v *)(s + i * ss);\n"
         "  for (int i = 0; i < 8; i++) {\n"
-        "    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);\n"
-        "    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);\n"
+        "    t[2 * i] = KH_SHUF(kh_tr16_m, r[2 * i], r[2 * i + 1], KH_LO16);\n"
+        "    t[2 * i + 1] = KH_SHUF(kh_tr16_m, r[2 * i], r[2 * i + 1], KH_HI16);\n"
         "  }\n"
         "  for (int i = 0; i < 4; i++) {\n"
-        "    const __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 1]);\n"
-        "    const __m512d c = _mm512_castps_pd(t[4 * i + 2]), e = _mm512_castps_pd(t[4 * i + 3]);\n"
-        "    r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));\n"
-        "    r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));\n"
-        "    r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, e));\n"
-        "    r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, e));\n"
+        "    const kh_tr16_v a = t[4 * i], b = t[4 * i + 1], c = t[4 * i + 2], e = t[4 * i + 3];\n"
+        "    r[4 * i] = KH_SHUF(kh_tr16_m, a, c, KH_LOD16);\n"
+        "    r[4 * i + 1] = KH_SHUF(kh_tr16_m, a, c, KH_HID16);\n"
+        "    r[4 * i + 2] = KH_SHUF(kh_tr16_m, b, e, KH_LOD16);\n"
+        "    r[4 * i + 3] = KH_SHUF(kh_tr16_m, b, e, KH_HID16);\n"
         "  }\n"
         "  for (int j = 0; j < 4; j++) {\n"
-        "    const __m512 s0 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x88);\n"
-        "    const __m512 s1 = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xdd);\n"
-        "    const __m512 s2 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x88);\n"
-        "    const __m512 s3 = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xdd);\n"
-        "    _mm512_storeu_ps(d + j * ds, _mm512_shuffle_f32x4(s0, s2, 0x88));\n"
-        "    _mm512_storeu_ps(d + (4 + j) * ds, _mm512_shuffle_f32x4(s1, s3, 0x88));\n"
-        "    _mm512_storeu_ps(d + (8 + j) * ds, _mm512_shuffle_f32x4(s0, s2, 0xdd));\n"
-        "    _mm512_storeu_ps(d + (12 + j) * ds, _mm512_shuffle_f32x4(s1, s3, 0xdd));\n"
+        "    const kh_tr16_v s0 = KH_SHUF(kh_tr16_m, r[j], r[4 + j], KH_EVEN16);\n"
+        "    const kh_tr16_v s1 = KH_SHUF(kh_tr16_m, r[j], r[4 + j], KH_ODD16);\n"
+        "    const kh_tr16_v s2 = KH_SHUF(kh_tr16_m, r[8 + j], r[12 + j], KH_EVEN16);\n"
+        "    const kh_tr16_v s3 = KH_SHUF(kh_tr16_m, r[8 + j], r[12 + j], KH_ODD16);\n"
+        "    *(kh_tr16_v *)(d + j * ds) = KH_SHUF(kh_tr16_m, s0, s2, KH_EVEN16);\n"
+        "    *(kh_tr16_v *)(d + (4 + j) * ds) = KH_SHUF(kh_tr16_m, s1, s3, KH_EVEN16);\n"
+        "    *(kh_tr16_v *)(d + (8 + j) * ds) = KH_SHUF(kh_tr16_m, s0, s2, KH_ODD16);\n"
+        "    *(kh_tr16_v *)(d + (12 + j) * ds) = KH_SHUF(kh_tr16_m, s1, s3, KH_ODD16);\n"
         "  }\n"
         "}\n"
         "#endif\n");
@@ -728,26 +748,27 @@ static void mm_tr(sbuf *b, int tr) {
         cstyle_put(b,
         "#if defined(__AVX2__) && !defined(KH_TR8)\n"
         "#define KH_TR8\n"
-        "#include <immintrin.h>\n"
+        "typedef float kh_tr8_v __attribute__((vector_size(32), may_alias, aligned(4)));\n"
+        "typedef int32_t kh_tr8_m __attribute__((vector_size(32)));\n"
         "static inline void kh_tr8(const float *restrict s, int64_t ss, float *restrict d, "
         "int64_t ds) {\n"
-        "  __m256 r[8], t[8];\n"
-        "  for (int i = 0; i < 8; i++) r[i] = _mm256_loadu_ps(s + i * ss);\n"
+        "  kh_tr8_v r[8], t[8];\n"
+        "  for (int i = 0; i < 8; i++) r[i] = *(const kh_tr8_v *)(s + i * ss);\n"
         "  for (int i = 0; i < 4; i++) {\n"
-        "    t[2 * i] = _mm256_unpacklo_ps(r[2 * i], r[2 * i + 1]);\n"
-        "    t[2 * i + 1] = _mm256_unpackhi_ps(r[2 * i], r[2 * i + 1]);\n"
+        "    t[2 * i] = KH_SHUF(kh_tr8_m, r[2 * i], r[2 * i + 1], 0, 8, 1, 9, 4, 12, 5, 13);\n"
+        "    t[2 * i + 1] = KH_SHUF(kh_tr8_m, r[2 * i], r[2 * i + 1], 2, 10, 3, 11, 6, 14, 7, 15);\n"
         "  }\n"
         "  for (int i = 0; i < 2; i++) {\n"
-        "    const __m256d a = _mm256_castps_pd(t[4 * i]), b = _mm256_castps_pd(t[4 * i + 1]);\n"
-        "    const __m256d c = _mm256_castps_pd(t[4 * i + 2]), e = _mm256_castps_pd(t[4 * i + 3]);\n"
-        "    r[4 * i] = _mm256_castpd_ps(_mm256_unpacklo_pd(a, c));\n"
-        "    r[4 * i + 1] = _mm256_castpd_ps(_mm256_unpackhi_pd(a, c));\n"
-        "    r[4 * i + 2] = _mm256_castpd_ps(_mm256_unpacklo_pd(b, e));\n"
-        "    r[4 * i + 3] = _mm256_castpd_ps(_mm256_unpackhi_pd(b, e));\n"
+        "    const kh_tr8_v a = t[4 * i], b = t[4 * i + 1], c = t[4 * i + 2], e = t[4 * i + 3];\n"
+        "    r[4 * i] = KH_SHUF(kh_tr8_m, a, c, 0, 1, 8, 9, 4, 5, 12, 13);\n"
+        "    r[4 * i + 1] = KH_SHUF(kh_tr8_m, a, c, 2, 3, 10, 11, 6, 7, 14, 15);\n"
+        "    r[4 * i + 2] = KH_SHUF(kh_tr8_m, b, e, 0, 1, 8, 9, 4, 5, 12, 13);\n"
+        "    r[4 * i + 3] = KH_SHUF(kh_tr8_m, b, e, 2, 3, 10, 11, 6, 7, 14, 15);\n"
         "  }\n"
         "  for (int j = 0; j < 4; j++) {\n"
-        "    _mm256_storeu_ps(d + j * ds, _mm256_permute2f128_ps(r[j], r[4 + j], 0x20));\n"
-        "    _mm256_storeu_ps(d + (4 + j) * ds, _mm256_permute2f128_ps(r[j], r[4 + j], 0x31));\n"
+        "    *(kh_tr8_v *)(d + j * ds) = KH_SHUF(kh_tr8_m, r[j], r[4 + j], 0, 1, 2, 3, 8, 9, 10, 11);\n"
+        "    *(kh_tr8_v *)(d + (4 + j) * ds) = KH_SHUF(kh_tr8_m, r[j], r[4 + j], 4, 5, 6, 7, 12, 13, "
+        "14, 15);\n"
         "  }\n"
         "}\n"
         "#endif\n");
@@ -1711,9 +1732,18 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
             cstyle_put(&b, "%s%s", JIT_CPU_KERNEL_MARK,
                        lower_plan_scalar(k, &plans[i]) ? JIT_CPU_TINY_MARK : "");
         if (k->kind == LOWER_MATMUL) {
+            /* gcc at -O2: a product's code is vectorised by hand (its
+             * micro-kernels' vector types), and -O3 only made compiling it
+             * slower: the MLP training step's 27 kernels 2.1 s in one unit,
+             * 1.3-1.7 with its 8 products at -O2; the products themselves
+             * ran alike (1024^3, 256x768x768, 64x4096x4096 and 2048^3 with
+             * w^T, alternating, within 10% either way). */
+            cstyle_put(&b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC push_options\n"
+                           "#pragma GCC optimize(\"O2\")\n#endif\n");
             clang_wide_begin(&b, &plans[i]);
             render_matmul(&b, k, &plans[i]);
             clang_wide_end(&b, &plans[i]);
+            cstyle_put(&b, "#if defined(__GNUC__) && !defined(__clang__)\n#pragma GCC pop_options\n#endif\n");
         } else if (k->kind == LOWER_ATTENTION) {
             wide_begin(&b, &plans[i]);
             render_attention(&b, k, &plans[i]);
