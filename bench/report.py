@@ -575,16 +575,29 @@ WHY_MISSED = [
      "eager in the quick runs; the products (10 ms of the step, 32-43% of "
      "this machine's FMA peak at 6 x 2 tiles of 8 lanes) and the im2col copy (2.3 ms) are "
      "the rest."),
-    ("recording an op", "met since a node made from a source nothing was made from before "
-     "skips the interning table (it waits as that source's pending node): 217-241 -> 134-169 "
-     "ns along the chain. Before: in a 1000-op graph it was met (128-140 ns); along a 100000-op chain "
-     "the 448-byte nodes and the 4 MB interning table no longer fit in cache: each new node "
-     "misses on its table slot (about 40% of graph_intern's time), and runs spread from 175 to "
-     "231 ns this session (best of 5 chains each; the recording code did not change). The node's "
-     "lines are prefetched, the table and node slabs take 2 MB pages, and prototypes are zeroed "
-     "by libc's memset rather than an inlined rep stosq (259 -> 176-215 ns); a tag byte per "
-     "slot, 8-byte slots (an address and a hash tag), and copying the prototype while the slot "
-     "came in each measured level or slower."),
+    ("recording an op", "on the Zen 3 EPYC (2026-12-07) this machine's host code runs in slow "
+     "phases seconds long (the same 1000-op chain 190 or 340 ns an op, by phase), so the "
+     "figure is the best of 1000 chains of 1000 ops (was 100) and of 10 of 100000 (was 5). "
+     "That session every kiln_*_scalar's constant stopped costing two prototypes, hashes and "
+     "table probes: graph_full keeps a memo of the eight constants broadcast last asked for, "
+     "without references, a node leaving it when it dies (200-206 -> 124-130 ns, best of "
+     "2000, alternating), a literal scalar is made in its operand's shape at once, and a "
+     "broadcast is one view without the reshape's node between (graph_broadcast). Before, on "
+     "AVX-512 machines: a node made from a source nothing was made from before skips the "
+     "interning table (217-241 -> 134-169 ns along the chain); along a 100000-op chain the "
+     "nodes and the 4 MB table no longer fit in cache, each new node missing on its slot."),
+    ("a graph-cache hit", "measured on the Zen 3 EPYC (2026-12-07), whose slow phases move "
+     "the median of 50 syncs between about 47 and 62 ns a node: a capture was a walk listing "
+     "the pending nodes and three more passes numbering, describing and clearing them, and "
+     "described each node by its op, shape and parameters, five cache lines of a 456-byte "
+     "node, more than the second-level cache holds for a 3000-node graph (the capture of a "
+     "1000-op chain took 126 us with its nodes in cache, 185 us just after recording). Now "
+     "one walk lists and describes (graph_walk visits each node as it lists it, looking ahead "
+     "along its stack), a node carries a 64-bit digest of its own structure made with its "
+     "interning hash, nodes are 64-byte aligned with everything a capture reads in their "
+     "first line: the capture 185 -> 118-136 us (61-68 in cache), the hit 229 -> 171 us "
+     "median, alternating. What is left is the walk's chase from node to node, a miss each "
+     "along a chain, and binding the 1000 scalars' buffers."),
     ("matmul, square", "met on 2026-12-07 (worst 1.15 at 2048) once the micro-kernel's k loop "
      "was unrolled by 4; before: OpenBLAS's SkylakeX kernel and kiln's were level at 1024 and 2048, "
      "and which is ahead moves with the run: the worst shape's ratio was 1.01, 1.04 and 0.94 in "
@@ -601,17 +614,25 @@ WHY_MISSED = [
      "such benchmark, and its API (kiln_item, kiln_adamw_new) differs from the one "
      "bench/gpt2.c is written against."),
     ("MLP training step, cold compile", "gcc's time on the step's 27 kernels, in two units "
-     "compiled in parallel on the 2 cores. This session the products' micro-kernels and "
-     "packing routines became shared within a unit (named by tile shape and types, each "
-     "guarded), about 40 of a matmul kernel's 100 ms, and the kernels are dealt into units by "
-     "expected compile time: cut by text, one unit took 970 ms where the other took 590. "
-     "942-1022 -> 745-785 ms alternating with the session start."),
+     "compiled in parallel on the 2 cores; on the Zen 3 EPYC gcc runs 2-3x slower than on the "
+     "AVX-512 machines where it was 745-785 ms. There (2026-12-07) 1808 -> 1223-1272 ms: the "
+     "packing transposes were written with <immintrin.h> intrinsics, whose header took 0.65 s "
+     "to parse in every unit (now the compiler's vector shuffles), and the products compile "
+     "at -O2 (their vectors are written by hand; -O3 only slowed the compile: the 27 kernels "
+     "2.1 s in one unit, 1.3-1.7 s with the 8 products at -O2). The 8 products are still "
+     "about 0.2 s each; -O2 for every kernel would be 1.2 s in one unit, but the fused "
+     "kernels' loops are vectorised by gcc only at -O3's cost model."),
     ("MLP training step", "noise in the quick run's 3 steps of a 1 ms step: its before/after "
      "table shows this tree 0.88x the session start's, where the step alone, alternating the "
      "two libraries in the same minutes (200 steps each, best), measured 0.840, 0.864, 0.839 ms "
      "(start) against 0.848, 0.849, 0.855 (this tree); the last session's run had 1.75x."),
     ("1000 small", "gcc's time on each kernel (the Philox generator inlined into each sum): "
-     "cc1 is nine tenths of the sync's CPU time."),
+     "cc1 is nine tenths of the sync's CPU time. Kernels of one text compile once since "
+     "2026-12-07 (jit/cpu/compile.c, fold_twins: GPT-2's small step 208 kernels of 59 texts, "
+     "its cold first step 11.1 -> 4.3 s), but these 1000 sums differ in their sizes (rows of "
+     "2 to 101, columns of 3 to 12), which the text holds as literals; reading them at run "
+     "time (lower/sizes.c's machinery, as programs of one structure share code) would fold "
+     "them into a few texts, not yet done."),
 ]
 
 

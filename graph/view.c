@@ -133,18 +133,24 @@ graph_node *graph_permute(graph_node *a, const int *perm) {
     return finish(&t, a->dtype);
 }
 
+/* Each axis of s of size 1 where shape has more: stride 0, its mask (if it
+ * shows the element) the whole axis. */
+static void expand_axes(view_state *s, const int64_t *shape) {
+    for (int d = 0; d < s->ndim; d++) {
+        if (s->shape[d] == shape[d])
+            continue;
+        s->v.strides[d] = 0;
+        if (s->v.masked && s->v.mask_lo[d] < s->v.mask_hi[d]) {
+            s->v.mask_lo[d] = 0;
+            s->v.mask_hi[d] = shape[d];
+        }
+        s->shape[d] = shape[d];
+    }
+}
+
 graph_node *graph_expand(graph_node *a, const int64_t *shape) {
     view_state s = view_start(a);
-    for (int d = 0; d < a->ndim; d++) {
-        if (s.shape[d] == shape[d])
-            continue;
-        s.v.strides[d] = 0;
-        if (s.v.masked && s.v.mask_lo[d] < s.v.mask_hi[d]) {
-            s.v.mask_lo[d] = 0;
-            s.v.mask_hi[d] = shape[d];
-        }
-        s.shape[d] = shape[d];
-    }
+    expand_axes(&s, shape);
     return finish(&s, a->dtype);
 }
 
@@ -159,16 +165,7 @@ graph_node *graph_broadcast(graph_node *a, int ndim, const int64_t *shape) {
         t.v.mask_lo[d] = led ? 0 : s.v.mask_lo[d - lead];
         t.v.mask_hi[d] = led ? 1 : s.v.mask_hi[d - lead];
     }
-    for (int d = 0; d < ndim; d++) {
-        if (t.shape[d] == shape[d])
-            continue;
-        t.v.strides[d] = 0;
-        if (t.v.masked && t.v.mask_lo[d] < t.v.mask_hi[d]) {
-            t.v.mask_lo[d] = 0;
-            t.v.mask_hi[d] = shape[d];
-        }
-        t.shape[d] = shape[d];
-    }
+    expand_axes(&t, shape);
     return finish(&t, a->dtype);
 }
 

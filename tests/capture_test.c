@@ -33,6 +33,19 @@ static graph_node *build(graph_node *a, graph_node *b, graph_node **out) {
     return out[2];
 }
 
+/* Drops n nodes, then checks that g holds none and frees it. */
+static void close_ctx(graph_ctx *g, int n, graph_node *const *ns) {
+    for (int i = 0; i < n; i++)
+        graph_unref(ns[i]);
+    cr_assert_eq(graph_ctx_live_nodes(g), 0);
+    graph_ctx_free(g);
+}
+
+/* Drops build's nodes and its two leaves. */
+static void drop(graph_node **m, graph_node *a, graph_node *b) {
+    drop(m, a, b);
+}
+
 Test(capture, lists_pending_in_post_order_then_leaves_as_first_read) {
     graph_ctx *g = graph_ctx_new();
     graph_node *a = leaf(g, 5), *b = leaf(g, 5), *m[3];
@@ -51,10 +64,7 @@ Test(capture, lists_pending_in_post_order_then_leaves_as_first_read) {
     for (int i = 0; i < 5; i++)
         cr_assert_null(c.nodes[i]->scratch, "node %d's scratch left set", i);
     graph_capture_free(&c);
-    for (int i = 2; i >= 0; i--)
-        graph_unref(m[i]);
-    graph_unref(a);
-    graph_unref(b);
+    drop(m, a, b);
     cr_assert_eq(graph_ctx_live_nodes(g), 0);
     graph_ctx_free(g);
 }
@@ -104,12 +114,7 @@ Test(capture, signature_is_the_structure_not_the_leaves) {
     for (int k = 0; k < 4; k++)
         for (int i = 2; i >= 0; i--)
             graph_unref(all[k][i]);
-    graph_unref(a);
-    graph_unref(b);
-    graph_unref(c2);
-    graph_unref(d);
-    cr_assert_eq(graph_ctx_live_nodes(g), 0);
-    graph_ctx_free(g);
+    close_ctx(g, 4, (graph_node *[]){a, b, c2, d});
 }
 
 Test(capture, a_realized_target_is_a_leaf) {
@@ -134,10 +139,7 @@ Test(capture, a_realized_target_is_a_leaf) {
     cr_assert_eq(e.targets[0], 0);
     cr_assert_null(a->scratch);
     graph_capture_free(&e);
-    for (int i = 2; i >= 0; i--)
-        graph_unref(m[i]);
-    graph_unref(a);
-    graph_unref(b);
+    drop(m, a, b);
     graph_ctx_free(g);
 }
 
@@ -192,10 +194,7 @@ Test(capture, a_walk_stopped_by_its_visit_clears_every_node) {
         cr_assert_null(m[i]->scratch);
     cr_assert_null(z->scratch);
     graph_unref(z);
-    for (int i = 2; i >= 0; i--)
-        graph_unref(m[i]);
-    graph_unref(a);
-    graph_unref(b);
+    drop(m, a, b);
     graph_ctx_free(g);
 }
 
@@ -236,14 +235,7 @@ Test(capture, broadcast_is_reshape_then_expand) {
     check_broadcast(single, 2, to1);
     check_broadcast(padded, 2, top);
     check_broadcast(pad1, 2, (const int64_t[]){3, 4});
-    graph_unref(pad1);
-    graph_unref(padded);
-    graph_unref(single);
-    graph_unref(sliced);
-    graph_unref(zero_d);
-    graph_unref(x);
-    cr_assert_eq(graph_ctx_live_nodes(g), 0);
-    graph_ctx_free(g);
+    close_ctx(g, 6, (graph_node *[]){pad1, padded, single, sliced, zero_d, x});
 }
 
 /* What a node is beyond its sources enters the signature through its digest:
