@@ -43,7 +43,10 @@ static void close_ctx(graph_ctx *g, int n, graph_node *const *ns) {
 
 /* Drops build's nodes and its two leaves. */
 static void drop(graph_node **m, graph_node *a, graph_node *b) {
-    drop(m, a, b);
+    for (int i = 2; i >= 0; i--)
+        graph_unref(m[i]);
+    graph_unref(a);
+    graph_unref(b);
 }
 
 Test(capture, lists_pending_in_post_order_then_leaves_as_first_read) {
