@@ -33,19 +33,10 @@ static void feed_grow(sigbuf *b, const void *bytes, size_t len) {
 }
 
 /* The signature is fed a few bytes at a time, thousands of times per sync:
- * the common case (room left) is inline, the buffer sized up front, and the
- * usual pieces (shapes, strides: a few 8-byte words) copied word by word
- * rather than by a call to memcpy (a graph-cache hit on a 1000-op chain
- * spent 14% of its time in libc's memmove). */
+ * the common case (room left) is inline, the buffer sized up front. */
 static inline void feed_bytes(sigbuf *b, const void *bytes, size_t len) {
     if (b->len + len <= b->cap) {
-        unsigned char *d = b->p + b->len;
-        const unsigned char *s = bytes;
-        if (len % 8 == 0 && len <= 64)
-            for (size_t i = 0; i < len; i += 8)
-                memcpy(d + i, s + i, 8);
-        else
-            memcpy(d, s, len);
+        memcpy(b->p + b->len, bytes, len);
         b->len += len;
     } else {
         feed_grow(b, bytes, len);

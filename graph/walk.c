@@ -71,14 +71,10 @@ kiln_status graph_walk(int n, graph_node *const *roots, bool stop_at_realized,
             if (ok) {
                 graph_node *x = stack[--nstack].node;
                 /* The nodes below on the stack are listed next (along a
-                 * chain, one after another): a visit reads their shapes
-                 * and parameters, four lines further into the node, so
-                 * ask for them ahead. */
-                if (visit && nstack >= 4) {
-                    const char *ahead = (const char *)stack[nstack - 4].node;
-                    for (int l = 0; l < 5; l++)
-                        __builtin_prefetch(ahead + 64 * l);
-                }
+                 * chain, one after another), and a visit reads their first
+                 * line (graph_node's layout): ask for it a few ahead. */
+                if (visit && nstack >= 4)
+                    __builtin_prefetch(stack[nstack - 4].node);
                 out[norder++] = x;
                 x->scratch = (void *)(intptr_t)norder;
                 ok = !visit || visit(ctx, x, norder - 1);

@@ -667,7 +667,7 @@ static bool build_parallel(const char *src, int nk, int parts, int at_once, cons
 /* ---- identical kernels, compiled once ---- */
 
 /* How every kernel's function opens (render_c.c's params()). */
-#define KERNEL_OPENS "(char **bufs, int nthreads) {\n"
+#define KERNEL_OPENS JIT_CPU_KERNEL_PARAMS " {\n"
 
 typedef struct twin_span {
     const char *at, *sym;
@@ -781,8 +781,8 @@ static char *fold_twins(const char *src, int *nk) {
             for (int j = i + 1; j < n; j++)
                 if (t[j].leader == i)
                     at += (size_t)sprintf(out + at,
-                                          "void %.*s(char **bufs, int nthreads) "
-                                          "__attribute__((alias(\"%.*s\")));\n",
+                                          "void %.*s" JIT_CPU_KERNEL_PARAMS
+                                          " __attribute__((alias(\"%.*s\")));\n",
                                           (int)t[j].symlen, t[j].sym, (int)t[i].symlen, t[i].sym);
         }
         out[at] = '\0';

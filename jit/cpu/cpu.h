@@ -25,6 +25,9 @@ kiln_status jit_cpu_render(const lower_program *p, const lower_plan *plans, char
  * program's text may be cut into translation units (the prelude, then a run
  * of kernels) that compile in parallel. */
 #define JIT_CPU_KERNEL_MARK "/* ---- kernel ---- */\n"
+/* Every kernel function's parameters, as render_c.c prints them and
+ * compile.c finds a kernel's name by (its fold of repeated kernels). */
+#define JIT_CPU_KERNEL_PARAMS "(char **bufs, int nthreads)"
 /* The line after the mark of a kernel the plan leaves scalar (tiny: see
  * lower_plan_scalar): a unit of only such kernels compiles at -O1. */
 #define JIT_CPU_TINY_MARK "/* tiny */\n"

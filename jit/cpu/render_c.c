@@ -96,7 +96,7 @@ static void buffer_ptrs(sbuf *b, const lower_kernel *k) {
 }
 
 static void params(sbuf *b, const lower_kernel *k) {
-    cstyle_put(b, "void %s(char **bufs, int nthreads) {\n", lower_kernel_symbol(k));
+    cstyle_put(b, "void %s" JIT_CPU_KERNEL_PARAMS " {\n", lower_kernel_symbol(k));
     buffer_ptrs(b, k);
     cstyle_put(b, "  (void)nthreads;\n");
 }
