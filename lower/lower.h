@@ -480,6 +480,11 @@ typedef struct lower_plan {
                            outputs in chunks of this many, each chunk's partial sums a
                            row in cache that the input's rows are added into, rather
                            than one strided walk per output; 0: per output */
+    int column_step;    /* columns: the input's rows taken into a chunk's partial results
+                           per pass over the chunk (each output's elements still in
+                           order): a partial result loaded and stored once for that
+                           many rows, and that many streams read at once. A renderer
+                           may take them one at a time (the same sums) */
     int64_t rows;       /* columns: 0, or the outputs walked as rows of this many, chunks of
                            whole rows (columns a multiple of it), a vector loop along each
                            row: every division of the flat output index by a multiple of

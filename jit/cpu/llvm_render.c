@@ -1240,29 +1240,44 @@ static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *
     LLVMValueRef zi = loop_open(g, &z, start, end);
     set(g, gep(g, proto.t, part, L->LLVMBuildSub(B, zi, start, "")), zero);
     loop_close(g, &z, true);
-    loop rows;
-    g->ridx = loop_open(g, &rows, i64c(g, 0), szv(g, &k->rnumel));
-    loop cols;
-    g->gidx = loop_open(g, &cols, start, end);
-    for (int i = 0; i < red; i++)
-        block_values(g, &plan->blocks[i]);
-    block_values(g, rb);
-    LLVMValueRef v = g->val[k->ins[rb->reduce].a];
-    v = proto.fl ? to_f64(g, v, proto.in) : wide(g, v, proto.in);
-    LLVMValueRef slot = gep(g, proto.t, part, L->LLVMBuildSub(B, g->gidx, start, ""));
-    LLVMValueRef cur = get(g, proto.t, slot);
-    if (proto.sum) {
-        set(g, slot, proto.fl ? L->LLVMBuildFAdd(B, cur, v, "") : L->LLVMBuildAdd(B, cur, v, ""));
-    } else {
-        LLVMValueRef take =
-            proto.fl ? band(g, fcmp(g, LLVMRealOEQ, cur, cur),
-                            bor(g, fcmp(g, LLVMRealUNE, v, v),
-                                fcmp(g, mx ? LLVMRealOGT : LLVMRealOLT, v, cur)))
-                     : icmp(g, mx ? LLVMIntSGT : LLVMIntSLT, v, cur);
-        set(g, slot, sel(g, take, v, cur));
+    /* plan->column_step rows a pass over the chunk, each partial result
+     * loaded and stored once for them; then the rows left one a pass */
+    int64_t step = plan->column_step > 1 ? plan->column_step : 1;
+    LLVMValueRef R = szv(g, &k->rnumel);
+    LLVMValueRef passes = L->LLVMBuildSDiv(B, R, i64c(g, step), "");
+    LLVMValueRef done = mul(g, passes, i64c(g, step));
+    for (int tail = 0; tail < 2; tail++) {
+        int64_t n = tail ? 1 : step;
+        if (tail && step == 1)
+            break;
+        loop rows;
+        LLVMValueRef pass = tail ? loop_open(g, &rows, done, R)
+                                 : loop_open(g, &rows, i64c(g, 0), step > 1 ? passes : R);
+        loop cols;
+        g->gidx = loop_open(g, &cols, start, end);
+        LLVMValueRef slot = gep(g, proto.t, part, L->LLVMBuildSub(B, g->gidx, start, ""));
+        LLVMValueRef cur = get(g, proto.t, slot);
+        for (int64_t u = 0; u < n; u++) {
+            g->ridx = n > 1 ? add(g, mul(g, pass, i64c(g, step)), i64c(g, u)) : pass;
+            for (int i = 0; i <= red; i++)
+                block_values(g, &plan->blocks[i]);
+            LLVMValueRef v = g->val[k->ins[rb->reduce].a];
+            v = proto.fl ? to_f64(g, v, proto.in) : wide(g, v, proto.in);
+            if (proto.sum) {
+                cur = proto.fl ? L->LLVMBuildFAdd(B, cur, v, "") : L->LLVMBuildAdd(B, cur, v, "");
+            } else {
+                LLVMValueRef take =
+                    proto.fl ? band(g, fcmp(g, LLVMRealOEQ, cur, cur),
+                                    bor(g, fcmp(g, LLVMRealUNE, v, v),
+                                        fcmp(g, mx ? LLVMRealOGT : LLVMRealOLT, v, cur)))
+                             : icmp(g, mx ? LLVMIntSGT : LLVMIntSLT, v, cur);
+                cur = sel(g, take, v, cur);
+            }
+        }
+        set(g, slot, cur);
+        loop_close(g, &cols, true);
+        loop_close(g, &rows, false);
     }
-    loop_close(g, &cols, true);
-    loop_close(g, &rows, false);
     loop outs;
     g->gidx = loop_open(g, &outs, start, end);
     for (int i = 0; i < red; i++)

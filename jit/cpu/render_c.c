@@ -398,6 +398,20 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_plan *plan, 
     cstyle_put(b, "    }\n");
 }
 
+/* Takes value v<a> into a columns kernel's partial result `into`: a sum's
+ * add, or an extreme's compare, a NaN sticking once taken. */
+static void column_take(sbuf *b, const char *acc, const char *into, int a, bool sum, bool mx,
+                        bool f) {
+    if (sum)
+        cstyle_put(b, "        %s += (%s)v%d;\n", into, acc, a);
+    else
+        cstyle_put(b,
+                   "        { const %s c = %s, w = (%s)v%d;\n"
+                   "        %s = %sw %s c%s ? w : c; }\n",
+                   acc, into, acc, a, into, f ? "(c == c && (w != w || " : "(", mx ? ">" : "<",
+                   f ? "))" : ")");
+}
+
 /* A sum, max or min down columns (plan->columns): per chunk of outputs, a
  * row of partial results (in L1) that each input row is taken into, its
  * loop over the chunk vectorised; then the chunk's results. Sums are
@@ -450,19 +464,28 @@ static void render_columns(sbuf *b, const lower_kernel *k, const lower_plan *pla
     }
     cstyle_put(b, "    %s part[%lld];\n", acc, (long long)plan->columns);
     cstyle_put(b, "    for (%s g = g0; g < g1; g++) part[g - g0] = %s;\n", ix, init);
-    cstyle_put(b, "    for (%s r = 0; r < R; r++) {\n", ix);
+    /* plan->column_step rows at a time, each in a scope of its own naming
+     * its row r, into one load and store of the partial result; then the
+     * rows left one at a time */
+    int step = plan->column_step > 1 ? plan->column_step : 1;
+    cstyle_put(b, "    %s r0 = 0;\n", ix);
+    if (step > 1) {
+        cstyle_put(b, "    for (; r0 + %d <= R; r0 += %d) {\n      %s", step, step, outputs);
+        cstyle_put(b, "        %s pacc = part[g - g0];\n", acc);
+        for (int u = 0; u < step; u++) {
+            cstyle_put(b, "        { const %s r = r0 + %d;\n", ix, u);
+            for (int i = 0; i <= red; i++)
+                block_stmts(b, k, &plan->blocks[i]);
+            column_take(b, acc, "pacc", x->a, sum, mx, f);
+            cstyle_put(b, "        }\n");
+        }
+        cstyle_put(b, "        part[g - g0] = pacc;\n%s    }\n", close);
+    }
+    cstyle_put(b, "    for (%s r = r0; r < R; r++) {\n", ix);
     cstyle_put(b, "      %s", outputs);
-    for (int i = 0; i < red; i++)
+    for (int i = 0; i <= red; i++)
         block_stmts(b, k, &plan->blocks[i]);
-    block_stmts(b, k, &plan->blocks[red]);
-    if (sum)
-        cstyle_put(b, "        part[g - g0] += (%s)v%d;\n", acc, x->a);
-    else
-        cstyle_put(b,
-                   "        const %s c = part[g - g0], w = (%s)v%d;\n"
-                   "        part[g - g0] = %sw %s c%s ? w : c;\n",
-                   acc, acc, x->a, f ? "(c == c && (w != w || " : "(", mx ? ">" : "<",
-                   f ? "))" : ")");
+    column_take(b, acc, "part[g - g0]", x->a, sum, mx, f);
     cstyle_put(b, "%s    }\n", close);
     /* vectorised too: what follows the reduction may be most of the work
      * (a max-pool backward's col2im divided by its window's tie count) */
