@@ -474,6 +474,10 @@ typedef struct lower_plan {
     bool narrow;        /* every index value, masked lanes included, fits int32 */
     bool split;         /* few long rows: each pass over a row is split across threads
                            (a GPU: across row_blocks program instances) */
+    int split_streams;  /* split: each thread's share of a sum pass over a row read as
+                           this many streams at once (its share cut in as many parts);
+                           a renderer may read it as one (the same sum, another order
+                           of additions in double). 0 otherwise */
     int64_t columns;    /* a sum down columns (every load contiguous along the outputs,
                            strided along the reduced elements: a bias gradient), or a
                            sum, max or min over a small fixed window (pooling): the

@@ -26,3 +26,30 @@ static void check(int op) {
 Test(split, sum) { check(0); }
 Test(split, argmax) { check(1); }
 Test(split, min) { check(2); }
+
+/* Rows whose threads' shares are not whole multiples of the streams a share
+ * is read in (lower_plan.split_streams): two rows of 300007, their sums and
+ * their softmax (its sum pass also stores e^x), against the reference. */
+Test(split, uneven_shares_and_stored_passes) {
+    enum { W = 300007 };
+    const int64_t shape[2] = {2, W};
+    float *d = malloc(sizeof *d * 2 * W);
+    cr_assert(d);
+    uint64_t s = 987654321;
+    for (int64_t i = 0; i < 2 * W; i++) { s = s * 6364136223846793005ull + 1442695040888963407ull; d[i] = (float)((s >> 11) * 0x1p-53) * 6 - 3; }
+    kiln_ctx *c = kiln_ctx_new(KILN_CPU), *r = kiln_ctx_new(KILN_REF);
+    kiln_tensor *x = kiln_from_data(c, KILN_F32, 2, shape, d), *xr = kiln_from_data(r, KILN_F32, 2, shape, d);
+    int ax = 1;
+    double got[2], want[2];
+    cr_assert_eq(kiln_to_host(kiln_cast(kiln_sum(x, 1, &ax, false), KILN_F64), got, sizeof got), KILN_OK);
+    cr_assert_eq(kiln_to_host(kiln_cast(kiln_sum(xr, 1, &ax, false), KILN_F64), want, sizeof want), KILN_OK);
+    for (int i = 0; i < 2; i++)
+        cr_assert(fabs(got[i] - want[i]) <= 1e-3, "row %d: %.17g vs %.17g", i, got[i], want[i]);
+    float *sm = malloc(sizeof *sm * 2 * W), *smr = malloc(sizeof *smr * 2 * W);
+    cr_assert(sm && smr);
+    cr_assert_eq(kiln_to_host(kiln_softmax(x, 1), sm, sizeof *sm * 2 * W), KILN_OK);
+    cr_assert_eq(kiln_to_host(kiln_softmax(xr, 1), smr, sizeof *smr * 2 * W), KILN_OK);
+    for (int64_t i = 0; i < 2 * W; i++)
+        cr_assert(fabs(sm[i] - smr[i]) <= 1e-6 * smr[i] + 1e-12, "at %lld: %.9g vs %.9g", (long long)i, sm[i], smr[i]);
+    kiln_ctx_free(c); kiln_ctx_free(r); free(d); free(sm); free(smr);
+}

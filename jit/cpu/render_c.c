@@ -237,6 +237,39 @@ static void split_ordered_pass(sbuf *b, const lower_kernel *k, const lower_block
     cstyle_put(b, "      }\n");
 }
 
+/* A sum pass split across threads, each thread's share of the row read as
+ * plan->split_streams streams at once (its share in that many parts, the
+ * loop over a part's elements taking one of each part's, each in a scope
+ * naming its r), then the share's last elements; the shares add as the
+ * OpenMP reduction adds them. */
+static void split_sum_streams(sbuf *b, const lower_kernel *k, const lower_plan *plan,
+                              const lower_block *blk) {
+    const char *ix = counter(b);
+    const lower_ins *x = &k->ins[blk->reduce];
+    kiln_dtype in = k->ins[x->a].dt;
+    int ns = plan->split_streams;
+    cstyle_put(b, "      #pragma omp parallel num_threads(nthreads) reduction(+:acc)\n      {\n");
+    cstyle_put(b, "        const int t = omp_get_thread_num(), T = omp_get_num_threads();\n");
+    cstyle_put(b,
+               "        const %s lo = (%s)((int64_t)R * t / T), hi = (%s)((int64_t)R * (t + 1) / T),"
+               " q = (hi - lo) / %d;\n",
+               ix, ix, ix, ns);
+    simd(b, "      ", " reduction(+:acc)");
+    cstyle_put(b, "      for (%s i = 0; i < q; i++) {\n", ix);
+    for (int u = 0; u < ns; u++) {
+        cstyle_put(b, "        { const %s r = lo + %d * q + i;\n", ix, u);
+        block_stmts(b, k, blk);
+        stash_stmt(b, k, blk);
+        reduce_step(b, x, in);
+        cstyle_put(b, "        }\n");
+    }
+    cstyle_put(b, "      }\n      for (%s r = lo + %d * q; r < hi; r++) {\n", ix, ns);
+    block_stmts(b, k, blk);
+    stash_stmt(b, k, blk);
+    reduce_step(b, x, in);
+    cstyle_put(b, "      }\n      }\n");
+}
+
 /* A max/min pass in SIMD lanes: the value of a max or min does not depend on
  * the order it is taken in, except through NaN, which is tracked on its own
  * (any NaN makes the result NaN, as in graph/) and through the sign of a zero
@@ -382,6 +415,8 @@ static void reduce_pass(sbuf *b, const lower_kernel *k, const lower_plan *plan, 
         reduce_init(b, x, in);
     if (x->gop != GRAPH_SUM && split) {
         split_ordered_pass(b, k, blk);
+    } else if (split && plan->split_streams > 1) {
+        split_sum_streams(b, k, plan, blk);
     } else if (extreme) {
         vector_extreme_pass(b, k, blk);
     } else {
