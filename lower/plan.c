@@ -690,6 +690,25 @@ static int ins_cost(const lower_ins *x) {
     return x->op == UOP_ALU || x->op == UOP_WHERE || x->op == UOP_RAND ? 1 : 0;
 }
 
+/* A columns kernel's rows a pass (lower_plan.column_step): COLUMN_STEP
+ * where what each row's element computes is cheap (loads, index arithmetic,
+ * a few operations: a bias gradient's sum of its incoming gradient), one
+ * where it is not: each row of a pass is its own copy of that code, and a
+ * kernel that computes much per element (random numbers made in place, 13
+ * KB of C) gains nothing from reading more streams at once. */
+enum { COLUMN_STEP_MAX_COST = 16 };
+static int column_step(const lower_plan *p, const lower_kernel *k) {
+    int cost = 0;
+    for (int b = 0; b < p->nblocks; b++) {
+        const lower_block *blk = &p->blocks[b];
+        for (int i = 0; i < blk->n; i++)
+            cost += ins_cost(&k->ins[blk->ins[i]]);
+        if (blk->kind == LOWER_BLOCK_REDUCE)
+            break;
+    }
+    return cost <= COLUMN_STEP_MAX_COST ? COLUMN_STEP : 1;
+}
+
 static int picked_cost(const lower_kernel *k, const bool *pick) {
     int c = 0;
     for (int i = 0; i < k->nins; i++)
@@ -940,7 +959,7 @@ static void plan_loops(lower_plan *p, const lower_kernel *k, const lower_target 
         p->parallel = !p->split && k->numel * k->rnumel >= PAR_MIN_WORK;
         p->split_streams = p->split ? SPLIT_STREAMS : 0;
         p->columns = plan_columns(p, k);
-        p->column_step = p->columns ? COLUMN_STEP : 0;
+        p->column_step = p->columns ? column_step(p, k) : 0;
         p->rows = plan_rows(p, k);
         if (p->rows)
             p->columns -= p->columns % p->rows;
