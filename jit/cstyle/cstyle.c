@@ -3,6 +3,7 @@
  * the unsigned type of its width (wrapping, never signed overflow), division
  * and remainder test their divisor first, float max/min spell out their NaN
  * rule. */
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,7 +158,13 @@ static const char *binary_op(lower_prim p) {
     }
 }
 
-static bool float_prim(const cstyle_target *t, const lower_ins *x, char *out, size_t cap) {
+/* True when instruction i is a literal float immediate that is not NaN. */
+static bool plain_float_imm(const lower_ins *ins, int i) {
+    return i >= 0 && ins[i].op == UOP_IMM && !ins[i].sized && !isnan(ins[i].imm.f);
+}
+
+static bool float_prim(const cstyle_target *t, const lower_ins *ins, const lower_ins *x, char *out,
+                       size_t cap) {
     const char *sfx = x->dt == KILN_F64 ? "" : "f", *op = binary_op(x->prim), *f = float_fn(x->prim);
     int a = x->a, b = x->b, c = x->c, w = -1;
     (void)t;
@@ -176,6 +183,17 @@ static bool float_prim(const cstyle_target *t, const lower_ins *x, char *out, si
         w = snprintf(out, cap, "(v%d %s v%d)", a, op, b);
     else if (x->prim == PRIM_FMA)
         w = snprintf(out, cap, "fma%s(v%d, v%d, v%d)", sfx, a, b, c);
+    else if ((x->prim == PRIM_MAX || x->prim == PRIM_MIN) && plain_float_imm(ins, b))
+        /* against a literal that is not NaN (a clamp): one compare and one
+         * select, which is maxps/minps's own form, a NaN a and ties giving
+         * a; the general form below took two compares and two selects a
+         * side (row softmax's two clamps of x - max: 8 instructions a
+         * vector of its e^x pass on AVX2) */
+        w = snprintf(out, cap, "(v%d %s v%d ? v%d : v%d)", b, x->prim == PRIM_MAX ? ">" : "<", a, b,
+                     a);
+    else if ((x->prim == PRIM_MAX || x->prim == PRIM_MIN) && plain_float_imm(ins, a))
+        w = snprintf(out, cap, "(v%d %s v%d ? v%d : v%d)", a, x->prim == PRIM_MAX ? ">=" : "<=", b, a,
+                     b);
     else if (x->prim == PRIM_MAX || x->prim == PRIM_MIN)
         w = snprintf(out, cap, "(v%d != v%d ? v%d : v%d != v%d ? v%d : v%d %s v%d ? v%d : v%d)", a,
                      a, a, b, b, b, a, x->prim == PRIM_MAX ? ">=" : "<=", b, a, b);
@@ -274,7 +292,7 @@ bool cstyle_prim(const cstyle_target *t, const lower_ins *ins, int i, char *out,
                       : -1;
         ok = w >= 0 && (size_t)w < cap;
     } else if (x->prim >= 0 && x->prim < PRIM_NUM) {
-        ok = is_float(x->dt) ? float_prim(t, x, out, cap) : int_prim(t, x, out, cap);
+        ok = is_float(x->dt) ? float_prim(t, ins, x, out, cap) : int_prim(t, x, out, cap);
     }
     return ok || refuse(ins, x, msg, mcap);
 }
