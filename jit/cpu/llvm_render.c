@@ -1251,8 +1251,7 @@ static void columns(gen *g, LLVMValueRef lo, LLVMValueRef hi, const lower_plan *
         if (tail && step == 1)
             break;
         loop rows;
-        LLVMValueRef pass = tail ? loop_open(g, &rows, done, R)
-                                 : loop_open(g, &rows, i64c(g, 0), step > 1 ? passes : R);
+        LLVMValueRef pass = loop_open(g, &rows, tail ? done : i64c(g, 0), tail ? R : passes);
         loop cols;
         g->gidx = loop_open(g, &cols, start, end);
         LLVMValueRef slot = gep(g, proto.t, part, L->LLVMBuildSub(B, g->gidx, start, ""));

@@ -832,6 +832,15 @@ static void mm_tr(sbuf *b, int tr) {
         "#endif\n");
 }
 
+/* mm_pack's partial panel at r0 (rows past mc zeros), into dst. */
+static void mm_pack_partial(sbuf *b, const char *e, int unit, kiln_dtype dt, const char *idx) {
+    cstyle_put(b, "      for (int64_t p = 0; p < kc; p++)\n");
+    cstyle_put(b, "        for (int64_t r = 0; r < %d; r++)\n", unit);
+    cstyle_put(b, "          dst[p * %d + r] = r0 + r < mc ? (%s)", unit, e);
+    load_expr(b, dt, 0, idx);
+    cstyle_put(b, " : (%s)0;\n", e);
+}
+
 /* Packs rows [i0, i0 + mc) and k [p0, p0 + kc) of an operand into panels of
  * `unit` rows, step-major (unit values per k step), converted to the packed
  * type; rows past mc are zeros. A is packed by its rows, B by its columns,
@@ -863,27 +872,30 @@ static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, ki
     const char *idx = ks_one ? "o + (r0 + r) * rs + p"
                     : rs_one ? "o + (r0 + r) + p * ks" : "o + (r0 + r) * rs + p * ks";
     /* Read along the rows (B by its columns, rows of the panels contiguous
-     * in the source): every whole panel's next PB steps in turn, so that
-     * the source is read as PB rows at a time along their length, and each
-     * panel takes PB steps' values in a row. A panel at a time read a line
-     * from each of kc rows of B, its next panel's lines in those rows long
-     * evicted (rows 16 KiB apart share their L1 and L2 sets): 64 x 4096 @
-     * 4096^2 on the Zen 3 EPYC, the pack 39% of the product; the product
-     * 30.5-31.7 -> 21.1-21.8 ms at PB = 8 (by hand, alternating; 4 and 16
-     * 22.3-23.5). */
-    bool by_rows = !by_k && !tr;
-    if (by_rows) {
+     * in the source): every whole panel's next PACK_STEPS steps in turn, so
+     * that the source is read as that many rows at a time along their
+     * length, and each panel takes those steps' values in a row; then the
+     * last, partial panel. A panel at a time read a line from each of kc
+     * rows of B, its next panel's lines in those rows long evicted (rows 16
+     * KiB apart share their L1 and L2 sets): 64 x 4096 @ 4096^2 on the Zen 3
+     * EPYC, the pack 39% of the product; the product 30.5-31.7 -> 21.1-21.8
+     * ms at 8 steps (by hand, alternating; 4 and 16 22.3-23.5). */
+    enum { PACK_STEPS = 8 };
+    if (!by_k && !tr) {
         cstyle_put(b, "  const int64_t whole = mc - mc %% %d;\n", unit);
-        cstyle_put(b, "  for (int64_t q = 0; q < kc; q += 8)\n");
+        cstyle_put(b, "  for (int64_t q = 0; q < kc; q += %d)\n", PACK_STEPS);
         cstyle_put(b, "    for (int64_t r0 = 0; r0 < whole; r0 += %d)\n", unit);
-        cstyle_put(b, "      for (int64_t p = q; p < (q + 8 < kc ? q + 8 : kc); p++)\n");
+        cstyle_put(b, "      for (int64_t p = q; p < (q + %d < kc ? q + %d : kc); p++)\n",
+                   PACK_STEPS, PACK_STEPS);
         cstyle_put(b, "        for (int64_t r = 0; r < %d; r++)\n", unit);
         cstyle_put(b, "          dst[r0 * kc + p * %d + r] = (%s)", unit, e);
         load_expr(b, dt, 0, idx);
-        cstyle_put(b, ";\n  dst += whole * kc;\n");
+        cstyle_put(b, ";\n  dst += whole * kc;\n  if (whole < mc) {\n    const int64_t r0 = whole;\n");
+        mm_pack_partial(b, e, unit, dt, idx);
+        cstyle_put(b, "  }\n}\n#endif\n");
+        return;
     }
-    cstyle_put(b, "  for (int64_t r0 = %s; r0 < mc; r0 += %d, dst += %d * kc) {\n",
-               by_rows ? "whole" : "0", unit, unit);
+    cstyle_put(b, "  for (int64_t r0 = 0; r0 < mc; r0 += %d, dst += %d * kc) {\n", unit, unit);
     cstyle_put(b, "    if (r0 + %d <= mc) {\n", unit);
     if (tr) {
         cstyle_put(b, "#ifdef KH_TR%d\n", tr);
@@ -911,11 +923,8 @@ static void mm_pack(sbuf *b, char *name, size_t cap, const char *e, int unit, ki
     if (tr)
         cstyle_put(b, "#endif\n");
     cstyle_put(b, "    } else {\n");
-    cstyle_put(b, "      for (int64_t p = 0; p < kc; p++)\n");
-    cstyle_put(b, "        for (int64_t r = 0; r < %d; r++)\n", unit);
-    cstyle_put(b, "          dst[p * %d + r] = r0 + r < mc ? (%s)", unit, e);
-    load_expr(b, dt, 0, idx);
-    cstyle_put(b, " : (%s)0;\n    }\n  }\n}\n#endif\n", e);
+    mm_pack_partial(b, e, unit, dt, idx);
+    cstyle_put(b, "    }\n  }\n}\n#endif\n");
 }
 
 
